@@ -1,0 +1,3 @@
+"""attnkit: the Transformer of "Attention Is All You Need" and its family."""
+
+__version__ = "0.1.0"

@@ -1,0 +1,102 @@
+"""Scaled dot-product attention as one function (§3.2.1 of the paper).
+
+``attend`` takes PyTorch's fused ``F.scaled_dot_product_attention`` whenever
+nobody asked for the weights, and an explicit reference path that returns
+them otherwise. Both give the same values and gradients (tested).
+
+Shapes: ``B`` batch, ``h`` heads, ``Tq``/``Tk`` query/key lengths, ``d`` head dim.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+
+def _guard_empty_rows(mask: Tensor) -> tuple[Tensor, Tensor]:
+    """Un-mask rows that see no key, so no kernel meets an all ``-inf`` softmax row.
+
+    Returns the mask to use and a bool ``(..., Tq, 1)`` marking rows that do see
+    a key; the others are zeroed after attention. Deliberately sync-free (no
+    ``if mask.all()``), so it costs one small reduction and never stalls a GPU.
+    """
+    has_key = mask.any(dim=-1, keepdim=True)
+    return mask | ~has_key, has_key
+
+
+def attend(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    *,
+    mask: Tensor | None = None,
+    is_causal: bool = False,
+    dropout_p: float = 0.0,
+    need_weights: bool = False,
+    scale: float | None = None,
+) -> tuple[Tensor, Tensor | None]:
+    """Attention(Q, K, V) = softmax(Q K^T / sqrt(d)) V.
+
+    Args:
+        q: ``(B, h, Tq, d)``; k: ``(B, h, Tk, d)``; v: ``(B, h, Tk, dv)``.
+        mask: bool, broadcastable to ``(B, h, Tq, Tk)``, True = may attend.
+        is_causal: apply a causal mask (aligned to the last ``Tq`` keys);
+            combined with ``mask`` when both are given.
+        dropout_p: dropout on the attention weights (pass 0.0 in eval).
+        need_weights: also return the weights ``(B, h, Tq, Tk)`` (pre-dropout).
+        scale: defaults to ``1 / sqrt(d)``.
+
+    Returns:
+        ``(out (B, h, Tq, dv), weights or None)``. A query row whose keys are
+        all masked returns zeros (and zero weights), never NaN.
+    """
+    tq, tk = q.size(-2), k.size(-2)
+    if is_causal and tq == 1:
+        is_causal = False  # one query at the newest position sees every key
+    if is_causal and (mask is not None or tq != tk or need_weights):
+        # SDPA's is_causal aligns to the top-left; build the explicit mask so a
+        # cached decoder (Tq < Tk) and the weights path agree with it.
+        causal = torch.ones(tq, tk, dtype=torch.bool, device=q.device).tril(tk - tq)
+        mask = causal if mask is None else mask & causal
+        is_causal = False
+
+    has_key = None
+    if mask is not None:
+        mask, has_key = _guard_empty_rows(mask)
+
+    if need_weights:
+        out, weights = _reference_attention(q, k, v, mask, dropout_p, scale)
+    else:
+        out = F.scaled_dot_product_attention(
+            q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=is_causal, scale=scale
+        )
+        weights = None
+
+    if has_key is not None:
+        out = out.masked_fill(~has_key, 0.0)
+        if weights is not None:
+            weights = weights.masked_fill(~has_key, 0.0)
+    return out, weights
+
+
+def _reference_attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    mask: Tensor | None,
+    dropout_p: float,
+    scale: float | None,
+) -> tuple[Tensor, Tensor]:
+    """The textbook computation, kept explicit so the weights can be returned."""
+    scale = 1.0 / math.sqrt(q.size(-1)) if scale is None else scale
+    scores = torch.matmul(q, k.transpose(-2, -1)) * scale
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    # Half-precision scores are normalised in fp32, as the fused kernels do.
+    acc = torch.float32 if scores.dtype in (torch.float16, torch.bfloat16) else scores.dtype
+    weights = torch.softmax(scores, dim=-1, dtype=acc).to(q.dtype)
+    dropped = F.dropout(weights, p=dropout_p) if dropout_p > 0.0 else weights
+    return torch.matmul(dropped, v), weights

@@ -1,0 +1,25 @@
+"""Position-wise feed-forward network (§3.3): ``FFN(x) = W2 act(W1 x + b1) + b2``."""
+
+from __future__ import annotations
+
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu}
+
+
+class FeedForward(nn.Module):
+    """``(B, T, D) -> (B, T, D)`` through a hidden width ``d_ff``."""
+
+    def __init__(self, d_model: int, d_ff: int, activation: str = "relu"):
+        super().__init__()
+        if activation not in ACTIVATIONS:
+            raise ValueError(
+                f"activation: expected one of {sorted(ACTIVATIONS)}, got {activation!r}"
+            )
+        self.activation = ACTIVATIONS[activation]
+        self.w1 = nn.Linear(d_model, d_ff)
+        self.w2 = nn.Linear(d_ff, d_model)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.w2(self.activation(self.w1(x)))

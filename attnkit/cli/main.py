@@ -1,0 +1,88 @@
+"""The ``attnkit`` command. Each subcommand lives in its own module under ``attnkit.cli``.
+
+Errors meant for the user (``AttnkitError``) print one line on stderr and exit
+with 2 (usage) or 1 (runtime), without a traceback unless ``--debug`` is given.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+from attnkit import __version__
+from attnkit.errors import AttnkitError
+
+# Subcommand name -> module with `add_arguments(parser)` and `run(args) -> int`.
+# A plain dict: the registry lives at the edge, modules are imported lazily so
+# `attnkit --help` stays fast.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "quickstart": ("attnkit.cli.quickstart", "train a small Transformer on an embedded task"),
+    "train": ("attnkit.cli.train", "train a model from a YAML config"),
+    "translate": ("attnkit.cli.translate", "translate text with a trained checkpoint"),
+    "evaluate": ("attnkit.cli.evaluate", "score a checkpoint with sacreBLEU/chrF"),
+    "attention": ("attnkit.cli.attention", "draw a cross-attention heatmap"),
+    "average": ("attnkit.cli.average", "average the weights of several checkpoints"),
+}
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # exit code 2, one line, no usage dump
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="attnkit",
+        description=(
+            "Train, decode and inspect Transformer models "
+            '("Attention Is All You Need" and its family).'
+        ),
+        epilog="Run 'attnkit COMMAND --help' for a command's options.",
+    )
+    parser.add_argument("--version", action="version", version=f"attnkit {__version__}")
+    parser.add_argument(
+        "--debug", action="store_true", help="show full tracebacks instead of one-line errors"
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    for name, (module_name, help_text) in COMMANDS.items():
+        module = _load(module_name)
+        if module is None:
+            continue
+        p = sub.add_parser(name, help=help_text, description=module.__doc__)
+        p.add_argument("--debug", action="store_true", help=argparse.SUPPRESS)
+        module.add_arguments(p)
+        p.set_defaults(_run=module.run)
+    return parser
+
+
+def _load(module_name: str):
+    try:
+        return importlib.import_module(module_name)
+    except ModuleNotFoundError as e:
+        if e.name == module_name:  # command not built yet
+            return None
+        raise
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 0
+    try:
+        return int(args._run(args) or 0)
+    except AttnkitError as e:
+        if args.debug:
+            raise
+        print(f"attnkit {args.command}: error: {e}", file=sys.stderr)
+        return e.exit_code
+    except KeyboardInterrupt:
+        print(f"attnkit {args.command}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

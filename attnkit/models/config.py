@@ -1,0 +1,159 @@
+"""``TransformerConfig``: the one typed, validated config of the encoder-decoder family.
+
+Variants are strings (``norm_position="pre"``, ``positions="learned"``), so a
+config is plain data: it round-trips through JSON and travels inside every
+checkpoint. Bad values raise ``ConfigError`` (a ``ValueError``) naming the field.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import json
+from dataclasses import dataclass, fields
+from typing import Any, ClassVar
+
+from attnkit.errors import ConfigError
+
+ACTIVATIONS = ("relu", "gelu")
+NORM_POSITIONS = ("post", "pre")
+POSITIONS = ("sinusoidal", "learned")
+SHARE_EMBEDDINGS = ("none", "decoder", "all")
+_FIELD_TYPES = {"int": int, "float": float, "str": str}
+
+
+def _check_type(name: str, value: Any, kind: type) -> None:
+    # bool is an int subclass; a config that says `d_model: true` is a mistake.
+    ok = isinstance(value, kind) and not isinstance(value, bool)
+    if kind is float:
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if not ok:
+        raise ConfigError(f"{name}: expected {kind.__name__}, got {type(value).__name__} {value!r}")
+
+
+def _check_choice(name: str, value: str, choices: tuple[str, ...]) -> None:
+    if value not in choices:
+        raise ConfigError(f"{name}: expected one of {', '.join(choices)}; got {value!r}")
+
+
+@dataclass(frozen=True)
+class TransformerConfig:
+    """The encoder-decoder Transformer. Defaults are the paper's base model (Table 3)."""
+
+    family: ClassVar[str] = "transformer"
+
+    d_model: int = 512
+    num_heads: int = 8
+    d_ff: int = 2048
+    num_encoder_layers: int = 6
+    num_decoder_layers: int = 6
+    dropout: float = 0.1
+    attention_dropout: float = 0.0
+    activation: str = "relu"
+    norm_position: str = "post"
+    positions: str = "sinusoidal"
+    max_len: int = 1024
+    src_vocab_size: int = 37000
+    tgt_vocab_size: int = 37000
+    share_embeddings: str = "all"
+    pad_id: int = 0
+    bos_id: int = 1
+    eos_id: int = 2
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            # `from __future__ import annotations` makes f.type the string "int" etc.
+            _check_type(f.name, getattr(self, f.name), _FIELD_TYPES[f.type])
+        for name in (
+            "d_model",
+            "num_heads",
+            "d_ff",
+            "num_encoder_layers",
+            "num_decoder_layers",
+            "max_len",
+        ):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"{name}: must be >= 1, got {getattr(self, name)}")
+        if self.d_model % self.num_heads != 0:
+            raise ConfigError(
+                f"d_model: {self.d_model} is not divisible by num_heads={self.num_heads}"
+            )
+        if self.positions == "sinusoidal" and self.d_model % 2 != 0:
+            raise ConfigError(
+                f"d_model: sinusoidal positions need an even d_model, got {self.d_model}"
+            )
+        for name in ("dropout", "attention_dropout"):
+            if not 0.0 <= getattr(self, name) < 1.0:
+                raise ConfigError(f"{name}: must be in [0, 1), got {getattr(self, name)}")
+        _check_choice("activation", self.activation, ACTIVATIONS)
+        _check_choice("norm_position", self.norm_position, NORM_POSITIONS)
+        _check_choice("positions", self.positions, POSITIONS)
+        _check_choice("share_embeddings", self.share_embeddings, SHARE_EMBEDDINGS)
+        specials = {"pad_id": self.pad_id, "bos_id": self.bos_id, "eos_id": self.eos_id}
+        for name, value in specials.items():
+            if value < 0:
+                raise ConfigError(f"{name}: must be >= 0, got {value}")
+        if len(set(specials.values())) != len(specials):
+            raise ConfigError(f"pad_id: pad_id, bos_id and eos_id must differ, got {specials}")
+        needed = max(specials.values()) + 1
+        for name in ("src_vocab_size", "tgt_vocab_size"):
+            if getattr(self, name) < needed:
+                raise ConfigError(
+                    f"{name}: {getattr(self, name)} is too small for the special tokens "
+                    f"(ids up to {needed - 1}); it must be >= {needed}"
+                )
+        if self.share_embeddings == "all" and self.src_vocab_size != self.tgt_vocab_size:
+            raise ConfigError(
+                "share_embeddings: 'all' needs one shared vocabulary, but "
+                f"src_vocab_size={self.src_vocab_size} != tgt_vocab_size={self.tgt_vocab_size}"
+            )
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.num_heads
+
+    # -- presets and serialisation -------------------------------------------------
+
+    @classmethod
+    def from_preset(cls, name: str, **overrides: Any) -> TransformerConfig:
+        """``"base"``, ``"big"`` (the paper's Table 3) or ``"small"`` (CPU-sized)."""
+        from attnkit.models.presets import TRANSFORMER_PRESETS
+
+        if name not in TRANSFORMER_PRESETS:
+            raise ConfigError(
+                f"preset: unknown preset {name!r}; choose from {', '.join(TRANSFORMER_PRESETS)}"
+            )
+        return cls.from_dict({**TRANSFORMER_PRESETS[name], **overrides})
+
+    def replace(self, **changes: Any) -> TransformerConfig:
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"family": self.family, **dataclasses.asdict(self)}
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> TransformerConfig:
+        data = dict(data)
+        family = data.pop("family", cls.family)
+        if family != cls.family:
+            raise ConfigError(f"family: this is a {family!r} config, not a {cls.family!r} one")
+        known = {f.name for f in fields(cls)}
+        for key in data:
+            if key not in known:
+                hint = difflib.get_close_matches(key, known, n=1)
+                did_you_mean = f"; did you mean {hint[0]!r}?" if hint else ""
+                raise ConfigError(f"{key}: unknown field{did_you_mean}")
+        return cls(**data)
+
+    @classmethod
+    def from_json(cls, text: str) -> TransformerConfig:
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise ConfigError(f"config: invalid JSON ({e})") from None
+        if not isinstance(data, dict):
+            raise ConfigError("config: expected a JSON object")
+        return cls.from_dict(data)
