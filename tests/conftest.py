@@ -13,8 +13,14 @@ SHARED_DATA = Path(os.environ.get("ATTNKIT_DATA", Path(__file__).parents[2] / "s
 
 
 @pytest.fixture(autouse=True)
-def _seed() -> None:
+def _seed_and_one_thread():
+    # Test tensors are tiny: intra-op threads only add wake-up latency (on a
+    # busy 2-core machine, ~100x per op). Restored after each test.
     torch.manual_seed(0)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
 
 
 @pytest.fixture

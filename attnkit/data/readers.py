@@ -1,0 +1,145 @@
+"""Readers for plain-text corpora: aligned parallel files, two-column TSV, raw text.
+
+Every problem raises ``DataError`` with a one-line message that names the file
+and, where it helps, the line (``train.de:17: empty line; ...``), so the CLI can
+print it without a traceback.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from attnkit.errors import DataError
+
+_BOM = "\ufeff"
+
+
+@dataclass
+class ParallelCorpus:
+    """Sentence pairs plus how many pairs were dropped because a side was empty.
+
+    Behaves like a list of ``(src, tgt)`` pairs (``len``, iteration, indexing).
+    """
+
+    pairs: list[tuple[str, str]] = field(default_factory=list)
+    dropped_empty: int = 0
+
+    def __len__(self) -> int:
+        return len(self.pairs)
+
+    def __iter__(self) -> Iterator[tuple[str, str]]:
+        return iter(self.pairs)
+
+    def __getitem__(self, i: int) -> tuple[str, str]:
+        return self.pairs[i]
+
+    @property
+    def sources(self) -> list[str]:
+        return [s for s, _ in self.pairs]
+
+    @property
+    def targets(self) -> list[str]:
+        return [t for _, t in self.pairs]
+
+
+def _read_checked(path: str | Path) -> str:
+    """The file's text, UTF-8 decoded, leading BOM removed; DataError for every failure."""
+    p = Path(path)
+    if not p.exists():
+        raise DataError(f"{p}: file not found")
+    if p.is_dir():
+        raise DataError(f"{p}: is a directory, expected a text file")
+    try:
+        data = p.read_bytes()
+    except PermissionError:
+        raise DataError(f"{p}: permission denied (cannot read the file)") from None
+    except OSError as e:
+        raise DataError(f"{p}: cannot read the file ({e.strerror or e})") from None
+    if not data.strip(b"\xef\xbb\xbf\r\n"):
+        raise DataError(f"{p}: file is empty")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = data.count(b"\n", 0, e.start) + 1
+        raise DataError(
+            f"{p}:{line}: not valid UTF-8 (byte {e.start}); convert the file to UTF-8"
+        ) from None
+    return text.removeprefix(_BOM)
+
+
+def _split_lines(text: str) -> list[str]:
+    # Split on "\n" only: str.splitlines() also breaks at U+2028, U+0085, form
+    # feeds etc., which can occur inside a sentence and would misalign the sides.
+    lines = text.split("\n")
+    if lines[-1] == "":  # the usual final newline, not an extra empty line
+        lines.pop()
+    return [line.removesuffix("\r") for line in lines]
+
+
+def read_lines(path: str | Path) -> list[str]:
+    """One string per line of a UTF-8 file (no line endings, no BOM)."""
+    return _split_lines(_read_checked(path))
+
+
+def read_text(path: str | Path) -> str:
+    """A whole UTF-8 text file (BOM removed, CRLF turned into LF), for language-model corpora."""
+    return _read_checked(path).replace("\r\n", "\n")
+
+
+def _empty_error(path: Path, line: int) -> DataError:
+    return DataError(
+        f"{path}:{line}: empty line; pass skip_empty=True (--skip-empty) to drop such pairs"
+    )
+
+
+def read_parallel(
+    src_path: str | Path, tgt_path: str | Path, *, skip_empty: bool = False
+) -> ParallelCorpus:
+    """Aligned files, one sentence per line; line i of ``tgt_path`` translates line i of the source.
+
+    A line that is empty (or only whitespace) on either side is an error unless
+    ``skip_empty``; then the pair is dropped and counted in ``dropped_empty``.
+    """
+    src_p, tgt_p = Path(src_path), Path(tgt_path)
+    src, tgt = read_lines(src_p), read_lines(tgt_p)
+    if len(src) != len(tgt):
+        raise DataError(
+            f"{src_p} has {len(src)} lines but {tgt_p} has {len(tgt)}; "
+            "parallel files must have one sentence per line on both sides"
+        )
+    corpus = ParallelCorpus()
+    for i, (s, t) in enumerate(zip(src, tgt), start=1):
+        if not s.strip() or not t.strip():
+            if not skip_empty:
+                raise _empty_error(src_p if not s.strip() else tgt_p, i)
+            corpus.dropped_empty += 1
+            continue
+        corpus.pairs.append((s, t))
+    return corpus
+
+
+def read_tsv(path: str | Path, *, skip_empty: bool = False) -> ParallelCorpus:
+    """Pairs from a two-column, tab-separated UTF-8 file: ``source<TAB>target`` per line.
+
+    Empty sides are handled as in ``read_parallel``.
+    """
+    p = Path(path)
+    corpus = ParallelCorpus()
+    for i, line in enumerate(read_lines(p), start=1):
+        cols = line.split("\t")
+        if not line.strip():
+            cols = ["", ""]  # a blank line is an empty pair, not a column-count error
+        if len(cols) != 2:
+            raise DataError(
+                f"{p}:{i}: expected 2 tab-separated columns (source, target), got {len(cols)}"
+            )
+        s, t = cols
+        if not s.strip() or not t.strip():
+            if not skip_empty:
+                raise _empty_error(p, i)
+            corpus.dropped_empty += 1
+            continue
+        corpus.pairs.append((s, t))
+    return corpus

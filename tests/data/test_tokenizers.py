@@ -1,0 +1,138 @@
+"""Tokenizers: round trips, fixed special ids, JSON serialisation, bad vocab sizes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from attnkit.data.readers import read_lines
+from attnkit.data.tokenizers import (
+    BPETokenizer,
+    CharTokenizer,
+    WordTokenizer,
+    load_tokenizer,
+    tokenizer_from_json,
+)
+from attnkit.errors import DataError, UsageError
+
+CORPUS = [
+    "Zwei junge weiße Männer sind im Freien in der Nähe vieler Büsche.",
+    "Ein kleines Mädchen klettert in ein Spielhaus aus Holz.",
+    "Two young, White males are outside near many bushes.",
+    "A little girl climbing into a wooden playhouse.",
+    "Drei Hunde (2 braune, 1 schwarzer) spielen um 10:30 Uhr!",
+    "Three dogs - two brown, one black - play at 10:30?",
+    "Über 42 Köche öffnen Äpfel; groß & süß.",
+] * 4
+
+SENTENCES = [
+    "Zwei junge Männer spielen im Freien.",
+    "A girl, 3 dogs and 42 bushes!",
+    "Über Köche: süß & groß?",
+    "10:30 Uhr (Holz).",
+]
+
+
+@pytest.fixture(scope="module")
+def bpe() -> BPETokenizer:
+    return BPETokenizer.train(CORPUS, vocab_size=200, min_frequency=2)
+
+
+def test_bpe_round_trip(bpe: BPETokenizer) -> None:
+    for s in SENTENCES:
+        ids = bpe.encode(s)
+        assert bpe.unk_id not in ids
+        assert bpe.decode(ids) == s
+
+
+def test_bpe_merges_and_respects_vocab_size(bpe: BPETokenizer) -> None:
+    assert bpe.vocab_size <= 200
+    # Merges happened: frequent words are fewer pieces than characters.
+    assert len(bpe.encode("Männer")) < len("Männer")
+
+
+def test_special_ids_fixed_and_dropped_by_decode(bpe: BPETokenizer) -> None:
+    assert [bpe.id_to_token(i) for i in range(4)] == ["<pad>", "<s>", "</s>", "<unk>"]
+    ids = bpe.encode("Zwei Hunde.")
+    assert bpe.decode([bpe.bos_id, *ids, bpe.eos_id, bpe.pad_id, bpe.pad_id]) == "Zwei Hunde."
+    assert bpe.encode("x <s> y").count(bpe.bos_id) == 0  # text "<s>" is not BOS
+
+
+def test_bpe_unknown_character_is_unk(bpe: BPETokenizer) -> None:
+    ids = bpe.encode("Zwei ✓")
+    assert bpe.unk_id in ids
+    assert bpe.decode(ids) == "Zwei <unk>"
+
+
+def test_bpe_json_round_trip(bpe: BPETokenizer, tmp_path: Path) -> None:
+    again = tokenizer_from_json(bpe.to_json())
+    assert isinstance(again, BPETokenizer) and again.vocab_size == bpe.vocab_size
+    for s in [*SENTENCES, "x <s> y"]:
+        assert again.encode(s) == bpe.encode(s)
+    bpe.save(tmp_path / "tok.json")
+    assert load_tokenizer(tmp_path / "tok.json").encode(SENTENCES[0]) == bpe.encode(SENTENCES[0])
+    assert bpe.encode_batch(SENTENCES) == [bpe.encode(s) for s in SENTENCES]
+
+
+def test_char_round_trip_and_unk() -> None:
+    tok = CharTokenizer.train(CORPUS)
+    assert [tok.id_to_token(i) for i in range(4)] == ["<pad>", "<s>", "</s>", "<unk>"]
+    for s in SENTENCES:
+        assert tok.decode(tok.encode(s)) == s
+        assert len(tok.encode(s)) == len(s)
+    assert tok.encode("Z✓") == [tok.encode("Z")[0], tok.unk_id]
+    again = tokenizer_from_json(tok.to_json())
+    assert isinstance(again, CharTokenizer) and again.encode("Zwei ✓") == tok.encode("Zwei ✓")
+
+
+def test_char_vocab_keeps_most_frequent() -> None:
+    tok = CharTokenizer.train(["aaab", "ac"], vocab_size=6)
+    assert tok.vocab_size == 6
+    assert tok.encode("abc") == [4, 5, tok.unk_id]  # a (4x), b (1x, alphabetically before c)
+
+
+def test_word_tokenizer() -> None:
+    tok = WordTokenizer.train(["a b c", "a b"], min_frequency=2)
+    assert tok.decode(tok.encode("a b c")) == "a b <unk>"
+    assert tokenizer_from_json(tok.to_json()).encode("b a") == tok.encode("b a")
+
+
+@pytest.mark.parametrize("vocab_size", [0, 4])
+def test_vocab_too_small_for_specials(vocab_size: int) -> None:
+    with pytest.raises(UsageError, match=f"vocab_size={vocab_size}"):
+        BPETokenizer.train(CORPUS, vocab_size=vocab_size)
+    with pytest.raises(UsageError, match=f"vocab_size={vocab_size}"):
+        CharTokenizer.train(CORPUS, vocab_size=vocab_size)
+
+
+def test_bpe_vocab_smaller_than_alphabet() -> None:
+    with pytest.raises(UsageError, match=r"vocab_size=20 is too small.*distinct characters"):
+        BPETokenizer.train(CORPUS, vocab_size=20)
+
+
+def test_empty_training_text() -> None:
+    with pytest.raises(UsageError, match="empty text"):
+        CharTokenizer.train([])
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [("{", "not valid JSON"), ('{"kind": "wordpiece"}', "unknown kind 'wordpiece'")],
+)
+def test_bad_json(text: str, message: str) -> None:
+    with pytest.raises(DataError, match=message):
+        tokenizer_from_json(text)
+
+
+@pytest.mark.slow
+def test_bpe_on_multi30k(shared_data: Path) -> None:
+    base = shared_data / "multi30k"
+    texts = read_lines(base / "train.de") + read_lines(base / "train.en")
+    tok = BPETokenizer.train(texts, vocab_size=8000)
+    assert tok.vocab_size == 8000
+    valid = read_lines(base / "valid.de")
+    exact = sum(tok.decode(tok.encode(s)) == s for s in valid)
+    assert exact / len(valid) > 0.99
+    n_pieces = sum(len(ids) for ids in tok.encode_batch(valid))
+    assert n_pieces < 1.5 * sum(len(s.split()) for s in valid)  # mostly whole words
