@@ -1,0 +1,85 @@
+"""Train a translation model from a YAML run config.
+
+Example:
+  attnkit train --config configs/multi30k_de_en.yaml --set data.dir=../shared/data/multi30k \\
+      --out runs/de_en
+
+Any key can be overridden with --set SECTION.KEY=VALUE (repeatable). Training
+shows a progress bar (loss, lr, tokens/s, ETA), appends metrics to
+OUT/metrics.jsonl, redraws OUT/loss.png, and writes checkpoints under
+OUT/checkpoints/. An existing OUT is never overwritten silently: pass --resume
+to continue from its latest checkpoint, or --overwrite to start over.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from attnkit.cli.common import add_device_argument, prepare_out_dir
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", help="YAML run config (see configs/)")
+    parser.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a config key, e.g. --set train.max_steps=1000 (repeatable)",
+    )
+    parser.add_argument("--out", help="run directory (default: runs/<config name>)")
+    parser.add_argument("--resume", action="store_true", help="continue the run in --out")
+    parser.add_argument("--overwrite", action="store_true", help="replace the run in --out")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_device_argument(parser)
+
+
+def load_parallel(run_data, split: str):
+    """Pairs of one split, from ``{dir}/{split}.{lang}`` files or a TSV file."""
+    from attnkit.data.readers import read_parallel, read_tsv
+
+    files = run_data.files(split)
+    if len(files) == 1:
+        return read_tsv(files[0], skip_empty=run_data.skip_empty)
+    return read_parallel(*files, skip_empty=run_data.skip_empty)
+
+
+def run(args: argparse.Namespace) -> int:
+    from attnkit.training.runconfig import load_run_config
+    from attnkit.training.translation import TranslationTrainer, build_tokenizer, load_tokenizer
+
+    run_config = load_run_config(args.config, args.overrides)
+    name = Path(args.config).stem if args.config else "run"
+    out = Path(args.out or Path("runs") / name)
+    # Read and check the data before touching the output directory.
+    train = load_parallel(run_config.data, run_config.data.train)
+    valid = load_parallel(run_config.data, run_config.data.valid) if run_config.data.valid else []
+    prepare_out_dir(out, resume=args.resume, overwrite=args.overwrite)
+
+    tokenizer = load_tokenizer(out) if args.resume else None
+    if tokenizer is None:
+        tokenizer = build_tokenizer(run_config.tokenizer, train)
+    trainer = TranslationTrainer(
+        run_config,
+        out,
+        tokenizer=tokenizer,
+        train_pairs=train,
+        valid_pairs=valid,
+        device=args.device,
+        progress=not args.no_progress,
+    )
+    if args.resume and trainer.resume():
+        print(f"resuming {out} from step {trainer.step}")
+    (out / "run.json").write_text(run_config.to_json() + "\n", encoding="utf-8")
+    n = trainer.model.num_parameters()
+    print(
+        f"{len(train)} training pairs ({trainer.corpus.dropped} longer than "
+        f"data.max_len={run_config.data.max_len} dropped), vocabulary {tokenizer.vocab_size}, "
+        f"{n / 1e6:.1f}M parameters, device {trainer.device}"
+    )
+    summary = trainer.fit()
+    print(json.dumps({"out": str(out), **summary}))
+    return 0

@@ -1,0 +1,102 @@
+"""Translate text with a trained checkpoint, one output line per input line.
+
+Reads --input FILE, or standard input when no --input is given. Beam search
+(--beam 4 --alpha 0.6, the paper's) by default; --greedy, or --sample with
+--temperature/--top-k/--top-p/--seed. With --nbest N > 1, each output line
+holds the N best hypotheses separated by tabs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from attnkit.cli.common import add_device_argument, read_lines
+from attnkit.errors import UsageError
+
+
+def add_decoding_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--beam", type=int, default=4, help="beam size (default: 4)")
+    parser.add_argument(
+        "--alpha", type=float, default=0.6, help="length penalty alpha (default: 0.6)"
+    )
+    parser.add_argument("--greedy", action="store_true", help="greedy search (beam 1)")
+    parser.add_argument("--batch-size", type=int, default=64, help="sentences per batch")
+    parser.add_argument(
+        "--max-len-b",
+        type=int,
+        default=50,
+        help="output length limit = source length + this (default: 50)",
+    )
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--checkpoint", required=True, help="checkpoint or run directory")
+    parser.add_argument("--input", help="text file, one sentence per line (default: stdin)")
+    add_decoding_arguments(parser)
+    parser.add_argument("--nbest", type=int, default=1, help="hypotheses per line (beam only)")
+    parser.add_argument("--sample", action="store_true", help="sample instead of searching")
+    parser.add_argument("--temperature", type=float, default=1.0, help="sampling temperature")
+    parser.add_argument("--top-k", type=int, default=0, help="sample from the k best (0 = all)")
+    parser.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass")
+    parser.add_argument("--seed", type=int, default=0, help="sampling seed")
+    add_device_argument(parser)
+
+
+def check_decoding_arguments(args: argparse.Namespace) -> None:
+    if args.beam < 1:
+        raise UsageError(f"--beam must be >= 1, got {args.beam}")
+    if args.alpha < 0:
+        raise UsageError(f"--alpha must be >= 0, got {args.alpha}")
+    if args.batch_size < 1:
+        raise UsageError(f"--batch-size must be >= 1, got {args.batch_size}")
+    if args.max_len_b < 1:
+        raise UsageError(f"--max-len-b must be >= 1, got {args.max_len_b}")
+
+
+def run(args: argparse.Namespace) -> int:
+    import torch
+
+    from attnkit.decoding.text import decode_ids
+    from attnkit.training.translation import load_translation_model
+
+    check_decoding_arguments(args)
+    if not 1 <= args.nbest <= args.beam:
+        raise UsageError(f"--nbest must be between 1 and --beam ({args.beam}), got {args.nbest}")
+    if args.temperature <= 0:
+        raise UsageError(f"--temperature must be > 0, got {args.temperature}")
+    if args.top_k < 0:
+        raise UsageError(f"--top-k must be >= 0, got {args.top_k}")
+    if not 0 < args.top_p <= 1:
+        raise UsageError(f"--top-p must be in (0, 1], got {args.top_p}")
+
+    model, tokenizer = load_translation_model(args.checkpoint, args.device)
+    lines = read_lines(args.input)
+    device = next(model.parameters()).device
+    sampling = None
+    if args.sample:
+        generator = torch.Generator(device=device).manual_seed(args.seed)
+        sampling = {"temperature": args.temperature, "top_k": args.top_k, "top_p": args.top_p,
+                    "generator": generator}  # fmt: skip
+    max_positions = model.config.max_len
+    src = [tokenizer.encode(line)[: max_positions - 1] + [tokenizer.eos_id] for line in lines]
+    beam = 1 if args.greedy else args.beam
+    with torch.no_grad():
+        results = decode_ids(
+            model,
+            src,
+            beam=beam,
+            alpha=args.alpha,
+            nbest=args.nbest if beam > 1 else 1,
+            sampling=sampling,
+            batch_size=args.batch_size,
+            max_len_b=args.max_len_b,
+            max_len=max_positions - 1,
+            device=device,
+        )
+    out = sys.stdout
+    for r in results:
+        hyps = r.nbest[0][: args.nbest] if args.nbest > 1 else [r.nbest[0][0]]
+        out.write("\t".join(tokenizer.decode(h.tokens) for h in hyps) + "\n")
+    out.flush()
+    return 0

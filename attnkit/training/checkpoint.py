@@ -1,0 +1,607 @@
+"""Safe, atomic checkpoints: safetensors for tensors, JSON for everything else.
+
+A checkpoint is a directory::
+
+    model.safetensors          model state (tied tensors stored once, see below)
+    config.json                the model config (enough to rebuild the model)
+    tokenizer.json             optional
+    trainer_state.json         optional: step, scheduler, RNG, ... (JSON tree)
+    trainer_state.safetensors  the tensors of that tree (e.g. torch RNG states)
+    optimizer.json             optional: param_groups and non-tensor state
+    optimizer.safetensors      per-parameter state, keys ``state.{idx}.{name}``
+    extra.safetensors          optional free-form tensors
+
+Loading never unpickles (principle 11): no ``torch.load``, no ``pickle``. A
+file that is a pickle or a ``torch.save`` zip is refused before anything reads
+it, and safetensors headers are checked against the file size first.
+
+Nested Python state (trainer state, optimizer state) is stored as a JSON tree
+in which a tensor leaf becomes ``{"__tensor__": "dotted.path"}`` (the tensor
+lives under that key in the ``.safetensors`` beside it) and a tuple becomes
+``{"__tuple__": [...]}`` so tuples (Adam ``betas``, Python RNG state) come back
+as tuples.
+
+Layout of a run: ``run_dir/checkpoints/step_00001000/`` (``checkpoint_dir``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import re
+import shutil
+import struct
+import tempfile
+import uuid
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from attnkit.errors import CheckpointError
+
+MODEL_FILE = "model.safetensors"
+CONFIG_FILE = "config.json"
+TOKENIZER_FILE = "tokenizer.json"
+TRAINER_FILE = "trainer_state"  # .json + .safetensors
+OPTIMIZER_FILE = "optimizer"  # .json + .safetensors
+EXTRA_FILE = "extra.safetensors"
+
+MAX_HEADER_BYTES = 100 * 1024 * 1024  # a real header is KBs; refuse before parsing a bomb
+_ALIASES_KEY = "attnkit.aliases"
+_STEP_DIR = re.compile(r"step_(\d+)")
+
+
+@dataclass
+class Checkpoint:
+    """A loaded checkpoint directory. Tensors are on the CPU."""
+
+    directory: Path
+    model_state: dict[str, Tensor]
+    config: dict[str, Any]
+    tokenizer_json: str | None = None
+    trainer_state: dict[str, Any] | None = None
+    optimizer_state: dict[str, Any] | None = None
+    extra_tensors: dict[str, Tensor] | None = None
+
+
+# -- safetensors (lazy import, validated reading) ------------------------------------
+
+
+def _safetensors() -> Any:
+    try:
+        import safetensors.torch
+    except ImportError as e:
+        raise CheckpointError(
+            "checkpoints need the safetensors package: pip install 'attnkit[train]'"
+        ) from e
+    return safetensors
+
+
+def _dedup_for_save(tensors: Mapping[str, Tensor]) -> tuple[dict[str, Tensor], dict[str, str]]:
+    """Drop exact aliases (tied weights) and unshare the rest for safetensors.
+
+    safetensors refuses tensors that share storage. A key that is the *same*
+    view as an earlier key (same storage, offset, shape, strides, dtype: e.g.
+    the output projection tied to the target embedding) is recorded as an
+    alias and not stored; on load both keys point at one tensor, which
+    ``load_state_dict(strict=True)`` accepts. Other tensors are made
+    contiguous and cloned if they still share storage.
+    """
+    kept: dict[str, Tensor] = {}
+    aliases: dict[str, str] = {}
+    seen: dict[tuple, str] = {}
+    storage_users: dict[tuple, int] = {}
+    for key, t in tensors.items():
+        if not isinstance(t, Tensor):
+            raise CheckpointError(f"{key}: expected a tensor, got {type(t).__name__}")
+        t = t.detach()
+        if t.numel() > 0:
+            ident = (t.device, t.data_ptr(), t.dtype, tuple(t.shape), tuple(t.stride()))
+            if ident in seen:
+                aliases[key] = seen[ident]
+                continue
+            seen[ident] = key
+            storage = (t.device, t.untyped_storage().data_ptr())
+            storage_users[storage] = storage_users.get(storage, 0) + 1
+        kept[key] = t
+    out = {}
+    for key, t in kept.items():
+        shared = t.numel() > 0 and storage_users[(t.device, t.untyped_storage().data_ptr())] > 1
+        partial = t.untyped_storage().nbytes() != t.numel() * t.element_size()
+        if shared or partial or not t.is_contiguous():
+            t = t.clone(memory_format=torch.contiguous_format)
+        out[key] = t.to("cpu")
+    return out, aliases
+
+
+def save_tensors(path: str | Path, tensors: Mapping[str, Tensor]) -> None:
+    """Write ``tensors`` to a safetensors file (tied tensors stored once) and fsync it."""
+    path = Path(path)
+    data, aliases = _dedup_for_save(tensors)
+    metadata = {"format": "pt"}
+    if aliases:
+        metadata[_ALIASES_KEY] = json.dumps(aliases, sort_keys=True)
+    _safetensors().torch.save_file(data, str(path), metadata=metadata)
+    _fsync_file(path)
+
+
+def _check_safetensors_file(path: Path) -> None:
+    """Refuse pickles and malformed files before safetensors parses them."""
+    try:
+        size = path.stat().st_size
+        with path.open("rb") as f:
+            head = f.read(9)
+            if len(head) < 9:
+                raise CheckpointError(f"{path}: truncated ({size} bytes), not a safetensors file")
+            (header_len,) = struct.unpack("<Q", head[:8])
+            looks_like_header = head[8:9] == b"{" and 8 + header_len <= size
+            if not looks_like_header:
+                raise CheckpointError(f"{path}: {_describe_non_safetensors(head, size)}")
+            if header_len > MAX_HEADER_BYTES:
+                raise CheckpointError(
+                    f"{path}: safetensors header of {header_len} bytes exceeds the "
+                    f"{MAX_HEADER_BYTES}-byte limit"
+                )
+            f.seek(8)
+            header_bytes = f.read(header_len)
+    except OSError as e:
+        raise CheckpointError(f"{path}: cannot read: {e.strerror or e}") from e
+    try:
+        header = json.loads(header_bytes)
+        ends = [
+            int(info["data_offsets"][1]) for key, info in header.items() if key != "__metadata__"
+        ]
+    except (ValueError, TypeError, KeyError, IndexError) as e:
+        raise CheckpointError(f"{path}: corrupt safetensors header ({e})") from e
+    expected = 8 + header_len + max(ends, default=0)
+    if expected != size:
+        raise CheckpointError(
+            f"{path}: file is {size} bytes but its header describes {expected} "
+            "(truncated or corrupt)"
+        )
+
+
+def _describe_non_safetensors(head: bytes, size: int) -> str:
+    if head[:1] == b"\x80" and 2 <= head[1] <= 5:
+        return "is a Python pickle, not safetensors; refusing to unpickle (unsafe)"
+    if head[:4] == b"PK\x03\x04":
+        return "is a zip archive (torch.save format), not safetensors; refusing to unpickle"
+    return f"not a safetensors file or truncated ({size} bytes)"
+
+
+def load_tensors(path: str | Path) -> dict[str, Tensor]:
+    """Read a safetensors file onto the CPU after validating it; tied keys share one tensor."""
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(f"{path}: file not found")
+    _check_safetensors_file(path)
+    st = _safetensors()
+    try:
+        with st.safe_open(str(path), framework="pt") as f:
+            metadata = f.metadata() or {}
+            tensors = {key: f.get_tensor(key) for key in f.keys()}
+    except Exception as e:  # SafetensorError and friends: one line, naming the file
+        raise CheckpointError(f"{path}: corrupt safetensors file ({e})") from e
+    try:
+        aliases = json.loads(metadata.get(_ALIASES_KEY, "{}"))
+        for key, target in aliases.items():
+            tensors[key] = tensors[target]
+    except (ValueError, KeyError, AttributeError, TypeError) as e:
+        raise CheckpointError(f"{path}: bad tied-tensor metadata ({e})") from e
+    return tensors
+
+
+# -- JSON trees with tensor leaves ----------------------------------------------------
+
+
+def _encode(obj: Any, path: str, tensors: dict[str, Tensor]) -> Any:
+    """JSON-ready copy of ``obj``; tensors move to ``tensors`` under their dotted path."""
+    if isinstance(obj, Tensor):
+        if path in tensors:
+            raise CheckpointError(f"{path}: two tensors would be stored under this key")
+        tensors[path] = obj
+        return {"__tensor__": path}
+    if isinstance(obj, tuple):
+        return {"__tuple__": [_encode(v, f"{path}.{i}", tensors) for i, v in enumerate(obj)]}
+    if isinstance(obj, list):
+        return [_encode(v, f"{path}.{i}", tensors) for i, v in enumerate(obj)]
+    if isinstance(obj, Mapping):
+        out = {}
+        for key, value in obj.items():
+            if not isinstance(key, str):
+                raise CheckpointError(f"{path}: key {key!r} is not a string; JSON cannot keep it")
+            out[key] = _encode(value, f"{path}.{key}" if path else key, tensors)
+        return out
+    if isinstance(obj, np.generic):
+        return obj.item()
+    if obj is None or isinstance(obj, (bool, int, float, str)):
+        return obj
+    raise CheckpointError(f"{path}: cannot store a {type(obj).__name__} (not JSON or a tensor)")
+
+
+def _decode(obj: Any, tensors: Mapping[str, Tensor], file: Path) -> Any:
+    if isinstance(obj, list):
+        return [_decode(v, tensors, file) for v in obj]
+    if isinstance(obj, dict):
+        if obj.keys() == {"__tensor__"}:
+            key = obj["__tensor__"]
+            if key not in tensors:
+                raise CheckpointError(
+                    f"{file}: refers to tensor {key!r}, missing from its .safetensors"
+                )
+            return tensors[key]
+        if obj.keys() == {"__tuple__"}:
+            return tuple(_decode(v, tensors, file) for v in obj["__tuple__"])
+        return {k: _decode(v, tensors, file) for k, v in obj.items()}
+    return obj
+
+
+def _write_tree(directory: Path, stem: str, tree: Mapping[str, Any]) -> None:
+    tensors: dict[str, Tensor] = {}
+    encoded = _encode(tree, "", tensors)
+    if tensors:
+        save_tensors(directory / f"{stem}.safetensors", tensors)
+    _write_json(directory / f"{stem}.json", encoded)
+
+
+def _read_tree(directory: Path, stem: str) -> dict[str, Any] | None:
+    json_path = directory / f"{stem}.json"
+    if not json_path.exists():
+        return None
+    encoded = _read_json(json_path)
+    tensor_path = directory / f"{stem}.safetensors"
+    tensors = load_tensors(tensor_path) if tensor_path.exists() else {}
+    return _decode(encoded, tensors, json_path)
+
+
+def _optimizer_to_tree(state: Mapping[str, Any]) -> dict[str, Any]:
+    # torch keys per-parameter state by int index; JSON keys must be strings.
+    return {
+        "state": {str(idx): s for idx, s in state["state"].items()},
+        "param_groups": state["param_groups"],
+    }
+
+
+def _optimizer_from_tree(tree: dict[str, Any], file: Path) -> dict[str, Any]:
+    try:
+        return {
+            "state": {int(idx): s for idx, s in tree["state"].items()},
+            "param_groups": tree["param_groups"],
+        }
+    except (KeyError, ValueError, AttributeError) as e:
+        raise CheckpointError(f"{file}: not an optimizer state ({e})") from e
+
+
+# -- files and atomic directories ----------------------------------------------------
+
+
+def _fsync_file(path: Path) -> None:
+    with path.open("rb") as f:
+        os.fsync(f.fileno())
+
+
+def _fsync_dir(path: Path) -> None:
+    if os.name != "posix":  # directories cannot be opened for fsync on Windows
+        return
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _write_json(path: Path, obj: Any) -> None:
+    try:
+        text = json.dumps(obj, indent=2, ensure_ascii=False)
+    except (TypeError, ValueError) as e:
+        raise CheckpointError(f"{path.name}: cannot write as JSON ({e})") from e
+    _write_text(path, text + "\n")
+
+
+def _write_text(path: Path, text: str) -> None:
+    with path.open("w", encoding="utf-8") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def _read_json(path: Path) -> Any:
+    return _parse_json(_read_text(path), path)
+
+
+def _read_text(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except FileNotFoundError as e:
+        raise CheckpointError(f"{path}: file not found") from e
+    except UnicodeDecodeError as e:
+        raise CheckpointError(f"{path}: not UTF-8 text ({e})") from e
+    except OSError as e:
+        raise CheckpointError(f"{path}: cannot read: {e.strerror or e}") from e
+
+
+def _parse_json(text: str, path: Path) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError as e:
+        raise CheckpointError(f"{path}: invalid JSON ({e})") from e
+
+
+def _swap_into_place(tmp: Path, target: Path) -> None:
+    """Rename the finished ``tmp`` directory to ``target``.
+
+    Crash windows (power loss; a Python error is rolled back):
+    - before the first rename: ``target`` untouched, a stale ``.NAME.tmp-*`` remains;
+    - old renamed away, new not yet in: ``target`` is missing, the previous
+      checkpoint is complete at ``.NAME.old-*`` and the new one at ``.NAME.tmp-*``
+      (``latest_checkpoint`` then finds the previous step; rename by hand to recover);
+    - after the second rename: ``target`` is the new checkpoint, a stale
+      ``.NAME.old-*`` may remain.
+    ``target`` never names a half-written directory. Stale dot-directories
+    are never picked up by ``latest_checkpoint``.
+    """
+    parent = target.parent
+    if not target.exists():
+        os.rename(tmp, target)
+        _fsync_dir(parent)
+        return
+    old = parent / f".{target.name}.old-{uuid.uuid4().hex[:8]}"
+    os.rename(target, old)
+    try:
+        os.rename(tmp, target)
+    except BaseException:
+        os.rename(old, target)
+        raise
+    _fsync_dir(parent)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def save_checkpoint(
+    directory: str | Path,
+    *,
+    model_state: Mapping[str, Tensor],
+    config: Mapping[str, Any],
+    tokenizer_json: str | None = None,
+    trainer_state: Mapping[str, Any] | None = None,
+    optimizer_state: Mapping[str, Any] | None = None,
+    extra_tensors: Mapping[str, Tensor] | None = None,
+) -> Path:
+    """Write a checkpoint to ``directory`` atomically (replacing one already there).
+
+    Everything is written and fsynced in a hidden temporary directory beside
+    ``directory`` (same filesystem), which is then renamed into place; on any
+    error the temporary directory is removed and ``directory`` keeps its
+    previous contents. ``trainer_state`` may hold tensors (e.g. from
+    ``capture_rng_state()``); ``optimizer_state`` is ``optimizer.state_dict()``.
+    Returns the directory.
+    """
+    target = Path(directory)
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
+    except OSError as e:
+        raise CheckpointError(f"{target}: cannot create checkpoint directory: {e}") from e
+    try:
+        save_tensors(tmp / MODEL_FILE, model_state)
+        _write_json(tmp / CONFIG_FILE, dict(config))
+        if tokenizer_json is not None:
+            _write_text(tmp / TOKENIZER_FILE, tokenizer_json)
+        if trainer_state is not None:
+            _write_tree(tmp, TRAINER_FILE, trainer_state)
+        if optimizer_state is not None:
+            _write_tree(tmp, OPTIMIZER_FILE, _optimizer_to_tree(optimizer_state))
+        if extra_tensors is not None:
+            save_tensors(tmp / EXTRA_FILE, extra_tensors)
+        _fsync_dir(tmp)
+        _swap_into_place(tmp, target)
+    except OSError as e:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise CheckpointError(f"{target}: could not write checkpoint: {e}") from e
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return target
+
+
+def load_checkpoint(directory: str | Path, *, load_optimizer: bool = True) -> Checkpoint:
+    """Read a checkpoint written by ``save_checkpoint``; tensors land on the CPU.
+
+    ``load_optimizer=False`` skips the optimizer state (about twice the model
+    size) when only decoding. Raises ``CheckpointError`` naming the bad file.
+    """
+    directory = Path(directory)
+    if not directory.is_dir():
+        raise CheckpointError(f"{directory}: checkpoint directory not found")
+    config = _read_json(directory / CONFIG_FILE)
+    if not isinstance(config, dict):
+        raise CheckpointError(f"{directory / CONFIG_FILE}: expected a JSON object")
+    model_state = load_tensors(directory / MODEL_FILE)
+    tokenizer_path = directory / TOKENIZER_FILE
+    tokenizer_json = None
+    if tokenizer_path.exists():
+        tokenizer_json = _read_text(tokenizer_path)
+        _parse_json(tokenizer_json, tokenizer_path)  # validate; keep the text as written
+    optimizer_state = None
+    if load_optimizer:
+        tree = _read_tree(directory, OPTIMIZER_FILE)
+        if tree is not None:
+            optimizer_state = _optimizer_from_tree(tree, directory / f"{OPTIMIZER_FILE}.json")
+    extra_path = directory / EXTRA_FILE
+    return Checkpoint(
+        directory=directory,
+        model_state=model_state,
+        config=config,
+        tokenizer_json=tokenizer_json,
+        trainer_state=_read_tree(directory, TRAINER_FILE),
+        optimizer_state=optimizer_state,
+        extra_tensors=load_tensors(extra_path) if extra_path.exists() else None,
+    )
+
+
+def remove_checkpoint(directory: str | Path) -> None:
+    """Delete a checkpoint directory: renamed away first, so a crash mid-delete
+    never leaves a partial checkpoint under its name. Refuses non-checkpoints."""
+    directory = Path(directory)
+    if not (directory / CONFIG_FILE).is_file() or not (directory / MODEL_FILE).is_file():
+        raise CheckpointError(f"{directory}: not a checkpoint directory; not deleting it")
+    trash = directory.parent / f".{directory.name}.del-{uuid.uuid4().hex[:8]}"
+    os.rename(directory, trash)
+    shutil.rmtree(trash, ignore_errors=True)
+
+
+# -- run layout ----------------------------------------------------------------------
+
+
+def checkpoint_dir(run_dir: str | Path, step: int) -> Path:
+    """``run_dir/checkpoints/step_00001000`` for step 1000 (zero-padded to 8 digits)."""
+    return Path(run_dir) / "checkpoints" / f"step_{step:08d}"
+
+
+def latest_checkpoint(run_dir: str | Path) -> Path | None:
+    """The highest-step checkpoint under ``run_dir/checkpoints``, or None."""
+    root = Path(run_dir) / "checkpoints"
+    if not root.is_dir():
+        return None
+    best: tuple[int, Path] | None = None
+    for path in root.iterdir():
+        match = _STEP_DIR.fullmatch(path.name)
+        if match and path.is_dir():
+            step = int(match.group(1))  # numeric: step_100000000 sorts after step_99999999
+            if best is None or step > best[0]:
+                best = (step, path)
+    return None if best is None else best[1]
+
+
+# -- checkpoint averaging (§6.1) -----------------------------------------------------
+
+
+def average_checkpoints(directories: Iterable[str | Path]) -> dict[str, Tensor]:
+    """Element-wise mean of the model weights of several checkpoints (§6.1).
+
+    The base model averaged the last 5 checkpoints (10-minute intervals), the
+    big model the last 20. Float tensors are summed in fp64 and cast back to
+    their dtype; other tensors (integer buffers) are taken from the last
+    checkpoint. Tied keys stay tied. Key sets, shapes and dtypes must match.
+    """
+    directories = [Path(d) for d in directories]
+    if not directories:
+        raise CheckpointError("average_checkpoints: no checkpoint directories given")
+    first = load_tensors(directories[0] / MODEL_FILE)
+    sums = {k: t.double() if t.is_floating_point() else t for k, t in first.items()}
+    for directory in directories[1:]:
+        state = load_tensors(directory / MODEL_FILE)
+        _check_same_layout(first, state, directory)
+        for key, t in state.items():
+            if t.is_floating_point():
+                sums[key] += t.double()
+            else:
+                sums[key] = t
+    averaged: dict[str, Tensor] = {}
+    by_identity: dict[int, Tensor] = {}  # keep tied keys pointing at one tensor
+    for key, t in first.items():
+        if id(t) not in by_identity:
+            value = sums[key]
+            by_identity[id(t)] = (
+                (value / len(directories)).to(t.dtype) if t.is_floating_point() else value
+            )
+        averaged[key] = by_identity[id(t)]
+    return averaged
+
+
+def _check_same_layout(
+    reference: Mapping[str, Tensor], state: Mapping[str, Tensor], directory: Path
+) -> None:
+    missing, unexpected = reference.keys() - state.keys(), state.keys() - reference.keys()
+    if missing or unexpected:
+        raise CheckpointError(
+            f"{directory}: different parameters from the first checkpoint "
+            f"(missing {sorted(missing)[:5]}, unexpected {sorted(unexpected)[:5]})"
+        )
+    for key, t in state.items():
+        ref = reference[key]
+        if t.shape != ref.shape or t.dtype != ref.dtype:
+            raise CheckpointError(
+                f"{directory}: {key} is {tuple(t.shape)} {t.dtype}, "
+                f"the first checkpoint has {tuple(ref.shape)} {ref.dtype}"
+            )
+
+
+# -- RNG state for bit-exact resume ---------------------------------------------------
+
+
+def capture_rng_state() -> dict[str, Any]:
+    """Every RNG a training step may draw from: torch CPU (and CUDA), ``random``, numpy.
+
+    Torch states are uint8 tensors (stored in safetensors by ``save_checkpoint``);
+    the Python and numpy states are plain numbers (stored as JSON).
+    """
+    np_state = np.random.get_state(legacy=False)
+    state: dict[str, Any] = {
+        "torch": torch.get_rng_state(),
+        "python": random.getstate(),
+        "numpy": {
+            "bit_generator": np_state["bit_generator"],
+            "key": [int(x) for x in np_state["state"]["key"]],
+            "pos": int(np_state["state"]["pos"]),
+            "has_gauss": int(np_state["has_gauss"]),
+            "gauss": float(np_state["gauss"]),
+        },
+    }
+    if torch.cuda.is_available():
+        state["cuda"] = list(torch.cuda.get_rng_state_all())
+    return state
+
+
+def restore_rng_state(state: Mapping[str, Any]) -> None:
+    """Undo ``capture_rng_state``. CUDA states restore onto as many devices as
+    both sides have (none when resuming a GPU run on the CPU)."""
+    try:
+        torch.set_rng_state(state["torch"].to("cpu", torch.uint8))
+        version, internal, gauss_next = state["python"]
+        random.setstate((version, tuple(internal), gauss_next))
+        np_state = state["numpy"]
+        np.random.set_state(
+            {
+                "bit_generator": np_state["bit_generator"],
+                "state": {
+                    "key": np.asarray(np_state["key"], dtype=np.uint32),
+                    "pos": np_state["pos"],
+                },
+                "has_gauss": np_state["has_gauss"],
+                "gauss": np_state["gauss"],
+            }
+        )
+    except (KeyError, TypeError, ValueError, RuntimeError) as e:
+        raise CheckpointError(f"rng state: cannot restore ({e})") from e
+    cuda_states = state.get("cuda") or []
+    if cuda_states and torch.cuda.is_available():
+        for device, cuda_state in enumerate(cuda_states[: torch.cuda.device_count()]):
+            torch.cuda.set_rng_state(cuda_state.to("cpu", torch.uint8), device)
+
+
+def load_model_state(model: torch.nn.Module, state: Mapping[str, Tensor], *, source: Path) -> None:
+    """Strictly load ``state`` into ``model``; a mismatch raises ``CheckpointError``.
+
+    A vocabulary or width mismatch shows up as a shape difference; a checkpoint
+    of another architecture as missing/unexpected keys.
+    """
+    expected = model.state_dict()
+    missing = sorted(set(expected) - set(state))
+    unexpected = sorted(set(state) - set(expected))
+    if missing or unexpected:
+        raise CheckpointError(
+            f"{source}: does not fit this model: missing {missing[:4]}, unexpected {unexpected[:4]}"
+        )
+    for key, value in state.items():
+        if value.shape != expected[key].shape:
+            raise CheckpointError(
+                f"{source}: {key} has shape {tuple(value.shape)} but the model expects "
+                f"{tuple(expected[key].shape)} (a vocabulary or size mismatch?)"
+            )
+    model.load_state_dict(state, strict=True)

@@ -1,0 +1,99 @@
+"""Attention heatmaps: rows are target tokens, columns are source tokens."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from torch import Tensor
+
+
+def select_heads(weights: Sequence[Tensor], *, layer: int = -1, head: int | None = None) -> Tensor:
+    """Pick one map from per-layer weights ``(B, h, T, S)``: one head, or the heads' mean.
+
+    Returns ``(B, T, S)``.
+    """
+    w = weights[layer]
+    if head is None:
+        return w.mean(dim=1)
+    if not -w.size(1) <= head < w.size(1):
+        raise ValueError(f"head: {head} is out of range for {w.size(1)} heads")
+    return w[:, head]
+
+
+def plot_attention(
+    weights: Tensor,
+    src_tokens: Sequence[str],
+    tgt_tokens: Sequence[str],
+    path: str | Path,
+    *,
+    title: str = "",
+) -> Path:
+    """Draw one ``(T, S)`` map to ``path`` (PNG) with token labels on both axes."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # no display needed
+    import matplotlib.pyplot as plt
+
+    w = weights.detach().float().cpu().numpy()[: len(tgt_tokens), : len(src_tokens)]
+    width = max(4.0, 0.45 * len(src_tokens) + 2)
+    height = max(3.0, 0.4 * len(tgt_tokens) + 1.5)
+    fig, ax = plt.subplots(figsize=(width, height))
+    im = ax.imshow(w, cmap="viridis", vmin=0.0, vmax=max(float(w.max()), 1e-6), aspect="auto")
+    ax.set_xticks(range(len(src_tokens)), labels=list(src_tokens), rotation=60, ha="right")
+    ax.set_yticks(range(len(tgt_tokens)), labels=list(tgt_tokens))
+    ax.set_xlabel("source")
+    ax.set_ylabel("output")
+    if title:
+        ax.set_title(title)
+    fig.colorbar(im, ax=ax, fraction=0.046, pad=0.04)
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def attention_for_translation(
+    model: Any,
+    tokenizer: Any,
+    text: str,
+    *,
+    layer: int = -1,
+    head: int | None = None,
+    beam: int = 4,
+) -> tuple[Tensor, list[str], list[str]]:
+    """Translate ``text``, then return the cross-attention behind that translation.
+
+    The output is decoded first, then scored once more with teacher forcing
+    and ``need_weights=True``, so the map shows, for every output token, where
+    the model looked while predicting it. Returns ``(weights (T, S), source
+    tokens, output tokens)``, EOS included on both sides.
+    """
+    import torch
+
+    from attnkit.decoding.text import decode_ids
+
+    model.eval()
+    device = next(model.parameters()).device
+    src = tokenizer.encode(text)[: model.config.max_len - 1] + [tokenizer.eos_id]
+    out = decode_ids(model, [src], beam=beam, max_len=model.config.max_len - 2, device=device)
+    hyp = out[0].tokens[0] + [tokenizer.eos_id]
+    with torch.no_grad():
+        result = model(
+            torch.tensor([src], device=device),
+            torch.tensor([[tokenizer.bos_id, *hyp[:-1]]], device=device),
+            need_weights=True,
+        )
+    weights = select_heads(result.cross_attentions, layer=layer, head=head)[0]
+    return weights, token_strings(tokenizer, src), token_strings(tokenizer, hyp)
+
+
+def token_strings(tokenizer: Any, ids: Sequence[int]) -> list[str]:
+    """Readable labels for token ids (subword pieces as the tokenizer shows them)."""
+    specials = {tokenizer.eos_id: "</s>", tokenizer.bos_id: "<s>", tokenizer.pad_id: "<pad>"}
+    if hasattr(tokenizer, "id_to_token"):
+        return [specials.get(i) or str(tokenizer.id_to_token(i)) for i in ids]
+    return [specials.get(i) or tokenizer.decode([i]) for i in ids]

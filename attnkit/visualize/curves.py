@@ -1,0 +1,32 @@
+"""Training curves from ``metrics.jsonl`` records."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+
+def plot_curves(records: Sequence[dict[str, Any]], path: str | Path) -> Path:
+    """Plot training loss (and validation loss, when present) against step."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    train = [(r["step"], r["loss"]) for r in records if r.get("split") == "train"]
+    valid = [(r["step"], r["loss"]) for r in records if r.get("split") == "valid"]
+    fig, ax = plt.subplots(figsize=(6, 4))
+    if train:
+        ax.plot(*zip(*train), label="train loss", linewidth=1)
+    if valid:
+        ax.plot(*zip(*valid), marker="o", label="valid loss")
+    ax.set_xlabel("step")
+    ax.set_ylabel("loss (label-smoothed, per token)")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    path = Path(path)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
