@@ -1,0 +1,122 @@
+"""The CLI end to end on tiny data: train, translate, evaluate, attention, average."""
+
+import json
+
+import pytest
+import torch
+
+from attnkit.cli.main import main
+from attnkit.data.synthetic import number_splits
+from attnkit.training import checkpoint as ckpt
+
+CONFIG = """
+task: translation
+data: {{dir: {dir}, src_lang: en, tgt_lang: de, train: train, valid: valid, max_len: 96}}
+tokenizer: {{kind: char}}
+model: {{preset: small, d_model: 32, num_heads: 2, d_ff: 64,
+        num_encoder_layers: 1, num_decoder_layers: 1, max_len: 128}}
+train: {{max_steps: 6, max_tokens: 800, warmup_steps: 2, log_every: 2, eval_every: 3,
+        save_every: 2, keep_last: 3, valid_bleu_sentences: 4}}
+decode: {{beam: 2}}
+"""
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """One tiny training run shared by the tests below."""
+    root = tmp_path_factory.mktemp("cli")
+    splits = number_splits(120, 8, 6, low=1, high=999, seed=0)
+    for split, pairs in splits.items():
+        (root / f"{split}.en").write_text("".join(s + "\n" for s, _ in pairs), encoding="utf-8")
+        (root / f"{split}.de").write_text("".join(t + "\n" for _, t in pairs), encoding="utf-8")
+    config = root / "tiny.yaml"
+    config.write_text(CONFIG.format(dir=root), encoding="utf-8")
+    out = root / "run"
+    code = main(["train", "--config", str(config), "--out", str(out), "--no-progress"])
+    assert code == 0
+    return root, out
+
+
+def test_train_writes_checkpoints_metrics_and_curve(trained):
+    _, out = trained
+    steps = sorted(p.name for p in (out / "checkpoints").glob("step_*"))
+    assert steps == ["step_00000002", "step_00000004", "step_00000006"]
+    for name in ("model.safetensors", "config.json", "tokenizer.json", "trainer_state.json"):
+        assert (out / "checkpoints" / steps[-1] / name).is_file()
+    records = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records if r["split"] == "valid"] == [3, 6]
+    assert (out / "loss.png").is_file() and (out / "run.json").is_file()
+
+
+def test_train_refuses_to_overwrite_an_existing_run(trained, capsys):
+    root, out = trained
+    before = sorted(p.name for p in (out / "checkpoints").iterdir())
+    code = main(["train", "--config", str(root / "tiny.yaml"), "--out", str(out)])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert "--resume" in err and "--overwrite" in err and str(out) in err
+    assert len(err.strip().splitlines()) == 1
+    assert sorted(p.name for p in (out / "checkpoints").iterdir()) == before
+
+
+def test_translate_writes_one_line_per_input_line(trained, tmp_path, capsys):
+    root, out = trained
+    src = tmp_path / "in.txt"
+    src.write_text("one hundred\n\nforty-two\n", encoding="utf-8")
+    for extra in ([], ["--greedy"], ["--sample", "--seed", "3", "--top-k", "5"]):
+        assert main(["translate", "--checkpoint", str(out), "--input", str(src), *extra]) == 0
+        lines = capsys.readouterr().out.split("\n")
+        assert len(lines) == 4 and lines[-1] == ""  # three lines, newline-terminated
+    assert main(["translate", "--checkpoint", str(out), "--input", str(src), "--nbest", "2"]) == 0
+    assert all(line.count("\t") == 1 for line in capsys.readouterr().out.splitlines())
+
+
+def test_evaluate_prints_scores_as_json(trained, capsys):
+    root, out = trained
+    args = ["evaluate", "--checkpoint", str(out), "--src", str(root / "test.en"),
+            "--ref", str(root / "test.de"), "--json"]  # fmt: skip
+    assert main(args) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert {"bleu", "chrf", "bleu_lc", "perplexity", "bleu_signature"} <= result.keys()
+    assert result["sentences"] == 6 and result["perplexity"] > 1.0
+
+
+def test_attention_draws_a_png(trained, tmp_path):
+    _, out = trained
+    png = tmp_path / "map.png"
+    assert main(["attention", "--checkpoint", str(out), "--text", "one hundred",
+                 "--out", str(png), "--head", "1"]) == 0  # fmt: skip
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_average_gives_the_mean_of_the_checkpoints(trained, tmp_path):
+    _, out = trained
+    avg = tmp_path / "avg"
+    assert main(["average", "--run", str(out), "--last", "2", "--out", str(avg)]) == 0
+    dirs = sorted((out / "checkpoints").glob("step_*"))[-2:]
+    a, b = (ckpt.load_checkpoint(d).model_state for d in dirs)
+    got = ckpt.load_checkpoint(avg).model_state
+    key = "encoder.layers.0.ffn.w1.weight"
+    torch.testing.assert_close(got[key], (a[key] + b[key]) / 2)
+    assert not torch.equal(a[key], b[key])  # the check above is not trivially true
+
+
+@pytest.mark.parametrize(
+    ("argv", "needle"),
+    [
+        (["translate", "--checkpoint", "{out}", "--beam", "0"], "--beam"),
+        (
+            ["translate", "--checkpoint", "{out}", "--sample", "--temperature", "-1"],
+            "--temperature",
+        ),
+        (["translate", "--checkpoint", "{out}", "--sample", "--top-p", "1.5"], "--top-p"),
+        (["translate", "--checkpoint", "{root}/nope"], "nope"),
+    ],
+)
+def test_bad_arguments_give_one_line_and_exit_code(trained, capsys, argv, needle):
+    root, out = trained
+    argv = [a.format(out=out, root=root) for a in argv]
+    code = main(argv)
+    err = capsys.readouterr().err.strip()
+    assert code in (1, 2)
+    assert len(err.splitlines()) == 1 and needle in err and "Traceback" not in err
