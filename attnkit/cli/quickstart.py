@@ -49,7 +49,7 @@ QUICKSTART_RUN: dict[str, Any] = {
         "keep_last": 1,
         "valid_bleu_sentences": 300,
     },
-    "decode": {"beam": 4, "alpha": 0.6},
+    "decode": {"beam": 4, "alpha": 0.6, "bleu_tokenize": "char"},
 }
 
 
@@ -117,7 +117,9 @@ def run(args: argparse.Namespace) -> int:
     torch.manual_seed(args.seed)
     device = resolve_device(args.device)
 
-    splits = number_splits(args.train_size, 300, args.test_size, low=1, seed=args.seed)
+    splits = number_splits(
+        args.train_size, 300, args.test_size, low=1, seed=args.seed, balanced=True
+    )
     train, valid, test = splits["train"], splits["valid"], splits["test"]
     print(f"task: English number words -> German, {len(train)} training pairs, e.g.")
     for src, tgt in train[:3]:
@@ -152,7 +154,9 @@ def run(args: argparse.Namespace) -> int:
     sources, references = [s for s, _ in test], [t for _, t in test]
     decode = run_config.decode
     hyps = translate_texts(model, tokenizer, sources, beam=decode.beam, alpha=decode.alpha)
-    scores = corpus_scores(hyps, references)
+    # German number words are single compounds: word-level BLEU would see one
+    # token per sentence, so BLEU here is sacreBLEU on characters (tok:char).
+    scores = corpus_scores(hyps, references, tokenize=decode.bleu_tokenize)
     exact = sum(h == r for h, r in zip(hyps, references)) / len(test)
     metrics = {
         "exact_match": exact,
@@ -170,15 +174,22 @@ def run(args: argparse.Namespace) -> int:
 
     print(f"\nheld-out test ({len(test)} numbers never seen in training), beam {decode.beam}:")
     print(f"  exact match {exact:.3f}   BLEU {scores['bleu']:.1f}   chrF {scores['chrf']:.1f}")
-    examples = ["three hundred forty-two", "seventy-one thousand eight hundred sixty-five"]
-    examples += sources[:3]
-    for src, hyp in zip(examples, translate_texts(model, tokenizer, examples, beam=decode.beam)):
-        print(f"  {src}  ->  {hyp}")
+    shown = _pick_examples(test)
+    for (src, ref), hyp in zip(shown, translate_texts(model, tokenizer, [s for s, _ in shown])):
+        mark = "ok " if hyp == ref else "MISS"
+        print(f"  [{mark}] {src}  ->  {hyp}" + ("" if hyp == ref else f"   (expected {ref})"))
 
-    png = _heatmap(model, tokenizer, examples[1], out / "attention.png")
+    png = _heatmap(model, tokenizer, shown[0][0], out / "attention.png")
     print(f"\nwrote {out / 'metrics.json'}, {png} (cross-attention), {out / 'loss.png'}")
     print(f"try: attnkit translate --checkpoint {out} <<< 'nine hundred twelve'")
     return 0
+
+
+def _pick_examples(test: list[tuple[str, str]], n: int = 5) -> list[tuple[str, str]]:
+    """Unseen examples to show, led by a short one whose units precede its tens in German."""
+    reordered = [p for p in test if "-" in p[0] and "thousand" not in p[0]]
+    rest = [p for p in test if p not in reordered[:1]]
+    return (reordered[:1] + rest)[:n]
 
 
 def _heatmap(model: Any, tokenizer: Any, text: str, path: Path) -> Path:

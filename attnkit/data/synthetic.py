@@ -88,8 +88,15 @@ def _pairs(numbers: list[int]) -> list[tuple[str, str]]:
     return [(number_to_english(x), number_to_german(x)) for x in numbers]
 
 
-def sample_numbers(n: int, low: int = 0, high: int = MAX_NUMBER, *, seed: int = 0) -> list[int]:
-    """``n`` distinct numbers drawn uniformly from ``[low, high]``, deterministic for ``seed``."""
+def sample_numbers(
+    n: int, low: int = 0, high: int = MAX_NUMBER, *, seed: int = 0, balanced: bool = False
+) -> list[int]:
+    """``n`` distinct numbers from ``[low, high]``, deterministic for ``seed``.
+
+    Uniform by default. With ``balanced``, each magnitude (number of digits) is
+    equally likely, so short numbers are not drowned out by six-digit ones
+    (uniformly, fewer than 0.1% of numbers up to a million are below 1000).
+    """
     if not 0 <= low <= high <= MAX_NUMBER:
         raise UsageError(f"need 0 <= low <= high <= {MAX_NUMBER}, got low={low}, high={high}")
     if not 0 <= n <= high - low + 1:
@@ -97,7 +104,17 @@ def sample_numbers(n: int, low: int = 0, high: int = MAX_NUMBER, *, seed: int = 
             f"n_examples={n}: only {high - low + 1} distinct numbers in [{low}, {high}]"
         )
     rng = np.random.default_rng(seed)
-    return (rng.choice(high - low + 1, size=n, replace=False) + low).tolist()
+    p = None
+    if balanced:
+        digits = np.char.str_len(np.arange(low, high + 1).astype(str))
+        counts = np.bincount(digits)
+        p = 1.0 / counts[digits]
+        p /= p.sum()
+    picked = rng.choice(high - low + 1, size=n, replace=False, p=p) + low
+    # Weighted draws come out roughly in weight order: shuffle so that splits
+    # taken from consecutive slices get every magnitude.
+    rng.shuffle(picked)
+    return picked.tolist()
 
 
 def number_pairs(
@@ -115,13 +132,14 @@ def number_splits(
     high: int = MAX_NUMBER,
     *,
     seed: int = 0,
+    balanced: bool = False,
 ) -> dict[str, list[tuple[str, str]]]:
     """Train/valid/test pairs over disjoint number sets, so evaluation is on unseen numbers."""
     sizes = {"train": n_train, "valid": n_valid, "test": n_test}
     for name, size in sizes.items():
         if size < 0:
             raise UsageError(f"n_{name} must be >= 0, got {size}")
-    numbers = sample_numbers(sum(sizes.values()), low, high, seed=seed)
+    numbers = sample_numbers(sum(sizes.values()), low, high, seed=seed, balanced=balanced)
     splits, start = {}, 0
     for name, size in sizes.items():
         chunk = numbers[start : start + size]

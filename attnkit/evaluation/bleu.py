@@ -29,8 +29,13 @@ def _import_sacrebleu() -> Any:
     return sacrebleu
 
 
-def corpus_scores(hyps: Sequence[str], refs: Sequence[str]) -> dict[str, float | str]:
+def corpus_scores(
+    hyps: Sequence[str], refs: Sequence[str], *, tokenize: str = "13a"
+) -> dict[str, float | str]:
     """BLEU, lowercased BLEU and chrF of detokenized ``hyps`` against one reference each.
+
+    ``tokenize`` is sacreBLEU's tokenizer for ``bleu`` (default ``13a``, the
+    standard); ``"char"`` suits outputs without spaces, such as compounds.
 
     Returns plain floats (0-100) under ``bleu``, ``bleu_lc``, ``chrf`` and the
     sacreBLEU signature strings under ``bleu_signature``, ``bleu_lc_signature``,
@@ -44,7 +49,7 @@ def corpus_scores(hyps: Sequence[str], refs: Sequence[str]) -> dict[str, float |
     hyps, ref_streams = list(hyps), [list(refs)]
     scores: dict[str, float | str] = {}
     metrics = {
-        "bleu": sb.metrics.BLEU(),
+        "bleu": sb.metrics.BLEU(tokenize=tokenize),
         "bleu_lc": sb.metrics.BLEU(lowercase=True, tokenize="13a"),
         "chrf": sb.metrics.CHRF(),
     }

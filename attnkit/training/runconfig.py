@@ -158,6 +158,7 @@ class DecodeConfig:
     beam: int = 4
     alpha: float = 0.6
     max_len_b: int = 50  # output length limit = source length + max_len_b
+    bleu_tokenize: str = "13a"  # sacreBLEU tokenizer for validation BLEU ("char" for compounds)
 
     def __post_init__(self) -> None:
         _require("beam", self.beam >= 1, f"must be >= 1, got {self.beam}")

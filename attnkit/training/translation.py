@@ -249,7 +249,9 @@ class TranslationTrainer:
             hyps = translate_texts(
                 self.model, tok, [s for s, _ in pairs], beam=1, device=self.device
             )
-            scores = corpus_scores(hyps, [t for _, t in pairs])
+            scores = corpus_scores(
+                hyps, [t for _, t in pairs], tokenize=self.run.decode.bleu_tokenize
+            )
             metrics["bleu"] = scores["bleu"]
             metrics["exact_match"] = sum(h == t for h, (_, t) in zip(hyps, pairs)) / n_bleu
         return metrics

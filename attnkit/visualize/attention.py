@@ -37,7 +37,7 @@ def plot_attention(
     import matplotlib.pyplot as plt
 
     w = weights.detach().float().cpu().numpy()[: len(tgt_tokens), : len(src_tokens)]
-    width = max(4.0, 0.45 * len(src_tokens) + 2)
+    width = max(5.5, 0.45 * len(src_tokens) + 2)
     height = max(3.0, 0.4 * len(tgt_tokens) + 1.5)
     fig, ax = plt.subplots(figsize=(width, height))
     im = ax.imshow(w, cmap="viridis", vmin=0.0, vmax=max(float(w.max()), 1e-6), aspect="auto")
@@ -46,7 +46,7 @@ def plot_attention(
     ax.set_xlabel("source")
     ax.set_ylabel("output")
     if title:
-        ax.set_title(title)
+        ax.set_title(title, fontsize=10)
     fig.colorbar(im, ax=ax, fraction=0.046, pad=0.04)
     fig.tight_layout()
     path = Path(path)
