@@ -4,6 +4,21 @@
 nobody asked for the weights, and an explicit reference path that returns
 them otherwise. Both give the same values and gradients (tested).
 
+Relative positions (Shaw et al., 2018; ``attnkit.positions.relative``) take a
+third, explicit path, using the paper's efficient split (§3.3) so no
+``(B, h, Tq, Tk, d)`` tensor is ever built:
+
+* key term ``q_i . a^K_ij``: ``q`` ``(B, h, Tq, d)`` times the ``(R, d)`` table
+  gives ``(B, h, Tq, R)``, gathered by the clipped distance into an additive
+  ``(B, h, Tq, Tk)`` score bias;
+* value term ``sum_j alpha_ij a^V_ij``: the weights ``(B, h, Tq, Tk)`` are
+  summed into their ``R`` distance buckets (``scatter_add``), then times the
+  ``(R, d)`` table.
+
+The value term needs the weights, so that path is explicit; a key-only term
+goes through the fused kernel as a float mask. (FlexAttention with a
+``score_mod`` is the GPU follow-up for the key term.)
+
 Shapes: ``B`` batch, ``h`` heads, ``Tq``/``Tk`` query/key lengths, ``d`` head dim.
 """
 
@@ -14,6 +29,8 @@ import math
 import torch
 import torch.nn.functional as F
 from torch import Tensor
+
+from attnkit.positions.relative import RelativePositionTerms
 
 
 def _guard_empty_rows(mask: Tensor) -> tuple[Tensor, Tensor]:
@@ -37,6 +54,7 @@ def attend(
     dropout_p: float = 0.0,
     need_weights: bool = False,
     scale: float | None = None,
+    position: RelativePositionTerms | None = None,
 ) -> tuple[Tensor, Tensor | None]:
     """Attention(Q, K, V) = softmax(Q K^T / sqrt(d)) V.
 
@@ -48,6 +66,9 @@ def attend(
         dropout_p: dropout on the attention weights (pass 0.0 in eval).
         need_weights: also return the weights ``(B, h, Tq, Tk)`` (pre-dropout).
         scale: defaults to ``1 / sqrt(d)``.
+        position: relative position terms (Shaw et al.) for self-attention:
+            ``index`` ``(Tq, Tk)`` into ``(R, d)`` key/value tables; the key
+            term is scaled with the scores, as in the paper.
 
     Returns:
         ``(out (B, h, Tq, dv), weights or None)``. A query row whose keys are
@@ -56,7 +77,7 @@ def attend(
     tq, tk = q.size(-2), k.size(-2)
     if is_causal and tq == 1:
         is_causal = False  # one query at the newest position sees every key
-    if is_causal and (mask is not None or tq != tk or need_weights):
+    if is_causal and (mask is not None or tq != tk or need_weights or position is not None):
         # SDPA's is_causal aligns to the top-left; build the explicit mask so a
         # cached decoder (Tq < Tk) and the weights path agree with it.
         causal = torch.ones(tq, tk, dtype=torch.bool, device=q.device).tril(tk - tq)
@@ -67,7 +88,11 @@ def attend(
     if mask is not None:
         mask, has_key = _guard_empty_rows(mask)
 
-    if need_weights:
+    if position is not None:
+        out, weights = _relative_attention(
+            q, k, v, mask, dropout_p, scale, position, need_weights=need_weights
+        )
+    elif need_weights:
         out, weights = _reference_attention(q, k, v, mask, dropout_p, scale)
     else:
         out = F.scaled_dot_product_attention(
@@ -100,3 +125,54 @@ def _reference_attention(
     weights = torch.softmax(scores, dim=-1, dtype=acc).to(q.dtype)
     dropped = F.dropout(weights, p=dropout_p) if dropout_p > 0.0 else weights
     return torch.matmul(dropped, v), weights
+
+
+def _relative_attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    mask: Tensor | None,
+    dropout_p: float,
+    scale: float | None,
+    position: RelativePositionTerms,
+    *,
+    need_weights: bool,
+) -> tuple[Tensor, Tensor | None]:
+    """Attention with Shaw-style key/value terms, in ``O(B h Tq (Tk + R) d)``."""
+    tq, tk = q.size(-2), k.size(-2)
+    if position.index.shape != (tq, tk):
+        raise ValueError(
+            f"position: index has shape {tuple(position.index.shape)}, expected ({tq}, {tk})"
+        )
+    scale = 1.0 / math.sqrt(q.size(-1)) if scale is None else scale
+    bias = None
+    if position.key is not None:
+        # q_i . a^K_ij = (q_i . w^K)[r_ij]: (B, h, Tq, R), then gather to (B, h, Tq, Tk).
+        rel = torch.matmul(q, position.key.to(q.dtype).transpose(0, 1))
+        bias = rel.gather(-1, position.index.expand(*rel.shape[:-1], tk)) * scale
+
+    if position.value is None and not need_weights:
+        # Key term only: an additive float mask for the fused kernel.
+        attn_mask = bias
+        if mask is not None:
+            attn_mask = mask if bias is None else bias.masked_fill(~mask, float("-inf"))
+        out = F.scaled_dot_product_attention(
+            q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, scale=scale
+        )
+        return out, None
+
+    scores = torch.matmul(q, k.transpose(-2, -1)) * scale
+    if bias is not None:
+        scores = scores + bias
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    acc = torch.float32 if scores.dtype in (torch.float16, torch.bfloat16) else scores.dtype
+    weights = torch.softmax(scores, dim=-1, dtype=acc).to(q.dtype)
+    dropped = F.dropout(weights, p=dropout_p) if dropout_p > 0.0 else weights
+    out = torch.matmul(dropped, v)
+    if position.value is not None:
+        # sum_j alpha_ij a^V_ij = sum_r (sum_{j: r_ij = r} alpha_ij) w^V[r].
+        buckets = dropped.new_zeros(*dropped.shape[:-1], position.num_buckets)
+        buckets = buckets.scatter_add(-1, position.index.expand(dropped.shape), dropped)
+        out = out + torch.matmul(buckets, position.value.to(q.dtype))
+    return out, (weights if need_weights else None)

@@ -5,6 +5,11 @@ cross-attention projects the queries from the decoder and the keys/values
 from the encoder output with one fused KV matmul. The projection is stored
 as one ``(3 * d_model, d_model)`` weight, the same layout as
 ``torch.nn.MultiheadAttention.in_proj_weight``.
+
+A self-attention module may receive ``relative_positions`` (Shaw et al., 2018):
+its tables are then added to every head's keys and values (shared across
+heads), with query ``i`` at position ``Tk - Tq + i`` so the KV cache needs no
+change. Cross-attention has no relative positions, as in the paper.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ from torch import Tensor, nn
 
 from attnkit.attention.cache import KVCache
 from attnkit.attention.functional import attend
+from attnkit.positions.relative import RelativePositions
 
 
 class MultiHeadAttention(nn.Module):
@@ -24,9 +30,19 @@ class MultiHeadAttention(nn.Module):
         num_heads: number of heads h (D must be divisible by h).
         dropout: dropout on the attention weights.
         bias: use biases in the projections.
+        relative_positions: Shaw-style key/value tables (self-attention only),
+            of the head dimension ``d_model // num_heads``.
     """
 
-    def __init__(self, d_model: int, num_heads: int, dropout: float = 0.0, bias: bool = True):
+    def __init__(
+        self,
+        d_model: int,
+        num_heads: int,
+        dropout: float = 0.0,
+        bias: bool = True,
+        *,
+        relative_positions: RelativePositions | None = None,
+    ):
         super().__init__()
         if d_model % num_heads != 0:
             raise ValueError(
@@ -38,6 +54,12 @@ class MultiHeadAttention(nn.Module):
         self.dropout = dropout
         self.qkv_proj = nn.Linear(d_model, 3 * d_model, bias=bias)
         self.out_proj = nn.Linear(d_model, d_model, bias=bias)
+        if relative_positions is not None and relative_positions.key.size(1) != self.head_dim:
+            raise ValueError(
+                f"relative_positions: tables have size {relative_positions.key.size(1)}, "
+                f"expected the head dim {self.head_dim}"
+            )
+        self.relative_positions = relative_positions
 
     def _heads(self, x: Tensor) -> Tensor:
         """``(B, T, D)`` -> ``(B, h, T, d)``."""
@@ -76,12 +98,15 @@ class MultiHeadAttention(nn.Module):
             is_causal: causal self-attention (aligned to the last keys).
             need_weights: also return per-head weights ``(B, h, T, S)``.
             cache: self-attention only; the new keys/values are appended to
-                ``cache`` at ``layer`` and attention runs over all of them.
+                ``cache`` at ``layer`` and attention runs over all of them
+                (the queries are then the last positions).
 
         Returns:
             ``(out (B, T, D), weights or None)``.
         """
         d = self.d_model
+        if memory is not None and self.relative_positions is not None:
+            raise ValueError("memory: relative positions are for self-attention only")
         if memory is None:
             q, k, v = (self._heads(p) for p in self.qkv_proj(x).chunk(3, dim=-1))
             if cache is not None:
@@ -91,6 +116,10 @@ class MultiHeadAttention(nn.Module):
             q = self._heads(F.linear(x, self.qkv_proj.weight[:d], bias))
             k, v = memory if isinstance(memory, tuple) else self.project_kv(memory)
 
+        position = None
+        if self.relative_positions is not None:
+            # Keys are positions 0 .. Tk-1; queries the last Tq of them.
+            position = self.relative_positions(q.size(2), k.size(2), device=q.device)
         out, weights = attend(
             q,
             k,
@@ -99,6 +128,7 @@ class MultiHeadAttention(nn.Module):
             is_causal=is_causal,
             dropout_p=self.dropout if self.training else 0.0,
             need_weights=need_weights,
+            position=position,
         )
         b, _, t, _ = out.shape
         out = out.transpose(1, 2).reshape(b, t, d)

@@ -17,7 +17,8 @@ from attnkit.errors import ConfigError
 
 ACTIVATIONS = ("relu", "gelu")
 NORM_POSITIONS = ("post", "pre")
-POSITIONS = ("sinusoidal", "learned")
+# "relative" is Shaw et al. (2018) alone; "<absolute>+relative" adds both.
+POSITIONS = ("sinusoidal", "learned", "relative", "sinusoidal+relative", "learned+relative")
 SHARE_EMBEDDINGS = ("none", "decoder", "all")
 _FIELD_TYPES = {"int": int, "float": float, "str": str}
 
@@ -52,6 +53,7 @@ class TransformerConfig:
     activation: str = "relu"
     norm_position: str = "post"
     positions: str = "sinusoidal"
+    max_relative_position: int = 16  # k of Shaw et al.; used by the "relative" variants
     max_len: int = 1024
     src_vocab_size: int = 37000
     tgt_vocab_size: int = 37000
@@ -71,6 +73,7 @@ class TransformerConfig:
             "num_encoder_layers",
             "num_decoder_layers",
             "max_len",
+            "max_relative_position",
         ):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name}: must be >= 1, got {getattr(self, name)}")
@@ -78,7 +81,7 @@ class TransformerConfig:
             raise ConfigError(
                 f"d_model: {self.d_model} is not divisible by num_heads={self.num_heads}"
             )
-        if self.positions == "sinusoidal" and self.d_model % 2 != 0:
+        if self.absolute_positions == "sinusoidal" and self.d_model % 2 != 0:
             raise ConfigError(
                 f"d_model: sinusoidal positions need an even d_model, got {self.d_model}"
             )
@@ -111,6 +114,17 @@ class TransformerConfig:
     @property
     def head_dim(self) -> int:
         return self.d_model // self.num_heads
+
+    @property
+    def absolute_positions(self) -> str:
+        """``"sinusoidal"``, ``"learned"`` or ``"none"`` (relative only)."""
+        absolute = self.positions.removesuffix("relative").removesuffix("+")
+        return absolute or "none"
+
+    @property
+    def relative_positions(self) -> bool:
+        """Whether self-attention has Shaw-style relative position terms."""
+        return self.positions.endswith("relative")
 
     # -- presets and serialisation -------------------------------------------------
 

@@ -22,7 +22,7 @@ from attnkit.blocks import Decoder, DecoderLayer, Encoder, EncoderLayer, FeedFor
 from attnkit.models.config import TransformerConfig
 from attnkit.models.embeddings import InputEmbedding, TokenEmbedding
 from attnkit.models.outputs import Seq2SeqOutput
-from attnkit.positions import build_positions
+from attnkit.positions import RelativePositions, build_positions
 
 # -- builders: config -> modules ---------------------------------------------------
 
@@ -31,8 +31,17 @@ def _residual(c: TransformerConfig) -> Residual:
     return Residual(c.d_model, c.dropout, c.norm_position)
 
 
-def _attention(c: TransformerConfig) -> MultiHeadAttention:
-    return MultiHeadAttention(c.d_model, c.num_heads, dropout=c.attention_dropout)
+def _attention(c: TransformerConfig, *, self_attention: bool = False) -> MultiHeadAttention:
+    # Relative positions (Shaw et al.) live in self-attention only, one pair of
+    # tables per layer; cross-attention never has them, as in the paper.
+    relative = (
+        RelativePositions(c.head_dim, c.max_relative_position)
+        if self_attention and c.relative_positions
+        else None
+    )
+    return MultiHeadAttention(
+        c.d_model, c.num_heads, dropout=c.attention_dropout, relative_positions=relative
+    )
 
 
 def _final_norm(c: TransformerConfig) -> nn.LayerNorm | None:
@@ -42,7 +51,7 @@ def _final_norm(c: TransformerConfig) -> nn.LayerNorm | None:
 def build_encoder(c: TransformerConfig) -> Encoder:
     layers = [
         EncoderLayer(
-            self_attn=_attention(c),
+            self_attn=_attention(c, self_attention=True),
             ffn=FeedForward(c.d_model, c.d_ff, c.activation),
             self_attn_residual=_residual(c),
             ffn_residual=_residual(c),
@@ -55,7 +64,7 @@ def build_encoder(c: TransformerConfig) -> Encoder:
 def build_decoder(c: TransformerConfig) -> Decoder:
     layers = [
         DecoderLayer(
-            self_attn=_attention(c),
+            self_attn=_attention(c, self_attention=True),
             cross_attn=_attention(c),
             ffn=FeedForward(c.d_model, c.d_ff, c.activation),
             self_attn_residual=_residual(c),
@@ -107,10 +116,10 @@ class EncoderDecoder(nn.Module):
             else TokenEmbedding(c.tgt_vocab_size, c.d_model)
         )
         self.src_embed = InputEmbedding(
-            src_tokens, build_positions(c.positions, c.max_len, c.d_model), c.dropout
+            src_tokens, build_positions(c.absolute_positions, c.max_len, c.d_model), c.dropout
         )
         self.tgt_embed = InputEmbedding(
-            tgt_tokens, build_positions(c.positions, c.max_len, c.d_model), c.dropout
+            tgt_tokens, build_positions(c.absolute_positions, c.max_len, c.d_model), c.dropout
         )
         self.encoder = build_encoder(c)
         self.decoder = build_decoder(c)

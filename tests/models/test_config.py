@@ -18,6 +18,8 @@ INVALID = [
     ("activation", {"activation": "tanh"}),
     ("norm_position", {"norm_position": "middle"}),
     ("positions", {"positions": "rotary"}),
+    ("positions", {"positions": "relative+learned"}),
+    ("max_relative_position", {"max_relative_position": 0}),
     ("max_len", {"max_len": 0}),
     ("src_vocab_size", {"src_vocab_size": 2}),
     ("tgt_vocab_size", {"tgt_vocab_size": 1, "share_embeddings": "none"}),
@@ -43,6 +45,8 @@ def test_unknown_key_suggests_the_nearest_field():
 
 def test_json_round_trip_and_family_check():
     c = TransformerConfig.from_preset("small", norm_position="pre", positions="learned")
+    assert TransformerConfig.from_json(c.to_json()) == c
+    c = c.replace(positions="sinusoidal+relative", max_relative_position=8)
     assert TransformerConfig.from_json(c.to_json()) == c
     data = json.loads(c.to_json())
     data["family"] = "rnn_seq2seq"
