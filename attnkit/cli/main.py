@@ -24,12 +24,28 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "evaluate": ("attnkit.cli.evaluate", "score a checkpoint with sacreBLEU/chrF"),
     "attention": ("attnkit.cli.attention", "draw a cross-attention heatmap"),
     "average": ("attnkit.cli.average", "average the weights of several checkpoints"),
+    "generate": ("attnkit.cli.generate", "continue a prompt with a decoder-only checkpoint"),
 }
 
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # exit code 2, one line, no usage dump
         self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+class _Formatter(argparse.HelpFormatter):
+    """Keeps each command name and its help on one line in ``attnkit --help``.
+
+    argparse sizes the name column from the top-level options only, so the
+    (longer, more indented) command names would otherwise wrap.
+    """
+
+    def __init__(self, prog: str) -> None:
+        super().__init__(prog, max_help_position=26)
+
+    def add_argument(self, action: argparse.Action) -> None:
+        super().add_argument(action)
+        self._action_max_length = max(self._action_max_length, 22)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -40,6 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
             '("Attention Is All You Need" and its family).'
         ),
         epilog="Run 'attnkit COMMAND --help' for a command's options.",
+        formatter_class=_Formatter,
     )
     parser.add_argument("--version", action="version", version=f"attnkit {__version__}")
     parser.add_argument(

@@ -2,6 +2,7 @@
 
 from attnkit.decoding.beam import beam_search
 from attnkit.decoding.common import DecodeResult, Hypothesis, length_penalty, output_limits
+from attnkit.decoding.generate import generate, stream
 from attnkit.decoding.greedy import greedy_search
 from attnkit.decoding.protocol import DecodingState, Stepper
 from attnkit.decoding.sampling import filter_logits, sample
@@ -13,8 +14,10 @@ __all__ = [
     "Stepper",
     "beam_search",
     "filter_logits",
+    "generate",
     "greedy_search",
     "length_penalty",
     "output_limits",
     "sample",
+    "stream",
 ]

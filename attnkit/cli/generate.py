@@ -1,0 +1,87 @@
+"""Continue a prompt with a decoder-only (GPT-style) checkpoint, printing as it goes.
+
+The prompt is echoed, then each new piece of text is written to standard
+output as soon as its token is drawn. Sampling uses --temperature (0 = greedy),
+--top-k and --top-p; --seed makes it reproducible. Past the model's context
+length the window slides, as in nanoGPT.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from attnkit.cli.common import add_device_argument
+from attnkit.errors import UsageError
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--checkpoint", required=True, help="checkpoint or run directory")
+    parser.add_argument("--prompt", default="\n", help="text to continue (default: a newline)")
+    parser.add_argument(
+        "--max-new-tokens", type=int, default=200, help="tokens to generate (default: 200)"
+    )
+    parser.add_argument(
+        "--temperature", type=float, default=1.0, help="sampling temperature; 0 = greedy"
+    )
+    parser.add_argument("--top-k", type=int, default=0, help="sample from the k best (0 = all)")
+    parser.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass")
+    parser.add_argument("--seed", type=int, default=0, help="sampling seed (default: 0)")
+    parser.add_argument(
+        "--no-echo", action="store_true", help="print only the generated text, not the prompt"
+    )
+    add_device_argument(parser)
+
+
+def check_arguments(args: argparse.Namespace) -> None:
+    if args.max_new_tokens < 0:
+        raise UsageError(f"--max-new-tokens must be >= 0, got {args.max_new_tokens}")
+    if not args.temperature >= 0:  # also refuses NaN
+        raise UsageError(f"--temperature must be >= 0, got {args.temperature}")
+    if args.top_k < 0:
+        raise UsageError(f"--top-k must be >= 0, got {args.top_k}")
+    if not 0 < args.top_p <= 1:
+        raise UsageError(f"--top-p must be in (0, 1], got {args.top_p}")
+
+
+def run(args: argparse.Namespace) -> int:
+    import torch
+
+    from attnkit.decoding.generate import stream
+    from attnkit.training.lm_task import load_decoder_only
+
+    check_arguments(args)
+    model, tokenizer = load_decoder_only(args.checkpoint, getattr(args, "device", None))
+    prompt = tokenizer.encode(args.prompt)
+    if not prompt:
+        raise UsageError("--prompt must hold at least one token, got an empty prompt")
+    device = next(model.parameters()).device
+    prompt_ids = torch.tensor([prompt], dtype=torch.long, device=device)
+    generator = torch.Generator(device=device).manual_seed(args.seed)
+
+    out = sys.stdout
+    if not args.no_echo:
+        out.write(args.prompt)
+        out.flush()
+    # Decode prompt + new tokens each time and print what was added: decoding
+    # tokens one by one would lose BPE word boundaries (leading spaces).
+    ids = list(prompt)
+    shown = tokenizer.decode(ids)
+    for token in stream(
+        model,
+        prompt_ids,
+        args.max_new_tokens,
+        temperature=args.temperature,
+        top_k=args.top_k,
+        top_p=args.top_p,
+        generator=generator,
+    ):
+        ids.append(int(token[0]))
+        text = tokenizer.decode(ids)
+        if text.startswith(shown):
+            out.write(text[len(shown) :])
+            out.flush()
+            shown = text
+    out.write("\n")
+    out.flush()
+    return 0

@@ -1,0 +1,141 @@
+"""Open-ended generation from a decoder-only model, streaming tokens as they come.
+
+Works on any ``Stepper`` whose ``start(prompt_ids)`` prefills a prompt and
+whose first ``step`` feeds its last token (``DecoderOnlyLM``). Each new token
+is drawn from ``filter_logits`` (temperature, top-k, top-p), or is the argmax
+with ``temperature=0``.
+
+Past the model's context (``model.context_length``, e.g. nanoGPT's block size)
+generation slides a window as nanoGPT does: the next token is predicted from
+the last ``context_length`` tokens, re-encoded from scratch (absolute
+positions shift, so the cache cannot be kept). Within the context every step
+reuses the KV cache.
+
+Shapes: ``B`` prompts, ``T`` prompt length, ``N`` new tokens, ``V`` vocabulary.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterator
+
+import torch
+from torch import Tensor
+
+from attnkit.decoding.common import check_float, check_int
+from attnkit.decoding.protocol import Stepper
+from attnkit.decoding.sampling import filter_logits
+from attnkit.errors import UsageError
+
+
+def _check(prompt_ids: Tensor, max_new_tokens: int, temperature: float, top_k: int, top_p: float):
+    if not isinstance(prompt_ids, Tensor) or prompt_ids.dim() != 2 or prompt_ids.size(1) < 1:
+        shape = tuple(prompt_ids.shape) if isinstance(prompt_ids, Tensor) else prompt_ids
+        raise UsageError(f"prompt_ids must be a (batch, length >= 1) tensor, got {shape}")
+    check_int("max_new_tokens", max_new_tokens, 0)
+    check_float("temperature", temperature, 0.0, math.inf, open_low=False)
+    check_int("top_k", top_k, 0)
+    check_float("top_p", top_p, 0.0, 1.0, open_low=True)
+
+
+def pick_token(
+    logits: Tensor,
+    *,
+    temperature: float = 1.0,
+    top_k: int = 0,
+    top_p: float = 1.0,
+    generator: torch.Generator | None = None,
+) -> Tensor:
+    """One token per row of ``logits`` ``(B, V)``: argmax if ``temperature == 0``, else a draw."""
+    if temperature == 0.0:
+        return logits.argmax(dim=-1)
+    probs = filter_logits(logits, temperature=temperature, top_k=top_k, top_p=top_p).softmax(-1)
+    return torch.multinomial(probs, 1, generator=generator).squeeze(1)
+
+
+@torch.no_grad()
+def stream(
+    model: Stepper,
+    prompt_ids: Tensor,
+    max_new_tokens: int,
+    *,
+    temperature: float = 1.0,
+    top_k: int = 0,
+    top_p: float = 1.0,
+    generator: torch.Generator | None = None,
+    eos_id: int | None = None,
+) -> Iterator[Tensor]:
+    """Yield the new tokens ``(B,)`` one step at a time, ``max_new_tokens`` steps.
+
+    Args:
+        model: e.g. a ``DecoderOnlyLM`` in eval mode.
+        prompt_ids: ``(B, T)`` token ids, same length per row (no padding).
+        temperature: >= 0; 0 is greedy (argmax), otherwise divides the logits.
+        top_k, top_p: as in ``attnkit.decoding.sample`` (0 / 1.0: no filter).
+        generator: seeded ``torch.Generator`` on the model's device, for
+            reproducible draws (``None``: torch's global generator).
+        eos_id: if given, stop once every row has produced it; rows that
+            finished earlier yield ``model.pad_id`` afterwards.
+    """
+    _check(prompt_ids, max_new_tokens, temperature, top_k, top_p)
+    if max_new_tokens == 0:
+        return
+    context = getattr(model, "context_length", None)
+    ids = prompt_ids if context is None else prompt_ids[:, -context:]
+    state = model.start(ids)
+    logits, state = model.step(ids[:, -1], state)
+    finished = torch.zeros(ids.size(0), dtype=torch.bool, device=ids.device)
+    for n in range(max_new_tokens):
+        tokens = pick_token(
+            logits, temperature=temperature, top_k=top_k, top_p=top_p, generator=generator
+        )
+        if eos_id is not None:
+            tokens = tokens.masked_fill(finished, model.pad_id)
+            finished |= tokens == eos_id
+        yield tokens
+        if n + 1 == max_new_tokens or (eos_id is not None and bool(finished.all())):
+            return
+        ids = torch.cat([ids, tokens[:, None]], dim=1)
+        if context is not None and ids.size(1) > context:
+            # The next position is past the context: re-encode the last window.
+            ids = ids[:, -context:]
+            state = model.start(ids)
+            logits, state = model.step(ids[:, -1], state)
+        else:
+            logits, state = model.step(tokens, state)
+
+
+def generate(
+    model: Stepper,
+    prompt_ids: Tensor,
+    max_new_tokens: int,
+    *,
+    temperature: float = 1.0,
+    top_k: int = 0,
+    top_p: float = 1.0,
+    generator: torch.Generator | None = None,
+    eos_id: int | None = None,
+    on_token: Callable[[Tensor], None] | None = None,
+) -> Tensor:
+    """The prompt followed by its continuation, ``(B, T + N)``.
+
+    ``on_token(tokens (B,))`` is called as each token is drawn (for printing
+    as the text grows); the other arguments are those of ``stream``.
+    """
+    new = []
+    for tokens in stream(
+        model,
+        prompt_ids,
+        max_new_tokens,
+        temperature=temperature,
+        top_k=top_k,
+        top_p=top_p,
+        generator=generator,
+        eos_id=eos_id,
+    ):
+        if on_token is not None:
+            on_token(tokens)
+        new.append(tokens)
+    if not new:
+        return prompt_ids
+    return torch.cat([prompt_ids, torch.stack(new, dim=1)], dim=1)
