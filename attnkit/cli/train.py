@@ -1,8 +1,15 @@
-"""Train a translation model from a YAML run config.
+"""Train a model from a YAML run config.
 
-Example:
+The config's ``task`` picks the model and the objective: ``translation`` (an
+encoder-decoder on parallel text, the default), ``lm`` (a GPT-style
+decoder-only model on one text file) or ``mlm`` (a BERT-style encoder-only
+masked LM on one text file).
+
+Examples:
   attnkit train --config configs/multi30k_de_en.yaml --set data.dir=../shared/data/multi30k \\
       --out runs/de_en
+  attnkit train --config configs/tinyshakespeare_char.yaml \\
+      --set data.dir=../shared/data/tinyshakespeare --out runs/shakespeare
 
 Any key can be overridden with --set SECTION.KEY=VALUE (repeatable). Training
 shows a progress bar (loss, lr, tokens/s, ETA), appends metrics to
@@ -47,6 +54,45 @@ def load_parallel(run_data, split: str):
     return read_parallel(*files, skip_empty=run_data.skip_empty)
 
 
+def run_language_model(args: argparse.Namespace, run_config, out: Path) -> int:
+    """``task: lm`` or ``task: mlm``: one text file, one stack, ``train_lm``'s loop."""
+    from attnkit.data.lm import load_lm_corpus
+    from attnkit.errors import ConfigError, UsageError
+    from attnkit.training.lm_task import language_model_from_run, lm_train_config_from_run, train_lm
+
+    if args.resume:
+        raise UsageError(
+            f"--resume: {run_config.task} runs cannot be resumed yet; "
+            "pass --overwrite or choose another --out"
+        )
+    data, tok = run_config.data, run_config.tokenizer
+    if data.text is None:
+        raise ConfigError(
+            f"data.text: the {run_config.task} task reads one text file; "
+            "set data.text (a path relative to data.dir)"
+        )
+    # Read and check the data before touching the output directory.
+    corpus = load_lm_corpus(
+        Path(data.dir) / data.text,
+        kind=tok.kind,
+        vocab_size=tok.vocab_size if tok.kind == "bpe" else None,
+        valid_fraction=data.valid_fraction,
+    )
+    model = language_model_from_run(run_config, corpus.tokenizer)
+    cfg = lm_train_config_from_run(run_config, model.config.max_len)
+    prepare_out_dir(out, overwrite=args.overwrite)
+    (out / "run.json").write_text(run_config.to_json() + "\n", encoding="utf-8")
+    print(
+        f"{run_config.task}: {corpus.train.numel()} training tokens, "
+        f"{corpus.valid.numel()} validation tokens, vocabulary {corpus.tokenizer.vocab_size}, "
+        f"{model.num_parameters() / 1e6:.1f}M parameters, {cfg.batch_size} blocks of "
+        f"{model.config.max_len} tokens per batch"
+    )
+    summary = train_lm(model, corpus, out, cfg, device=args.device, progress=not args.no_progress)
+    print(json.dumps({"out": str(out), **summary}))
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
     from attnkit.training.runconfig import load_run_config
     from attnkit.training.translation import TranslationTrainer, build_tokenizer, load_tokenizer
@@ -54,6 +100,8 @@ def run(args: argparse.Namespace) -> int:
     run_config = load_run_config(args.config, args.overrides)
     name = Path(args.config).stem if args.config else "run"
     out = Path(args.out or Path("runs") / name)
+    if run_config.task in ("lm", "mlm"):
+        return run_language_model(args, run_config, out)
     # Read and check the data before touching the output directory.
     train = load_parallel(run_config.data, run_config.data.train)
     valid = load_parallel(run_config.data, run_config.data.valid) if run_config.data.valid else []

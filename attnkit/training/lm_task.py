@@ -1,16 +1,22 @@
-"""Training a decoder-only language model on one text file (nanoGPT's recipe, small).
+"""Training the single-stack models on one text file: causal LM (GPT) or masked LM (BERT).
 
-``train_lm`` runs the loop: random blocks from ``attnkit.data.lm``, next-token
-cross-entropy, Adam(W) with a warmup schedule, gradient clipping, periodic
-validation loss on fixed blocks, ``metrics.jsonl`` and checkpoints::
+``train_lm`` runs one loop for both objectives, picked by the model's type:
+
+* ``DecoderOnlyLM``: next-token cross-entropy on random blocks (nanoGPT's recipe);
+* ``EncoderOnlyModel``: the masked-LM objective (15% of tokens selected,
+  80/10/10 mask/random/keep; ``attnkit.data.mlm``), loss on selected positions only.
+
+Around it: Adam(W) with a warmup schedule, gradient clipping, bf16 autocast on
+CUDA, periodic validation on fixed blocks (fixed masks for MLM, so the number
+is comparable between evaluations), ``metrics.jsonl`` and checkpoints::
 
     OUT/
       metrics.jsonl                 {"split": "train"|"valid", "step": ..., "loss": ...}
       checkpoints/step_00001000/    model.safetensors config.json tokenizer.json ...
 
-A checkpoint's ``config.json`` is ``DecoderOnlyConfig.to_dict()`` (family
-``"decoder_only"``), so ``attnkit generate --checkpoint`` and
-``load_decoder_only`` rebuild the model from it alone.
+A checkpoint's ``config.json`` is the model config's ``to_dict()`` (family
+``"decoder_only"`` or ``"encoder_only"``), so ``attnkit generate --checkpoint``
+and ``load_decoder_only`` rebuild the model from it alone.
 """
 
 from __future__ import annotations
@@ -27,12 +33,15 @@ import torch
 import torch.nn.functional as F
 
 from attnkit.data.lm import LMBlocks, LMCorpus
-from attnkit.data.tokenizers import Tokenizer, tokenizer_from_json
+from attnkit.data.mlm import IGNORE_INDEX, mask_tokens, mlm_vocab
+from attnkit.data.tokenizers import UNK_ID, Tokenizer, tokenizer_from_json
 from attnkit.errors import CheckpointError, ConfigError
 from attnkit.models.decoder_only import DecoderOnlyLM
-from attnkit.models.lm_config import DecoderOnlyConfig
+from attnkit.models.encoder_only import EncoderOnlyModel
+from attnkit.models.lm_config import DecoderOnlyConfig, EncoderOnlyConfig
 from attnkit.training import checkpoint as ckpt
 from attnkit.training.optim import build_optimizer
+from attnkit.training.runconfig import RunConfig
 from attnkit.training.schedules import build_scheduler
 
 
@@ -54,6 +63,9 @@ class LMTrainConfig:
     eval_blocks: int = 200  # validation blocks per evaluation
     save_every: int = 0  # 0: only at the end
     seed: int = 0
+    max_minutes: float | None = None  # stop (and checkpoint) after this wall time
+    precision: str = "auto"  # auto (bf16 on CUDA, fp32 on CPU) | fp32 | bf16
+    mask_prob: float = 0.15  # MLM only: the share of tokens selected
 
     def __post_init__(self) -> None:
         for name in ("batch_size", "max_steps", "log_every", "eval_every", "eval_blocks"):
@@ -61,6 +73,12 @@ class LMTrainConfig:
                 raise ConfigError(f"{name}: must be >= 1, got {getattr(self, name)}")
         if self.save_every < 0:
             raise ConfigError(f"save_every: must be >= 0, got {self.save_every}")
+        if self.max_minutes is not None and self.max_minutes <= 0:
+            raise ConfigError(f"max_minutes: must be > 0, got {self.max_minutes}")
+        if self.precision not in ("auto", "fp32", "bf16"):
+            raise ConfigError(f"precision: expected auto, fp32 or bf16, got {self.precision!r}")
+        if not 0.0 < self.mask_prob < 1.0:
+            raise ConfigError(f"mask_prob: must be in (0, 1), got {self.mask_prob}")
 
 
 def _resolve_device(device: str | torch.device | None) -> torch.device:
@@ -69,26 +87,91 @@ def _resolve_device(device: str | torch.device | None) -> torch.device:
     return torch.device(device)
 
 
+LanguageModel = DecoderOnlyLM | EncoderOnlyModel
+
+
+def _special_ids(model: EncoderOnlyModel) -> list[int]:
+    c = model.config
+    return [c.pad_id, c.bos_id, c.eos_id, UNK_ID]
+
+
+def objective_loss(
+    model: LanguageModel,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    *,
+    mask_prob: float = 0.15,
+    generator: torch.Generator | None = None,
+    reduction: str = "mean",
+) -> tuple[torch.Tensor, int]:
+    """The model's training loss on one batch of blocks, and how many tokens it scores.
+
+    ``x``/``y`` ``(B, T)``: a block and the same block shifted by one. A causal
+    LM predicts ``y`` from ``x``; a masked LM corrupts ``x`` (``generator``
+    draws the mask, on ``x``'s device) and predicts the original tokens at
+    the selected positions only.
+    """
+    if isinstance(model, DecoderOnlyLM):
+        logits = model(x).logits
+        loss = F.cross_entropy(logits.flatten(0, 1).float(), y.flatten(), reduction=reduction)
+        return loss, y.numel()
+    c = model.config
+    inputs, labels = mask_tokens(
+        x,
+        vocab_size=c.vocab_size,
+        mask_id=c.mask_id,
+        special_ids=_special_ids(model),
+        prob=mask_prob,
+        generator=generator,
+    )
+    hidden = model(inputs, mlm=False, classify=False).hidden
+    selected = labels != IGNORE_INDEX
+    # Project only the selected positions: ~15% of the (B*T, V) logits.
+    logits = model.mlm_head(hidden[selected])
+    count = int(selected.sum())
+    if count == 0:  # a tiny batch may select nothing; keep the graph, add zero
+        return hidden.sum() * 0.0, 0
+    return F.cross_entropy(logits.float(), labels[selected], reduction=reduction), count
+
+
 @torch.no_grad()
-def evaluate_lm(model: DecoderOnlyLM, blocks: LMBlocks, *, batch_size: int, max_blocks: int):
-    """Mean next-token loss and perplexity over the first ``max_blocks`` blocks."""
+def evaluate_lm(
+    model: LanguageModel,
+    blocks: LMBlocks,
+    *,
+    batch_size: int,
+    max_blocks: int,
+    mask_prob: float = 0.15,
+    seed: int = 0,
+):
+    """Mean loss per scored token and perplexity over the first ``max_blocks`` blocks.
+
+    For a masked LM the masks come from ``seed``, so two evaluations of the
+    same weights give the same number.
+    """
     was_training = model.training
     model.eval()
     device = next(model.parameters()).device
+    generator = torch.Generator(device=device).manual_seed(seed)
     total, count = 0.0, 0
     for x, y in blocks.sequential(batch_size, max_blocks=max_blocks):
-        logits = model(x.to(device)).logits
-        total += float(
-            F.cross_entropy(logits.flatten(0, 1), y.to(device).flatten(), reduction="sum")
+        loss, n = objective_loss(
+            model,
+            x.to(device),
+            y.to(device),
+            mask_prob=mask_prob,
+            generator=generator,
+            reduction="sum",
         )
-        count += y.numel()
+        total += float(loss)
+        count += n
     model.train(was_training)
     loss = total / max(count, 1)
     return {"loss": loss, "ppl": math.exp(min(loss, 50.0))}
 
 
 def train_lm(
-    model: DecoderOnlyLM,
+    model: LanguageModel,
     corpus: LMCorpus,
     out_dir: str | Path,
     cfg: LMTrainConfig | None = None,
@@ -98,8 +181,10 @@ def train_lm(
 ) -> dict[str, Any]:
     """Train ``model`` on ``corpus`` (blocks of ``model.config.max_len`` tokens).
 
-    Returns the final step, the last training loss and the last validation
-    metrics (empty when the validation split is shorter than one block).
+    The objective follows the model: causal LM for ``DecoderOnlyLM``, masked
+    LM for ``EncoderOnlyModel``. Returns the final step, the last training
+    loss and the last validation metrics (empty when the validation split is
+    shorter than one block).
     """
     from tqdm.auto import tqdm
 
@@ -145,6 +230,13 @@ def train_lm(
         )
 
     batches = train_blocks.batches(cfg.batch_size, seed=cfg.seed)
+    mask_generator = torch.Generator(device=device).manual_seed(cfg.seed + 1)
+    precision = (
+        cfg.precision if cfg.precision != "auto" else ("bf16" if device.type == "cuda" else "fp32")
+    )
+    autocast = torch.autocast(device.type, torch.bfloat16, enabled=precision == "bf16")
+    deadline = None if cfg.max_minutes is None else time.monotonic() + 60.0 * cfg.max_minutes
+    last_step = cfg.max_steps
     bar = tqdm(total=cfg.max_steps, disable=not progress, unit="step", dynamic_ncols=True)
     valid: dict[str, float] = {}
     loss_value = math.nan
@@ -152,8 +244,8 @@ def train_lm(
     for step in range(1, cfg.max_steps + 1):
         x, y = next(batches)
         x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
-        logits = model(x).logits
-        loss = F.cross_entropy(logits.flatten(0, 1), y.flatten())
+        with autocast:
+            loss, _ = objective_loss(model, x, y, mask_prob=cfg.mask_prob, generator=mask_generator)
         loss.backward()
         if cfg.clip_norm > 0:
             torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.clip_norm)
@@ -162,7 +254,11 @@ def train_lm(
         scheduler.step()
         window_tokens += y.numel()
         bar.update(1)
-        if step % cfg.log_every == 0 or step == cfg.max_steps:
+        if (
+            step % cfg.log_every == 0
+            or step == cfg.max_steps
+            or (deadline is not None and time.monotonic() >= deadline)
+        ):
             loss_value = float(loss.detach())
             lr = optimizer.param_groups[0]["lr"]
             tok_s = window_tokens / max(time.perf_counter() - window_start, 1e-9)
@@ -170,18 +266,30 @@ def train_lm(
             log({"split": "train", "step": step, "loss": loss_value, "lr": lr,
                  "tokens_per_s": tok_s})  # fmt: skip
             bar.set_postfix(loss=f"{loss_value:.3f}", lr=f"{lr:.2e}")
-        last = step == cfg.max_steps
+        out_of_time = deadline is not None and time.monotonic() >= deadline
+        last = step == cfg.max_steps or out_of_time
         if valid_blocks is not None and (step % cfg.eval_every == 0 or last):
-            valid = evaluate_lm(
-                model, valid_blocks, batch_size=cfg.batch_size, max_blocks=cfg.eval_blocks
-            )
+            with autocast:
+                valid = evaluate_lm(
+                    model,
+                    valid_blocks,
+                    batch_size=cfg.batch_size,
+                    max_blocks=cfg.eval_blocks,
+                    mask_prob=cfg.mask_prob,
+                    seed=cfg.seed,
+                )
             log({"split": "valid", "step": step, **valid})
             if progress:
                 bar.write(f"step {step}: valid loss {valid['loss']:.4f}, ppl {valid['ppl']:.2f}")
         if (cfg.save_every and step % cfg.save_every == 0) or last:
             save(step)
+        if out_of_time:
+            last_step = step
+            if progress:
+                bar.write(f"stopping at step {step}: train.max_minutes={cfg.max_minutes} reached")
+            break
     bar.close()
-    return {"step": cfg.max_steps, "train_loss": loss_value, "valid": valid}
+    return {"step": last_step, "train_loss": loss_value, "valid": valid}
 
 
 def load_decoder_only(
@@ -212,3 +320,60 @@ def load_decoder_only(
     model = DecoderOnlyLM(config)
     ckpt.load_model_state(model, state.model_state, source=directory / ckpt.MODEL_FILE)
     return model.to(_resolve_device(device)).eval(), tokenizer
+
+
+# -- from a run config (``attnkit train`` with ``task: lm`` or ``task: mlm``) ------
+
+
+def language_model_from_run(run: RunConfig, tokenizer: Tokenizer) -> LanguageModel:
+    """The ``model`` section (a preset plus overrides) sized to ``tokenizer``.
+
+    ``task: lm`` builds a ``DecoderOnlyLM``, ``task: mlm`` an
+    ``EncoderOnlyModel`` with one extra id for the mask token and no
+    classification head (``num_labels: 0`` unless the section says otherwise).
+    """
+    fields = dict(run.model)
+    preset = fields.pop("preset", "small")
+    for name in ("pad_id", "bos_id", "eos_id"):
+        fields.setdefault(name, getattr(tokenizer, name))
+    try:
+        if run.task == "lm":
+            fields.setdefault("vocab_size", tokenizer.vocab_size)
+            return DecoderOnlyLM(DecoderOnlyConfig.from_preset(preset, **fields))
+        if run.task == "mlm":
+            vocab_size, mask_id = mlm_vocab(tokenizer)
+            fields.setdefault("vocab_size", vocab_size)
+            fields.setdefault("mask_id", mask_id)
+            fields.setdefault("num_labels", 0)
+            return EncoderOnlyModel(EncoderOnlyConfig.from_preset(preset, **fields))
+    except ConfigError as e:
+        raise ConfigError(f"model.{e}") from None
+    raise ConfigError(f"task: expected lm or mlm here, got {run.task!r}")
+
+
+def lm_train_config_from_run(run: RunConfig, block_size: int) -> LMTrainConfig:
+    """The ``train`` section for a language model.
+
+    ``train.max_tokens`` becomes the number of blocks per batch
+    (``max_tokens // block_size``, at least 1). Translation-only keys
+    (``label_smoothing``, ``keep_last``, ``valid_bleu_sentences``, ...) are unused.
+    """
+    t = run.train
+    if t.precision == "fp16":
+        raise ConfigError("train.precision: fp16 is for translation runs; use bf16 or fp32 here")
+    return LMTrainConfig(
+        batch_size=max(1, t.max_tokens // block_size),
+        max_steps=t.max_steps,
+        lr=t.lr,
+        min_lr=t.min_lr,
+        schedule=t.schedule,
+        warmup_steps=t.warmup_steps,
+        weight_decay=t.weight_decay,
+        clip_norm=t.clip_norm,
+        log_every=t.log_every,
+        eval_every=t.eval_every,
+        save_every=t.save_every,
+        seed=t.seed,
+        max_minutes=t.max_minutes,
+        precision=t.precision,
+    )

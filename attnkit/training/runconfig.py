@@ -20,7 +20,9 @@ from typing import Any
 
 from attnkit.errors import ConfigError
 
-TASKS = ("translation",)
+# translation: an encoder-decoder on parallel text; lm: a decoder-only (GPT-style)
+# causal LM on one text file; mlm: an encoder-only (BERT-style) masked LM on one.
+TASKS = ("translation", "lm", "mlm")
 
 
 def _type_ok(value: Any, annotation: Any) -> bool:
@@ -71,7 +73,12 @@ def _require(name: str, ok: bool, message: str) -> None:
 
 @dataclass
 class DataConfig:
-    """Parallel text: ``{dir}/{split}.{lang}`` files, or ``{dir}/{split}`` if it ends in .tsv."""
+    """Where the text is.
+
+    Translation reads parallel text: ``{dir}/{split}.{lang}`` files, or
+    ``{dir}/{split}`` if it ends in .tsv. The ``lm`` and ``mlm`` tasks read one
+    UTF-8 file, ``{dir}/{text}``, and hold out its last ``valid_fraction``.
+    """
 
     dir: str = "."
     src_lang: str = "src"
@@ -81,9 +88,16 @@ class DataConfig:
     test: str | None = None
     max_len: int = 256  # tokens; longer training pairs are dropped (and counted)
     skip_empty: bool = False
+    text: str | None = None  # lm/mlm: the text file
+    valid_fraction: float = 0.1  # lm/mlm: the held-out tail of the text
 
     def __post_init__(self) -> None:
         _require("max_len", self.max_len >= 1, f"must be >= 1, got {self.max_len}")
+        _require(
+            "valid_fraction",
+            0.0 <= self.valid_fraction < 1.0,
+            f"must be in [0, 1), got {self.valid_fraction}",
+        )
 
     def files(self, split: str) -> tuple[Path, ...]:
         """Paths of a split: one TSV file, or a source and a target file."""
