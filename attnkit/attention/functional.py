@@ -19,18 +19,29 @@ The value term needs the weights, so that path is explicit; a key-only term
 goes through the fused kernel as a float mask. (FlexAttention with a
 ``score_mod`` is the GPU follow-up for the key term.)
 
+Other score functions (``attnkit.attention.scores``: general, additive,
+location, or any callable ``(q, k) -> scores``) take the explicit path:
+scores -> mask -> softmax -> dropout -> ``@ v``. Scaled dot stays on the fused
+kernel, and so does plain dot (it is scaled dot with ``scale=1``).
+
 Shapes: ``B`` batch, ``h`` heads, ``Tq``/``Tk`` query/key lengths, ``d`` head dim.
+Any leading dims work (``(B,)`` for an RNN decoder's single "head").
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from attnkit.attention.scores import DotScore, ScaledDotScore, dot_score, scaled_dot_score
 from attnkit.positions.relative import RelativePositionTerms
+
+ScoreFn = Callable[[Tensor, Tensor], Tensor]
+"""``score(q (..., Tq, dq), k (..., Tk, dk)) -> (..., Tq, Tk)``."""
 
 
 def _guard_empty_rows(mask: Tensor) -> tuple[Tensor, Tensor]:
@@ -55,8 +66,9 @@ def attend(
     need_weights: bool = False,
     scale: float | None = None,
     position: RelativePositionTerms | None = None,
+    score: ScoreFn | None = None,
 ) -> tuple[Tensor, Tensor | None]:
-    """Attention(Q, K, V) = softmax(Q K^T / sqrt(d)) V.
+    """Attention(Q, K, V) = softmax(score(Q, K)) V, by default softmax(Q K^T / sqrt(d)) V.
 
     Args:
         q: ``(B, h, Tq, d)``; k: ``(B, h, Tk, d)``; v: ``(B, h, Tk, dv)``.
@@ -65,19 +77,33 @@ def attend(
             combined with ``mask`` when both are given.
         dropout_p: dropout on the attention weights (pass 0.0 in eval).
         need_weights: also return the weights ``(B, h, Tq, Tk)`` (pre-dropout).
-        scale: defaults to ``1 / sqrt(d)``.
+        scale: defaults to ``1 / sqrt(d)`` (``1`` for a dot score); for
+            the dot-product scores only.
         position: relative position terms (Shaw et al.) for self-attention:
             ``index`` ``(Tq, Tk)`` into ``(R, d)`` key/value tables; the key
             term is scaled with the scores, as in the paper.
+        score: the score function (``attnkit.attention.scores``). ``None`` or
+            scaled dot: the fused kernel as before; dot: the same with scale 1;
+            anything else: the explicit path (no relative positions).
 
     Returns:
         ``(out (B, h, Tq, dv), weights or None)``. A query row whose keys are
         all masked returns zeros (and zero weights), never NaN.
     """
     tq, tk = q.size(-2), k.size(-2)
+    custom = score
+    if score is None or score is scaled_dot_score or isinstance(score, ScaledDotScore):
+        custom = None
+    elif score is dot_score or isinstance(score, DotScore):
+        custom, scale = None, 1.0 if scale is None else scale
+    elif scale is not None:
+        raise ValueError("scale: only the dot-product scores take a scale")
+    if custom is not None and position is not None:
+        raise ValueError("position: relative position terms need a dot-product score")
     if is_causal and tq == 1:
         is_causal = False  # one query at the newest position sees every key
-    if is_causal and (mask is not None or tq != tk or need_weights or position is not None):
+    explicit = need_weights or position is not None or custom is not None
+    if is_causal and (mask is not None or tq != tk or explicit):
         # SDPA's is_causal aligns to the top-left; build the explicit mask so a
         # cached decoder (Tq < Tk) and the weights path agree with it.
         causal = torch.ones(tq, tk, dtype=torch.bool, device=q.device).tril(tk - tq)
@@ -92,8 +118,9 @@ def attend(
         out, weights = _relative_attention(
             q, k, v, mask, dropout_p, scale, position, need_weights=need_weights
         )
-    elif need_weights:
-        out, weights = _reference_attention(q, k, v, mask, dropout_p, scale)
+    elif need_weights or custom is not None:
+        out, weights = _reference_attention(q, k, v, mask, dropout_p, scale, custom)
+        weights = weights if need_weights else None
     else:
         out = F.scaled_dot_product_attention(
             q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=is_causal, scale=scale
@@ -114,10 +141,14 @@ def _reference_attention(
     mask: Tensor | None,
     dropout_p: float,
     scale: float | None,
+    score: ScoreFn | None = None,
 ) -> tuple[Tensor, Tensor]:
     """The textbook computation, kept explicit so the weights can be returned."""
-    scale = 1.0 / math.sqrt(q.size(-1)) if scale is None else scale
-    scores = torch.matmul(q, k.transpose(-2, -1)) * scale
+    if score is not None:
+        scores = score(q, k)
+    else:
+        scale = 1.0 / math.sqrt(q.size(-1)) if scale is None else scale
+        scores = torch.matmul(q, k.transpose(-2, -1)) * scale
     if mask is not None:
         scores = scores.masked_fill(~mask, float("-inf"))
     # Half-precision scores are normalised in fp32, as the fused kernels do.

@@ -10,6 +10,13 @@ A self-attention module may receive ``relative_positions`` (Shaw et al., 2018):
 its tables are then added to every head's keys and values (shared across
 heads), with query ``i`` at position ``Tk - Tq + i`` so the KV cache needs no
 change. Cross-attention has no relative positions, as in the paper.
+
+The score function is a string (``attnkit.attention.scores``): ``scaled_dot``
+(the paper's, on the fused kernel), ``dot``, ``general`` (one ``(d, d)``
+matrix shared by all heads) or ``additive`` (attention dim ``d``, its weights
+shared by all heads), where ``d`` is the head dim. For general, a per-head
+``W`` would add nothing (each head's query projection can absorb it); for
+additive, sharing keeps the parameters at ``2 d^2 + d`` per module.
 """
 
 from __future__ import annotations
@@ -19,6 +26,8 @@ from torch import Tensor, nn
 
 from attnkit.attention.cache import KVCache
 from attnkit.attention.functional import attend
+from attnkit.attention.scores import KEY_SCORES, Score, build_score
+from attnkit.errors import ConfigError
 from attnkit.positions.relative import RelativePositions
 
 
@@ -32,6 +41,8 @@ class MultiHeadAttention(nn.Module):
         bias: use biases in the projections.
         relative_positions: Shaw-style key/value tables (self-attention only),
             of the head dimension ``d_model // num_heads``.
+        score: ``"scaled_dot"`` (default), ``"dot"``, ``"general"`` or
+            ``"additive"``; the last two are modules, shared by the heads.
     """
 
     def __init__(
@@ -42,6 +53,7 @@ class MultiHeadAttention(nn.Module):
         bias: bool = True,
         *,
         relative_positions: RelativePositions | None = None,
+        score: str = "scaled_dot",
     ):
         super().__init__()
         if d_model % num_heads != 0:
@@ -60,6 +72,19 @@ class MultiHeadAttention(nn.Module):
                 f"expected the head dim {self.head_dim}"
             )
         self.relative_positions = relative_positions
+        if score not in KEY_SCORES:
+            raise ConfigError(
+                f"score: expected one of {', '.join(KEY_SCORES)} for multi-head attention; "
+                f"got {score!r}"
+            )
+        if relative_positions is not None and score not in ("dot", "scaled_dot"):
+            raise ConfigError(f"score: relative positions need a dot-product score, got {score!r}")
+        # None keeps the default on the fused kernel and the state-dict keys unchanged.
+        self.score: Score | None = (
+            None
+            if score == "scaled_dot"
+            else build_score(score, query_dim=self.head_dim, key_dim=self.head_dim)
+        )
 
     def _heads(self, x: Tensor) -> Tensor:
         """``(B, T, D)`` -> ``(B, h, T, d)``."""
@@ -129,6 +154,7 @@ class MultiHeadAttention(nn.Module):
             dropout_p=self.dropout if self.training else 0.0,
             need_weights=need_weights,
             position=position,
+            score=self.score,
         )
         b, _, t, _ = out.shape
         out = out.transpose(1, 2).reshape(b, t, d)

@@ -37,10 +37,17 @@ def run(args: argparse.Namespace) -> int:
     if not args.out.lower().endswith(".png"):
         raise UsageError(f"--out must name a .png file, got {args.out}")
     model, tokenizer = load_translation_model(args.checkpoint, args.device)
-    layers = model.config.num_decoder_layers
+    config = model.config
+    if getattr(config, "attention", None) == "none":
+        raise UsageError(
+            f"{args.checkpoint}: this RNN model has no attention (model.attention: none); "
+            "there is no map to draw"
+        )
+    # An RNN decoder has one attention (one "layer", one "head").
+    layers = getattr(config, "num_decoder_layers", 1)
     if not -layers <= args.layer < layers:
         raise UsageError(f"--layer must be in [{-layers}, {layers - 1}], got {args.layer}")
-    heads = model.config.num_heads
+    heads = getattr(config, "num_heads", 1)
     if args.head is not None and not 0 <= args.head < heads:
         raise UsageError(f"--head must be in [0, {heads - 1}], got {args.head}")
     weights, src_tokens, out_tokens = attention_for_translation(

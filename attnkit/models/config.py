@@ -20,6 +20,8 @@ NORM_POSITIONS = ("post", "pre")
 # "relative" is Shaw et al. (2018) alone; "<absolute>+relative" adds both.
 POSITIONS = ("sinusoidal", "learned", "relative", "sinusoidal+relative", "learned+relative")
 SHARE_EMBEDDINGS = ("none", "decoder", "all")
+# Score functions that fit multi-head attention (attnkit.attention.scores.KEY_SCORES).
+ATTENTION_SCORES = ("scaled_dot", "dot", "general", "additive")
 _FIELD_TYPES = {"int": int, "float": float, "str": str}
 
 
@@ -54,6 +56,7 @@ class TransformerConfig:
     norm_position: str = "post"
     positions: str = "sinusoidal"
     max_relative_position: int = 16  # k of Shaw et al.; used by the "relative" variants
+    attention_score: str = "scaled_dot"  # every attention sublayer's score function
     max_len: int = 1024
     src_vocab_size: int = 37000
     tgt_vocab_size: int = 37000
@@ -92,6 +95,12 @@ class TransformerConfig:
         _check_choice("norm_position", self.norm_position, NORM_POSITIONS)
         _check_choice("positions", self.positions, POSITIONS)
         _check_choice("share_embeddings", self.share_embeddings, SHARE_EMBEDDINGS)
+        _check_choice("attention_score", self.attention_score, ATTENTION_SCORES)
+        if self.relative_positions and self.attention_score not in ("scaled_dot", "dot"):
+            raise ConfigError(
+                f"attention_score: relative positions need a dot-product score, "
+                f"got {self.attention_score!r}"
+            )
         specials = {"pad_id": self.pad_id, "bos_id": self.bos_id, "eos_id": self.eos_id}
         for name, value in specials.items():
             if value < 0:
