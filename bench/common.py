@@ -1,8 +1,16 @@
-"""Helpers shared by the benchmark scripts: batch, environment header, timing, table."""
+"""Helpers shared by the benchmark scripts: batch, environment, timing, FLOPs, table.
+
+The one timing core is here: ``time_step`` (one call, GPU-synchronised) and
+``round_robin`` (every contender once per round), so every script measures
+the same way. ``peak_flops`` measures the device's matmul peak in the same
+run (for MFU) and ``count_flops`` counts a step's FLOPs once with
+``torch.utils.flop_counter.FlopCounterMode``.
+"""
 
 from __future__ import annotations
 
 import datetime
+import math
 import os
 import platform
 import statistics
@@ -89,6 +97,64 @@ def environment(device: torch.device) -> dict[str, str]:
     except ImportError:
         pass
     return env
+
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def round_robin(
+    steps: dict[str, Callable[[], object]], rounds: int, device: torch.device
+) -> dict[str, list[float]]:
+    """Seconds per call of each step, timed one call of each per round.
+
+    Interleaving spreads drift or load from other processes over every
+    contender alike, instead of penalising whichever ran during it.
+    """
+    times: dict[str, list[float]] = {name: [] for name in steps}
+    for _ in range(rounds):
+        for name, step in steps.items():
+            times[name].append(time_step(step, device))
+    return times
+
+
+def peak_flops(device: torch.device, *, repeats: int | None = None) -> tuple[float, str]:
+    """The best FLOP/s of a large square matmul in this run, and what it was.
+
+    bf16 8192^3 on CUDA (the tensor-core peak that MFU is quoted against), fp32
+    2048^3 on CPU; the best of ``repeats`` timings of a few back-to-back calls. On
+    a shared CPU the "peak" is only what this run could get, so MFU there is rough.
+    """
+    cuda = device.type == "cuda"
+    n, dtype, calls = (8192, torch.bfloat16, 20) if cuda else (2048, torch.float32, 2)
+    repeats = repeats or (5 if cuda else 10)  # a shared CPU needs more tries for its best
+    a = torch.randn(n, n, device=device, dtype=dtype)
+    b = torch.randn(n, n, device=device, dtype=dtype)
+    for _ in range(2):  # warm-up (cuBLAS heuristics, clocks)
+        a @ b
+    sync(device)
+    best = math.inf
+    for _ in range(repeats):
+        sync(device)
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            a @ b
+        sync(device)
+        best = min(best, (time.perf_counter() - t0) / calls)
+    del a, b
+    name = str(dtype).replace("torch.", "")
+    return 2 * n**3 / best, f"{name} matmul {n}x{n}x{n}, best of {repeats}"
+
+
+def count_flops(fn: Callable[[], object]) -> int:
+    """FLOPs of one call of ``fn`` (matmuls, attention) as FlopCounterMode counts them."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    counter = FlopCounterMode(display=False)
+    with counter:
+        fn()
+    return counter.get_total_flops()
 
 
 def time_step(step: Callable[[], None], device: torch.device) -> float:

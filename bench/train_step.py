@@ -29,7 +29,7 @@ import torch
 import torch.nn.functional as F
 
 # common also puts the repo on sys.path, so this runs from a checkout without installing.
-from common import PAD, environment, format_table, load_average, make_batch, median, time_step
+from common import PAD, environment, format_table, load_average, make_batch, median, round_robin
 from torch import Tensor, nn
 
 from attnkit.models import EncoderDecoder, TransformerConfig
@@ -151,10 +151,7 @@ def run(models: list[str], c: TransformerConfig, batch: dict[str, Tensor], args,
     alike, instead of penalising whichever model happened to run during it.
     """
     prepared = [prepare(m, c, batch, args, device) for m in models]
-    times = {p["model"]: [] for p in prepared}
-    for _ in range(args.steps):
-        for p in prepared:
-            times[p["model"]].append(time_step(p["step"], device))
+    times = round_robin({p["model"]: p["step"] for p in prepared}, args.steps, device)
     tokens = int((batch["labels"] != PAD).sum())
     results = []
     for p in prepared:

@@ -4,7 +4,7 @@ from attnkit.decoding.beam import beam_search
 from attnkit.decoding.common import DecodeResult, Hypothesis, length_penalty, output_limits
 from attnkit.decoding.generate import generate, stream
 from attnkit.decoding.greedy import greedy_search
-from attnkit.decoding.protocol import DecodingState, Stepper
+from attnkit.decoding.protocol import DecodingState, Stepper, start_decoding
 from attnkit.decoding.sampling import filter_logits, sample
 
 __all__ = [
@@ -19,5 +19,6 @@ __all__ = [
     "length_penalty",
     "output_limits",
     "sample",
+    "start_decoding",
     "stream",
 ]

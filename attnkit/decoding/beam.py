@@ -37,8 +37,9 @@ from attnkit.decoding.common import (
     length_penalty,
     log_probs,
     output_limits,
+    resolve_check_every,
 )
-from attnkit.decoding.protocol import Stepper
+from attnkit.decoding.protocol import Stepper, start_decoding
 from attnkit.errors import UsageError
 
 
@@ -60,7 +61,7 @@ def beam_search(
     max_len_a: float = 1.0,
     max_len_b: int = 50,
     max_len: int | None = None,
-    check_every: int = 1,
+    check_every: int | None = None,
 ) -> DecodeResult:
     """Beam-search every sentence of ``src_ids`` ``(B, S)`` at once.
 
@@ -80,15 +81,15 @@ def beam_search(
     if nbest > beam_size:
         raise UsageError(f"nbest must be <= beam_size ({beam_size}), got {nbest}")
     check_float("alpha", alpha, 0.0, math.inf, open_low=False)
-    check_int("check_every", check_every, 0)
     limits, bound = output_limits(
         src_ids, model.pad_id, max_len_a=max_len_a, max_len_b=max_len_b, max_len=max_len
     )
     B, K, device, eos = src_ids.size(0), beam_size, src_ids.device, model.eos_id
+    check_every = resolve_check_every(check_every, device)
     limits = limits.to(device)
     neg_inf = -math.inf
 
-    state = model.start(src_ids)  # encode once, then copy each sentence's row K times
+    state = start_decoding(model, src_ids, bound)  # encode once, then copy each row K times
     state = state.reorder(torch.arange(B, device=device).repeat_interleave(K))
     base = torch.arange(B, device=device)[:, None] * K  # (B, 1) first flat row per sentence
     tokens = torch.full((B * K,), model.bos_id, dtype=torch.long, device=device)
@@ -147,7 +148,10 @@ def beam_search(
         full = (pool_rank > neg_inf).all(dim=1)
         done = done | full | (limits <= t + 1)
         live, history = new_live, new_history
-        state = state.reorder((base + new_beam).view(-1))
+        # Beams never leave their sentence: a state may skip moving source-side parts.
+        follow = (base + new_beam).view(-1)
+        reorder_beams = getattr(state, "reorder_beams", None)
+        state = state.reorder(follow) if reorder_beams is None else reorder_beams(follow, K)
         tokens = new_tok.view(-1)
         if check_every and (t + 1) % check_every == 0 and bool(done.all()):
             break

@@ -31,9 +31,13 @@ class MinLength:
         self.pad_id, self.bos_id, self.eos_id = model.pad_id, model.bos_id, model.eos_id
         self._steps = 0
 
-    def start(self, src_ids: Tensor) -> Any:
+    @property
+    def accepts_max_steps(self) -> bool:
+        return getattr(self.model, "accepts_max_steps", False)
+
+    def start(self, src_ids: Tensor, **kwargs: Any) -> Any:
         self._steps = 0
-        return self.model.start(src_ids)
+        return self.model.start(src_ids, **kwargs)  # e.g. max_steps, if the model takes it
 
     def step(self, tokens: Tensor, state: Any) -> tuple[Tensor, Any]:
         logits, state = self.model.step(tokens, state)

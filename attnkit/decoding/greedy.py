@@ -21,7 +21,7 @@ def greedy_search(
     max_len_a: float = 1.0,
     max_len_b: int = 50,
     max_len: int | None = None,
-    check_every: int = 1,
+    check_every: int | None = None,
 ) -> DecodeResult:
     """Decode ``src_ids`` ``(B, S)`` greedily, all sentences at once.
 
@@ -33,7 +33,9 @@ def greedy_search(
             (default: source length + 50), where ``src_len`` counts non-pad tokens.
         max_len: optional cap on that limit, the same for every sentence.
         check_every: stop as soon as every sentence has finished, checked every
-            this many steps (each check is one host-device sync; 0 never checks).
+            this many steps (each check is one host-device sync; 0 never checks;
+            ``None``: every step on CPU, every 8 on an accelerator, see
+            ``attnkit.decoding.common``). The outputs never depend on it.
 
     Returns:
         ``DecodeResult`` with each sentence's tokens (no BOS/EOS) and summed log-prob.

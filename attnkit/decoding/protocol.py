@@ -14,6 +14,19 @@ must return the state to use afterwards.
 
 Keeping this protocol tiny is what lets the same search code serve the
 encoder-decoder Transformer, decoder-only LMs and RNN seq2seq models.
+
+One optional extension, for models that preallocate: a model that sets
+``accepts_max_steps = True`` is started with
+``start(src_ids, max_steps=T)``, where ``T`` bounds the number of ``step``
+calls that follow (the search's length bound), so it can size a static KV
+cache once. Every other model is started with ``start(src_ids)`` as before
+(``start_decoding`` does the dispatch).
+
+A second optional extension, for beam search: a state may define
+``reorder_beams(indices, beam_size)``, called instead of ``reorder`` once the
+batch is ``B * beam_size`` rows in groups of consecutive beams, with indices
+that never leave their group. Parts of the state that are identical within a
+group (everything computed from the source) may then stay where they are.
 """
 
 from __future__ import annotations
@@ -49,3 +62,10 @@ class Stepper(Protocol):
     def step(self, tokens: Tensor, state: DecodingState) -> tuple[Tensor, DecodingState]:
         """Feed ``tokens`` ``(B,)``; return logits ``(B, V)`` and the updated state."""
         ...
+
+
+def start_decoding(model: Stepper, src_ids: Tensor, max_steps: int) -> DecodingState:
+    """``model.start(src_ids)``, passing ``max_steps`` to models that accept it."""
+    if getattr(model, "accepts_max_steps", False):
+        return model.start(src_ids, max_steps=max_steps)  # type: ignore[call-arg]
+    return model.start(src_ids)

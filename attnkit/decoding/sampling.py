@@ -48,7 +48,7 @@ def sample(
     max_len_a: float = 1.0,
     max_len_b: int = 50,
     max_len: int | None = None,
-    check_every: int = 1,
+    check_every: int | None = None,
 ) -> DecodeResult:
     """Sample one output per sentence of ``src_ids`` ``(B, S)``, all at once.
 

@@ -4,18 +4,30 @@ Training uses ``forward(src_ids, tgt_ids)``; decoding uses the stepping
 protocol of ``attnkit.decoding``: ``encode``/``start`` once per source batch,
 then ``decode_step``/``step`` one token at a time against an explicit KV cache.
 
+Fast decoding (``fast_decoding``, on by default): when a search tells
+``start`` its length bound (``max_steps``), the cache is a
+``StaticKVCache`` of exactly that capacity, so every step has the same shapes
+(greedy and beam outputs are the same as with the growing cache; tested).
+``compile_decoding()`` additionally compiles that step (CUDA graphs on GPU).
+Set ``model.fast_decoding = False`` to debug with the plain growing cache.
+Relative positions keep the growing cache (their distances assume the
+queries are the last keys).
+
 Shapes: ``B`` batch, ``S`` source length, ``T`` target length, ``D`` d_model,
 ``V`` vocabulary, ``h`` heads.
 """
 
 from __future__ import annotations
 
+import warnings
+import weakref
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 from torch import Tensor, nn
 
-from attnkit.attention.cache import KVCache
+from attnkit.attention.cache import KVCache, StaticBufferPool, StaticKVCache
 from attnkit.attention.masks import causal_padding_mask, padding_mask
 from attnkit.attention.multihead import MultiHeadAttention
 from attnkit.blocks import Decoder, DecoderLayer, Encoder, EncoderLayer, FeedForward, Residual
@@ -40,7 +52,11 @@ def _attention(c: TransformerConfig, *, self_attention: bool = False) -> MultiHe
         else None
     )
     return MultiHeadAttention(
-        c.d_model, c.num_heads, dropout=c.attention_dropout, relative_positions=relative
+        c.d_model,
+        c.num_heads,
+        dropout=c.attention_dropout,
+        relative_positions=relative,
+        score=c.attention_score,
     )
 
 
@@ -89,7 +105,7 @@ class EncoderDecoderState:
     """
 
     src_mask: Tensor
-    cache: KVCache
+    cache: KVCache | StaticKVCache
 
     def reorder(self, indices: Tensor) -> EncoderDecoderState:
         """Keep batch rows ``indices`` ``(B',)``, e.g. to follow beams."""
@@ -97,12 +113,33 @@ class EncoderDecoderState:
         self.src_mask = self.src_mask.index_select(0, indices)
         return self
 
+    def reorder_beams(self, indices: Tensor, beam_size: int) -> EncoderDecoderState:
+        """``reorder`` for indices that stay within groups of ``beam_size`` rows.
+
+        The rows of a group (one sentence's beams) share their source, so the
+        source mask and cross-attention K/V need not move: the static cache
+        reorders its self-attention K/V only (the growing cache, the
+        reference path, reorders everything).
+        """
+        if not isinstance(self.cache, StaticKVCache):
+            return self.reorder(indices)
+        self.cache.reorder(indices, cross=False)
+        return self
+
 
 # -- the model ---------------------------------------------------------------------
 
 
+# Compiled decode steps, per model, kept off the module (no state_dict/deepcopy impact).
+_COMPILED_STEPS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
 class EncoderDecoder(nn.Module):
     """The Transformer. Build it from a ``TransformerConfig``."""
+
+    # Decoding speed switches (instance attributes override these defaults).
+    fast_decoding: bool = True  # static KV cache when the search gives max_steps
+    accepts_max_steps = True  # the searches may call start(src_ids, max_steps=...)
 
     def __init__(self, config: TransformerConfig):
         super().__init__()
@@ -190,14 +227,32 @@ class EncoderDecoder(nn.Module):
 
     # -- incremental decoding (the stepping protocol) ------------------------------
 
-    def encode(self, src_ids: Tensor, *, capacity: int | None = None) -> EncoderDecoderState:
-        """Run the encoder once and precompute every layer's cross-attention K/V."""
+    def encode(
+        self, src_ids: Tensor, *, capacity: int | None = None, static: bool = False
+    ) -> EncoderDecoderState:
+        """Run the encoder once and precompute every layer's cross-attention K/V.
+
+        ``static=True`` gives a ``StaticKVCache`` of ``capacity`` positions
+        (default ``max_len``), pooled across calls when the step is compiled.
+        """
         c = self.config
         src_mask = padding_mask(src_ids, self.pad_id)
         memory, _ = self.encoder(self.src_embed(src_ids), mask=src_mask)
         kv = [layer.cross_attn.project_kv(memory) for layer in self.decoder.layers]
         cross_k = torch.stack([k for k, _ in kv])
         cross_v = torch.stack([v for _, v in kv])
+        if static:
+            compiled = _COMPILED_STEPS.get(self)
+            cache: KVCache | StaticKVCache = StaticKVCache.allocate(
+                c.num_decoder_layers,
+                c.num_heads,
+                c.head_dim,
+                capacity=capacity or c.max_len,
+                cross_k=cross_k,
+                cross_v=cross_v,
+                pool=None if compiled is None else compiled["pool"],
+            )
+            return EncoderDecoderState(src_mask=src_mask, cache=cache)
         cache = KVCache(
             c.num_decoder_layers,
             src_ids.size(0),
@@ -221,6 +276,8 @@ class EncoderDecoder(nn.Module):
         if tokens.dim() == 1:
             tokens = tokens[:, None]
         cache = state.cache
+        if isinstance(cache, StaticKVCache):
+            return self._static_decode_step(tokens, state, cache), state
         x = self.tgt_embed(tokens, offset=cache.length)
         hidden, _, _ = self.decoder(
             x, None, is_causal=True, memory_mask=state.src_mask, cache=cache
@@ -228,8 +285,128 @@ class EncoderDecoder(nn.Module):
         cache.advance(tokens.size(1))
         return self.output_proj(hidden[:, -1]), state
 
+    # -- the fast path: static cache, optionally compiled --------------------------
+
+    def static_decoding_supported(self, max_steps: int) -> bool:
+        """Whether ``start(..., max_steps=max_steps)`` takes the static cache."""
+        c = self.config
+        return self.fast_decoding and not c.relative_positions and 1 <= max_steps <= c.max_len
+
+    def compile_decoding(
+        self, enabled: bool = True, *, mode: str | None = "auto", fullgraph: bool = True
+    ) -> None:
+        """Compile the static-cache decode step with ``torch.compile`` (or stop doing so).
+
+        ``mode="auto"``: ``"reduce-overhead"`` (CUDA graphs) on CUDA, inductor's
+        default elsewhere. Shapes are static (``dynamic=False``): each new
+        (batch, source length, capacity) compiles once, and past
+        ``torch._dynamo.config.recompile_limit`` shapes torch falls back to
+        eager. A step that fails to compile warns and runs eagerly from then
+        on. Only used while ``fast_decoding`` is on.
+        """
+        if not enabled:
+            _COMPILED_STEPS.pop(self, None)
+            return
+        entry = _COMPILED_STEPS.get(self)
+        if entry is not None and (entry["mode"], entry["fullgraph"]) == (mode, fullgraph):
+            return  # already on: keep the compiled step and its buffers
+        _COMPILED_STEPS[self] = {
+            "mode": mode,
+            "fullgraph": fullgraph,
+            "fn": None,  # compiled lazily, on the first step's device
+            "failed": False,
+            "pool": StaticBufferPool(),
+        }
+
+    def _compiled_step(self, device: torch.device) -> Callable[..., Tensor] | None:
+        """The compiled ``_static_logits`` (called with the model first), or ``None``."""
+        entry = _COMPILED_STEPS.get(self)
+        if entry is None or entry["failed"]:
+            return None
+        if entry["fn"] is None:
+            mode = entry["mode"]
+            if mode == "auto":
+                mode = "reduce-overhead" if device.type == "cuda" else None
+            # The plain function, not the bound method: a bound method would
+            # keep the model alive through the weak-keyed table.
+            entry["fn"] = torch.compile(
+                EncoderDecoder._static_logits,
+                mode=mode,
+                fullgraph=entry["fullgraph"],
+                dynamic=False,
+            )
+        return entry["fn"]
+
+    def _static_decode_step(
+        self, tokens: Tensor, state: EncoderDecoderState, cache: StaticKVCache
+    ) -> Tensor:
+        cache.check_room(tokens.size(1))  # host-side: an overflow would be a device error
+        args = (
+            tokens,
+            state.src_mask,
+            cache.self_k,
+            cache.self_v,
+            cache.cross_k,
+            cache.cross_v,
+            cache.pos,
+        )
+        compiled = self._compiled_step(tokens.device)
+        if compiled is None:
+            logits = self._static_logits(*args)
+        else:
+            try:
+                logits = compiled(self, *args)
+            except Exception as err:  # any compiler failure: stay correct, just slower
+                warnings.warn(
+                    f"compile_decoding: the compiled decode step failed "
+                    f"({type(err).__name__}: {err}); decoding eagerly from now on",
+                    RuntimeWarning,
+                    stacklevel=3,
+                )
+                _COMPILED_STEPS[self]["failed"] = True  # keep the pool
+                # Safe to redo: the step only writes this step's keys/values.
+                logits = self._static_logits(*args)
+        cache.advance(tokens.size(1))
+        return logits
+
+    def _static_logits(
+        self,
+        tokens: Tensor,
+        src_mask: Tensor,
+        self_k: list[Tensor],
+        self_v: list[Tensor],
+        cross_k: Tensor,
+        cross_v: Tensor,
+        pos: Tensor,
+    ) -> Tensor:
+        """One decode step on static buffers: ``tokens`` ``(B, t)`` at positions ``pos ..``.
+
+        A pure function of tensors (the cache view is rebuilt inside), so that
+        ``torch.compile`` sees the same shapes at every step; it writes the
+        new keys/values into ``self_k``/``self_v`` in place and returns the
+        logits ``(B, V)`` for the next token.
+        """
+        cache = StaticKVCache(self_k, self_v, cross_k, cross_v, pos)
+        t = tokens.size(1)
+        emb = self.tgt_embed
+        # Positions come from the device index, not a Python offset.
+        pe = emb.positions(cache.capacity).index_select(0, cache.positions(t))
+        x = emb.dropout(emb.tokens(tokens) + pe)
+        hidden, _, _ = self.decoder(
+            x,
+            None,
+            self_mask=cache.self_mask(t),
+            is_causal=False,
+            memory_mask=src_mask,
+            cache=cache,
+        )
+        return self.output_proj(hidden[:, -1])
+
     # The protocol's names (attnkit.decoding.protocol.Stepper).
-    def start(self, src_ids: Tensor) -> EncoderDecoderState:
+    def start(self, src_ids: Tensor, *, max_steps: int | None = None) -> EncoderDecoderState:
+        """Encode ``src_ids`` ``(B, S)``; with ``max_steps``, use the static cache if supported."""
+        if max_steps is not None and self.static_decoding_supported(max_steps):
+            return self.encode(src_ids, capacity=max_steps, static=True)
         return self.encode(src_ids)
 
     def step(

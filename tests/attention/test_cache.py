@@ -1,6 +1,7 @@
+import pytest
 import torch
 
-from attnkit.attention import KVCache
+from attnkit.attention import KVCache, StaticBufferPool, StaticKVCache
 
 
 def test_reorder_permutes_exactly():
@@ -30,3 +31,79 @@ def test_update_grows_past_capacity_and_keeps_contents():
         cache.advance()
     assert k_all.flatten().tolist() == [0, 1, 2, 3, 4]
     assert cache.capacity >= 5
+
+
+# -- the static cache of the fast decoding path ------------------------------------
+
+
+def _static(batch: int, capacity: int = 3, pool=None) -> StaticKVCache:
+    rows = torch.arange(float(batch)).view(1, batch, 1, 1, 1)
+    cross = rows.expand(2, batch, 1, 4, 2).clone()
+    return StaticKVCache.allocate(
+        2, 1, 2, capacity=capacity, cross_k=cross, cross_v=-cross, pool=pool
+    )
+
+
+def _fill(cache: StaticKVCache, batch: int) -> None:
+    """Row b's key at step t is 100 * t + 10 * layer + b (values: its negation)."""
+    for t in range(2):
+        for layer in range(2):
+            k = (100 * t + 10 * layer + torch.arange(float(batch))).view(batch, 1, 1, 1)
+            cache.update(layer, k.expand(batch, 1, 1, 2), -k.expand(batch, 1, 1, 2))
+        cache.advance()
+
+
+def test_static_update_writes_at_pos_and_masks_the_rest():
+    cache = _static(2, capacity=4)
+    _fill(cache, 2)
+    assert cache.length == 2 and cache.pos.tolist() == [2]
+    k, v = cache.update(1, torch.full((2, 1, 1, 2), 7.0), torch.zeros(2, 1, 1, 2))
+    assert k.shape == (2, 1, 4, 2)  # the whole capacity, every step
+    assert k[:, 0, :, 0].tolist() == [[10, 110, 7, 0], [11, 111, 7, 0]]
+    assert cache.self_mask(1).tolist() == [[[[True, True, True, False]]]]
+    assert cache.self_mask(2)[0, 0].tolist() == [[True, True, True, False], [True] * 4]
+    cache.check_room(2)
+    with pytest.raises(ValueError, match="capacity"):
+        cache.check_room(3)
+
+
+@pytest.mark.parametrize("pooled", [False, True])
+def test_static_reorder_permutes_exactly(pooled):
+    cache = _static(3, pool=StaticBufferPool() if pooled else None)
+    _fill(cache, 3)
+    address = cache.self_k[1].data_ptr()
+    idx = torch.tensor([2, 2, 0])
+    cache.reorder(idx)
+    for layer in range(2):
+        k, v = cache.self_k[layer][:, 0, :2, 0], cache.self_v[layer][:, 0, :2, 0]
+        assert k.tolist() == [[100 * t + 10 * layer + b for t in range(2)] for b in (2, 2, 0)]
+        assert torch.equal(v, -k)
+        ck, cv = cache.cross(layer)
+        assert ck[:, 0, 0, 0].tolist() == [2.0, 2.0, 0.0] and torch.equal(cv, -ck)
+    assert (cache.self_k[1].data_ptr() == address) == pooled  # pooled: copied in place
+    cache.reorder(torch.tensor([0, 0, 1, 1, 2, 2]))  # a batch-size change (beam expansion)
+    assert cache.self_k[0].size(0) == 6
+    assert cache.self_k[0][:, 0, 0, 0].tolist() == [2, 2, 2, 2, 0, 0]
+
+
+def test_pool_hands_a_buffer_out_again_only_once_its_owner_is_gone():
+    pool = StaticBufferPool()
+    first = _static(2, pool=pool)
+    addresses = first.self_k[0].data_ptr(), first.cross_k.data_ptr()
+    second = _static(2, pool=pool)  # first is alive: fresh buffers
+    assert second.self_k[0].data_ptr() not in addresses
+    del first, second
+    third = _static(2, pool=pool)
+    assert (third.self_k[0].data_ptr(), third.cross_k.data_ptr()) == addresses
+    assert third.pos.tolist() == [0] and not third.self_k[0].any()  # handed out zeroed
+
+
+def test_static_reorder_can_leave_the_cross_keys_in_place():
+    cache = _static(3)
+    _fill(cache, 3)
+    cross = cache.cross_k.clone()
+    cache.reorder(torch.tensor([1, 1, 0]), cross=False)  # rows that share a source
+    assert torch.equal(cache.cross_k, cross)
+    assert cache.self_k[0][:, 0, 0, 0].tolist() == [1, 1, 0]
+    with pytest.raises(ValueError, match="cross=False"):
+        cache.reorder(torch.tensor([0, 1]), cross=False)
