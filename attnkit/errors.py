@@ -31,3 +31,7 @@ class DataError(AttnkitError, ValueError):
 
 class CheckpointError(AttnkitError, ValueError):
     """A checkpoint is missing, truncated, unsafe or incompatible."""
+
+
+class TrainingError(AttnkitError):
+    """Training cannot go on (e.g. the loss stayed non-finite); the last checkpoint is intact."""

@@ -18,18 +18,37 @@ def add_device_argument(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def prepare_out_dir(out: Path, *, resume: bool = False, overwrite: bool = False) -> None:
-    """Make sure ``out`` may be written: never silently replace an earlier run."""
+def check_out_dir(out: Path, *, resume: bool = False, overwrite: bool = False) -> None:
+    """Raise ``UsageError`` unless ``prepare_out_dir`` may use ``out``; changes nothing.
+
+    Call it before any slow work (reading data, training a tokenizer), so a
+    wrong ``--out`` fails at once, and ``prepare_out_dir`` only once every
+    other check has passed, so a failed command leaves the disk as it was.
+    """
     if resume and overwrite:
         raise UsageError("--resume and --overwrite: choose one")
     if out.exists() and not out.is_dir():
-        raise UsageError(f"{out}: exists and is not a directory")
-    if out.is_dir() and any(out.iterdir()) and not resume:
-        if not overwrite:
+        raise UsageError(f"{out}: exists and is not a directory; choose another --out")
+    if resume:
+        from attnkit.training.checkpoint import latest_checkpoint
+
+        if latest_checkpoint(out) is None:
+            also = "" if not out.is_dir() or not any(out.iterdir()) else " and --overwrite"
             raise UsageError(
-                f"{out}: already holds an earlier run; pass --resume to continue it "
-                "or --overwrite to replace it (or choose another --out)"
+                f"--resume: {out} holds nothing to resume (no checkpoints/step_*); "
+                f"start a new run without --resume{also}"
             )
+    elif out.is_dir() and any(out.iterdir()) and not overwrite:
+        raise UsageError(
+            f"{out}: already holds an earlier run; pass --resume to continue it "
+            "or --overwrite to replace it (or choose another --out)"
+        )
+
+
+def prepare_out_dir(out: Path, *, resume: bool = False, overwrite: bool = False) -> None:
+    """Make sure ``out`` may be written: never silently replace an earlier run."""
+    check_out_dir(out, resume=resume, overwrite=overwrite)
+    if out.is_dir() and any(out.iterdir()) and overwrite:
         shutil.rmtree(out)
     out.mkdir(parents=True, exist_ok=True)
 
@@ -37,7 +56,10 @@ def prepare_out_dir(out: Path, *, resume: bool = False, overwrite: bool = False)
 def read_lines(path: str | None) -> list[str]:
     """Lines of ``path`` (or of stdin when ``path`` is None), without line endings."""
     if path is None:
-        return [line.rstrip("\r\n") for line in sys.stdin]
+        lines = [line.rstrip("\r\n") for line in sys.stdin]
+        if lines:
+            lines[0] = lines[0].removeprefix("\ufeff")  # a BOM, as the file reader drops it
+        return lines
     from attnkit.data.readers import read_lines as read_file_lines
 
     return read_file_lines(path)

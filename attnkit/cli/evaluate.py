@@ -11,7 +11,10 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
+import sys
 import time
+from pathlib import Path
 
 from attnkit.cli.common import add_device_argument
 from attnkit.cli.translate import add_decoding_arguments, check_decoding_arguments
@@ -22,6 +25,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--src", required=True, help="source sentences, one per line")
     parser.add_argument("--ref", required=True, help="reference translations, one per line")
     add_decoding_arguments(parser)
+    parser.add_argument(
+        "--skip-empty", action="store_true", help="drop pairs with an empty source or reference"
+    )
     parser.add_argument("--hyp-out", help="also write the translations to this file")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     add_device_argument(parser)
@@ -53,14 +59,40 @@ def reference_perplexity(model, tokenizer, pairs, batch_size: int = 64) -> float
     return math.exp(min(nll / max(n, 1), 50.0))
 
 
+def write_atomically(path: Path, text: str) -> None:
+    """Write ``text`` to a temporary file beside ``path``, then rename it into place.
+
+    An interrupted run leaves either the old file or the new one, never half of it.
+    """
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
 def run(args: argparse.Namespace) -> int:
     from attnkit.data.readers import read_parallel
     from attnkit.decoding.text import translate_texts
+    from attnkit.errors import DataError, UsageError
     from attnkit.evaluation.bleu import corpus_scores
     from attnkit.training.translation import load_translation_model
 
     check_decoding_arguments(args)
-    pairs = list(read_parallel(args.src, args.ref))
+    if args.hyp_out:
+        hyp_out = Path(args.hyp_out)
+        if hyp_out.is_dir() or not hyp_out.parent.is_dir():
+            raise UsageError(f"--hyp-out {hyp_out}: not a file in an existing directory")
+    corpus = read_parallel(args.src, args.ref, skip_empty=args.skip_empty)
+    if corpus.dropped_empty:
+        print(
+            f"attnkit evaluate: warning: skipped {corpus.dropped_empty} pair(s) with an empty side",
+            file=sys.stderr,
+        )
+    pairs = list(corpus)
+    if not pairs:
+        raise DataError(f"{args.src}: no sentence pairs left to score")
     model, tokenizer = load_translation_model(args.checkpoint, args.device)
     beam = 1 if args.greedy else args.beam
     start = time.perf_counter()
@@ -75,8 +107,7 @@ def run(args: argparse.Namespace) -> int:
     )
     seconds = time.perf_counter() - start
     if args.hyp_out:
-        with open(args.hyp_out, "w", encoding="utf-8") as f:
-            f.writelines(h + "\n" for h in hyps)
+        write_atomically(Path(args.hyp_out), "".join(h + "\n" for h in hyps))
     scores = corpus_scores(hyps, [t for _, t in pairs])
     result = {
         **scores,

@@ -7,6 +7,7 @@ with 2 (usage) or 1 (runtime), without a traceback unless ``--debug`` is given.
 from __future__ import annotations
 
 import argparse
+import difflib
 import importlib
 import sys
 from collections.abc import Sequence
@@ -68,7 +69,10 @@ def build_parser() -> argparse.ArgumentParser:
         if module is None:
             continue
         p = sub.add_parser(name, help=help_text, description=module.__doc__)
-        p.add_argument("--debug", action="store_true", help=argparse.SUPPRESS)
+        # SUPPRESS: without --debug here, keep the top-level value (`attnkit --debug CMD`).
+        p.add_argument(
+            "--debug", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS
+        )
         module.add_arguments(p)
         p.set_defaults(_run=module.run)
     return parser
@@ -83,9 +87,28 @@ def _load(module_name: str):
         raise
 
 
+def _unrecognized(parser: argparse.ArgumentParser, command: str, extras: list[str]) -> str:
+    """One line naming the unknown arguments, the nearest option and where to look."""
+    message = f"attnkit {command}: error: unrecognized arguments: {' '.join(extras)}"
+    sub = next(
+        (a.choices[command] for a in parser._actions if isinstance(a, argparse._SubParsersAction)),
+        None,
+    )
+    options = list(sub._option_string_actions) if sub is not None else []
+    unknown = next((e.split("=", 1)[0] for e in extras if e.startswith("-")), None)
+    close = difflib.get_close_matches(unknown, options, n=1) if unknown else []
+    if close:
+        message += f"; did you mean {close[0]}?"
+    return message + f" (see 'attnkit {command} --help')\n"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extras = parser.parse_known_args(argv)
+    if extras:
+        if args.command is None:
+            parser.error(f"unrecognized arguments: {' '.join(extras)} (see 'attnkit --help')")
+        parser.exit(2, _unrecognized(parser, args.command, extras))
     if args.command is None:
         parser.print_help()
         return 0

@@ -22,9 +22,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 from pathlib import Path
 
-from attnkit.cli.common import add_device_argument, prepare_out_dir
+from attnkit.cli.common import add_device_argument, check_out_dir, prepare_out_dir
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -60,6 +61,11 @@ def run_language_model(args: argparse.Namespace, run_config, out: Path) -> int:
     from attnkit.errors import ConfigError, UsageError
     from attnkit.training.lm_task import language_model_from_run, lm_train_config_from_run, train_lm
 
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        raise UsageError(
+            f"task: {run_config.task} runs train in one process; run them without torchrun "
+            "(torchrun is for translation)"
+        )
     if args.resume:
         raise UsageError(
             f"--resume: {run_config.task} runs cannot be resumed yet; "
@@ -94,6 +100,7 @@ def run_language_model(args: argparse.Namespace, run_config, out: Path) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
+    from attnkit.training.distributed import init_distributed
     from attnkit.training.runconfig import load_run_config
     from attnkit.training.translation import TranslationTrainer, build_tokenizer, load_tokenizer
 
@@ -102,10 +109,11 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.out or Path("runs") / name)
     if run_config.task in ("lm", "mlm"):
         return run_language_model(args, run_config, out)
-    # Read and check the data before touching the output directory.
+    dist = init_distributed(args.device)  # under torchrun: join the group, one device per rank
+    # Check everything (out dir, data, tokenizer, model) before touching the disk.
+    check_out_dir(out, resume=args.resume, overwrite=args.overwrite)
     train = load_parallel(run_config.data, run_config.data.train)
     valid = load_parallel(run_config.data, run_config.data.valid) if run_config.data.valid else []
-    prepare_out_dir(out, resume=args.resume, overwrite=args.overwrite)
 
     tokenizer = load_tokenizer(out) if args.resume else None
     if tokenizer is None:
@@ -118,10 +126,15 @@ def run(args: argparse.Namespace) -> int:
         valid_pairs=valid,
         device=args.device,
         progress=not args.no_progress,
+        distributed=dist,
     )
+    dist.on_main(prepare_out_dir, out, resume=args.resume, overwrite=args.overwrite)
+    if train.dropped_empty:
+        print(f"skipped {train.dropped_empty} training pairs with an empty side (data.skip_empty)")
     if args.resume and trainer.resume():
         print(f"resuming {out} from step {trainer.step}")
-    (out / "run.json").write_text(run_config.to_json() + "\n", encoding="utf-8")
+    if dist.is_main:
+        (out / "run.json").write_text(run_config.to_json() + "\n", encoding="utf-8")
     n = trainer.model.num_parameters()
     print(
         f"{len(train)} training pairs ({trainer.corpus.dropped} longer than "

@@ -54,6 +54,25 @@ def check_decoding_arguments(args: argparse.Namespace) -> None:
         raise UsageError(f"--max-len-b must be >= 1, got {args.max_len_b}")
 
 
+def truncate_sources(
+    sources: list[list[int]], limit: int, input_name: str | None
+) -> list[list[int]]:
+    """Cut sources to ``limit`` tokens (the model's positions, less EOS), with one warning.
+
+    Longer inputs cannot be encoded at all; rather than fail the whole file,
+    each is shortened and the first offending line is named on stderr.
+    """
+    long = [i for i, ids in enumerate(sources, start=1) if len(ids) > limit]
+    if long:
+        where = f"{input_name or '<stdin>'}:{long[0]}"
+        print(
+            f"attnkit translate: warning: {len(long)} input line(s) longer than the model's "
+            f"{limit} tokens were truncated (first: {where})",
+            file=sys.stderr,
+        )
+    return [ids[:limit] for ids in sources]
+
+
 def run(args: argparse.Namespace) -> int:
     import torch
 
@@ -70,16 +89,22 @@ def run(args: argparse.Namespace) -> int:
     if not 0 < args.top_p <= 1:
         raise UsageError(f"--top-p must be in (0, 1], got {args.top_p}")
 
+    # A bad --input fails before the model loads; stdin is read once the model is ready.
+    lines = read_lines(args.input) if args.input is not None else None
     model, tokenizer = load_translation_model(args.checkpoint, args.device)
-    lines = read_lines(args.input)
+    if lines is None:
+        lines = read_lines(None)
     device = next(model.parameters()).device
     sampling = None
     if args.sample:
         generator = torch.Generator(device=device).manual_seed(args.seed)
         sampling = {"temperature": args.temperature, "top_k": args.top_k, "top_p": args.top_p,
                     "generator": generator}  # fmt: skip
+    src = truncate_sources(
+        [tokenizer.encode(line) for line in lines], model.config.max_len - 1, args.input
+    )
+    src = [ids + [tokenizer.eos_id] for ids in src]
     max_positions = model.config.max_len
-    src = [tokenizer.encode(line)[: max_positions - 1] + [tokenizer.eos_id] for line in lines]
     beam = 1 if args.greedy else args.beam
     with torch.no_grad():
         results = decode_ids(

@@ -48,17 +48,23 @@ def _read_checked(path: str | Path) -> str:
     """The file's text, UTF-8 decoded, leading BOM removed; DataError for every failure."""
     p = Path(path)
     if not p.exists():
-        raise DataError(f"{p}: file not found")
+        blocker = _file_in_the_way(p)
+        if blocker is not None:
+            raise DataError(
+                f"{blocker}: is a file, not a directory, so {p} cannot exist; "
+                "check the path (and data.dir in a run config)"
+            )
+        raise DataError(f"{p}: file not found; check the path (and data.dir in a run config)")
     if p.is_dir():
         raise DataError(f"{p}: is a directory, expected a text file")
     try:
         data = p.read_bytes()
     except PermissionError:
-        raise DataError(f"{p}: permission denied (cannot read the file)") from None
+        raise DataError(f"{p}: permission denied; check the file's permissions") from None
     except OSError as e:
         raise DataError(f"{p}: cannot read the file ({e.strerror or e})") from None
     if not data.strip(b"\xef\xbb\xbf\r\n"):
-        raise DataError(f"{p}: file is empty")
+        raise DataError(f"{p}: file is empty; expected one sentence per line")
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as e:
@@ -67,6 +73,14 @@ def _read_checked(path: str | Path) -> str:
             f"{p}:{line}: not valid UTF-8 (byte {e.start}); convert the file to UTF-8"
         ) from None
     return text.removeprefix(_BOM)
+
+
+def _file_in_the_way(path: Path) -> Path | None:
+    """The nearest existing ancestor of ``path`` if it is a file (e.g. data.dir names a file)."""
+    for parent in path.parents:
+        if parent.exists():
+            return parent if not parent.is_dir() else None
+    return None
 
 
 def _split_lines(text: str) -> list[str]:
@@ -90,7 +104,8 @@ def read_text(path: str | Path) -> str:
 
 def _empty_error(path: Path, line: int) -> DataError:
     return DataError(
-        f"{path}:{line}: empty line; pass skip_empty=True (--skip-empty) to drop such pairs"
+        f"{path}:{line}: empty line; remove it, or drop such pairs with data.skip_empty: true "
+        "(attnkit train) or --skip-empty (attnkit evaluate)"
     )
 
 

@@ -13,7 +13,11 @@ A checkpoint is a directory::
 
 Loading never unpickles (principle 11): no ``torch.load``, no ``pickle``. A
 file that is a pickle or a ``torch.save`` zip is refused before anything reads
-it, and safetensors headers are checked against the file size first.
+it, and a pickle-format file (``pytorch_model.bin``, ``model.pt``) found in
+place of ``model.safetensors`` is named and never opened. Untrusted sizes are
+capped before parsing: a safetensors header may claim at most
+``MAX_HEADER_BYTES`` (and no more than the file holds), and each JSON file has
+a size limit (``MAX_JSON_BYTES``) checked before it is read.
 
 Nested Python state (trainer state, optimizer state) is stored as a JSON tree
 in which a tensor leaf becomes ``{"__tensor__": "dotted.path"}`` (the tensor
@@ -22,6 +26,13 @@ lives under that key in the ``.safetensors`` beside it) and a tuple becomes
 as tuples.
 
 Layout of a run: ``run_dir/checkpoints/step_00001000/`` (``checkpoint_dir``).
+
+Crash safety: a checkpoint is written into a hidden ``.step_N.tmp-*``
+directory, every file and the directory are fsynced, and only then is it
+renamed to ``step_N`` (and the parent fsynced), so ``step_N`` never names a
+half-written checkpoint, whenever the process dies. ``latest_checkpoint``
+only sees ``step_N`` names; ``remove_stale_temporaries`` tidies what a killed
+run left behind (``--resume`` calls it).
 """
 
 from __future__ import annotations
@@ -31,6 +42,7 @@ import os
 import random
 import re
 import shutil
+import signal
 import struct
 import tempfile
 import uuid
@@ -53,8 +65,29 @@ OPTIMIZER_FILE = "optimizer"  # .json + .safetensors
 EXTRA_FILE = "extra.safetensors"
 
 MAX_HEADER_BYTES = 100 * 1024 * 1024  # a real header is KBs; refuse before parsing a bomb
+# Size limits of the JSON files, checked before reading: real ones are far smaller
+# (a config ~1 KB, a 37k BPE vocabulary ~2 MB, trainer state ~30 KB).
+MAX_JSON_BYTES = {
+    CONFIG_FILE: 1 << 20,
+    TOKENIZER_FILE: 64 << 20,
+    f"{TRAINER_FILE}.json": 16 << 20,
+    f"{OPTIMIZER_FILE}.json": 16 << 20,
+}
+_DEFAULT_JSON_LIMIT = 16 << 20
+# Formats that torch.load would unpickle: named in errors, never opened.
+PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl", ".pickle")
+# Which command reads a checkpoint of each model family (for error messages).
+FAMILY_COMMANDS = {
+    "transformer": "attnkit translate",
+    "rnn": "attnkit translate",
+    "decoder_only": "attnkit generate",
+}
 _ALIASES_KEY = "attnkit.aliases"
 _STEP_DIR = re.compile(r"step_(\d+)")
+# Hidden directories a crash may leave beside the checkpoints (see _swap_into_place).
+_STALE_DIR = re.compile(r"\.(step_\d+)\.(tmp|old|del)-.*")
+# Test hook, inert unless set: "POINT:STEP" makes kill_point(POINT, STEP) SIGKILL the process.
+KILL_AT_ENV = "ATTNKIT_TEST_KILL_AT"
 
 
 @dataclass
@@ -139,15 +172,18 @@ def _check_safetensors_file(path: Path) -> None:
             head = f.read(9)
             if len(head) < 9:
                 raise CheckpointError(f"{path}: truncated ({size} bytes), not a safetensors file")
-            (header_len,) = struct.unpack("<Q", head[:8])
-            looks_like_header = head[8:9] == b"{" and 8 + header_len <= size
-            if not looks_like_header:
+            if _is_pickle(head):
                 raise CheckpointError(f"{path}: {_describe_non_safetensors(head, size)}")
+            (header_len,) = struct.unpack("<Q", head[:8])
+            # The length prefix is untrusted: cap it before comparing or reading.
             if header_len > MAX_HEADER_BYTES:
                 raise CheckpointError(
                     f"{path}: safetensors header of {header_len} bytes exceeds the "
-                    f"{MAX_HEADER_BYTES}-byte limit"
+                    f"{MAX_HEADER_BYTES}-byte limit (corrupt or crafted file)"
                 )
+            looks_like_header = head[8:9] == b"{" and 8 + header_len <= size
+            if not looks_like_header:
+                raise CheckpointError(f"{path}: {_describe_non_safetensors(head, size)}")
             f.seek(8)
             header_bytes = f.read(header_len)
     except OSError as e:
@@ -167,6 +203,11 @@ def _check_safetensors_file(path: Path) -> None:
         )
 
 
+def _is_pickle(head: bytes) -> bool:
+    """A pickle (protocol 2-5) or a zip archive, which is how ``torch.save`` stores one."""
+    return (head[:1] == b"\x80" and 2 <= head[1] <= 5) or head[:4] == b"PK\x03\x04"
+
+
 def _describe_non_safetensors(head: bytes, size: int) -> str:
     if head[:1] == b"\x80" and 2 <= head[1] <= 5:
         return "is a Python pickle, not safetensors; refusing to unpickle (unsafe)"
@@ -175,11 +216,30 @@ def _describe_non_safetensors(head: bytes, size: int) -> str:
     return f"not a safetensors file or truncated ({size} bytes)"
 
 
+def _missing_tensors_error(path: Path) -> CheckpointError:
+    """``path`` does not exist; name a pickle-format file beside it, which we never load."""
+    parent = path.parent
+    pickles = (
+        sorted(p.name for p in parent.iterdir() if p.suffix in PICKLE_SUFFIXES and p.is_file())
+        if parent.is_dir()
+        else []
+    )
+    if pickles:
+        return CheckpointError(
+            f"{path}: file not found; {parent / pickles[0]} is a pickle-based format that "
+            "attnkit never loads (unpickling can run code); convert it to safetensors "
+            "with a tool you trust"
+        )
+    return CheckpointError(f"{path}: file not found")
+
+
 def load_tensors(path: str | Path) -> dict[str, Tensor]:
     """Read a safetensors file onto the CPU after validating it; tied keys share one tensor."""
     path = Path(path)
+    if not path.exists():
+        raise _missing_tensors_error(path)
     if not path.is_file():
-        raise CheckpointError(f"{path}: file not found")
+        raise CheckpointError(f"{path}: not a file")
     _check_safetensors_file(path)
     st = _safetensors()
     try:
@@ -316,7 +376,15 @@ def _read_json(path: Path) -> Any:
 
 
 def _read_text(path: Path) -> str:
+    """A checkpoint's JSON text, refused unread when over its ``MAX_JSON_BYTES`` limit."""
+    limit = MAX_JSON_BYTES.get(path.name, _DEFAULT_JSON_LIMIT)
     try:
+        size = path.stat().st_size
+        if size > limit:
+            raise CheckpointError(
+                f"{path}: {size} bytes exceeds the {limit}-byte limit for {path.name} "
+                "(corrupt or crafted file); not reading it"
+            )
         return path.read_text(encoding="utf-8")
     except FileNotFoundError as e:
         raise CheckpointError(f"{path}: file not found") from e
@@ -340,7 +408,8 @@ def _swap_into_place(tmp: Path, target: Path) -> None:
     - before the first rename: ``target`` untouched, a stale ``.NAME.tmp-*`` remains;
     - old renamed away, new not yet in: ``target`` is missing, the previous
       checkpoint is complete at ``.NAME.old-*`` and the new one at ``.NAME.tmp-*``
-      (``latest_checkpoint`` then finds the previous step; rename by hand to recover);
+      (``latest_checkpoint`` then finds the previous step;
+      ``remove_stale_temporaries`` renames the old copy back);
     - after the second rename: ``target`` is the new checkpoint, a stale
       ``.NAME.old-*`` may remain.
     ``target`` never names a half-written directory. Stale dot-directories
@@ -383,13 +452,19 @@ def save_checkpoint(
     """
     target = Path(directory)
     try:
+        created = not target.parent.is_dir()
         target.parent.mkdir(parents=True, exist_ok=True)
+        if created:  # make the new checkpoints/ entry itself durable
+            _fsync_dir(target.parent.parent)
         tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
     except OSError as e:
         raise CheckpointError(f"{target}: cannot create checkpoint directory: {e}") from e
     try:
         save_tensors(tmp / MODEL_FILE, model_state)
         _write_json(tmp / CONFIG_FILE, dict(config))
+        match = _STEP_DIR.fullmatch(target.name)
+        if match:  # crash tests kill the process here, with half the files written
+            kill_point("checkpoint_write", int(match.group(1)))
         if tokenizer_json is not None:
             _write_text(tmp / TOKENIZER_FILE, tokenizer_json)
         if trainer_state is not None:
@@ -418,6 +493,11 @@ def load_checkpoint(directory: str | Path, *, load_optimizer: bool = True) -> Ch
     directory = Path(directory)
     if not directory.is_dir():
         raise CheckpointError(f"{directory}: checkpoint directory not found")
+    if not (directory / CONFIG_FILE).exists():
+        raise CheckpointError(
+            f"{directory / CONFIG_FILE}: file not found; every checkpoint directory holds "
+            "the config.json it was saved with (is this an attnkit checkpoint?)"
+        )
     config = _read_json(directory / CONFIG_FILE)
     if not isinstance(config, dict):
         raise CheckpointError(f"{directory / CONFIG_FILE}: expected a JSON object")
@@ -476,6 +556,46 @@ def latest_checkpoint(run_dir: str | Path) -> Path | None:
             if best is None or step > best[0]:
                 best = (step, path)
     return None if best is None else best[1]
+
+
+def remove_stale_temporaries(run_dir: str | Path) -> list[Path]:
+    """Tidy the hidden directories a killed run may leave in ``run_dir/checkpoints``.
+
+    ``.step_N.tmp-*`` (a checkpoint being written) and ``.step_N.del-*`` (one
+    being deleted) are removed. ``.step_N.old-*`` is the previous copy of a
+    checkpoint being replaced: it is renamed back to ``step_N`` if that name is
+    missing (the crash hit between the two renames), else removed. Call it
+    only when no other process writes to the run. Returns what was removed.
+    """
+    root = Path(run_dir) / "checkpoints"
+    if not root.is_dir():
+        return []
+    removed = []
+    for path in sorted(root.iterdir()):
+        match = _STALE_DIR.fullmatch(path.name)
+        if not match or not path.is_dir():
+            continue
+        target = root / match.group(1)
+        if match.group(2) == "old" and not target.exists():
+            os.rename(path, target)
+            _fsync_dir(root)
+            continue
+        shutil.rmtree(path, ignore_errors=True)
+        removed.append(path)
+    return removed
+
+
+def kill_point(point: str, step: int) -> None:
+    """Test hook: SIGKILL this process when ``ATTNKIT_TEST_KILL_AT`` is ``"{point}:{step}"``.
+
+    ``tests/training/test_crash_resume.py`` uses it to crash at a chosen moment
+    (``checkpoint_write``: half-way through writing a checkpoint;
+    ``train_step``: after the backward pass, before the update). When the
+    variable is unset (always, outside those tests) it does nothing.
+    """
+    wanted = os.environ.get(KILL_AT_ENV)
+    if wanted and wanted == f"{point}:{step}":
+        os.kill(os.getpid(), getattr(signal, "SIGKILL", signal.SIGTERM))
 
 
 # -- checkpoint averaging (§6.1) -----------------------------------------------------
@@ -596,12 +716,29 @@ def load_model_state(model: torch.nn.Module, state: Mapping[str, Tensor], *, sou
     unexpected = sorted(set(state) - set(expected))
     if missing or unexpected:
         raise CheckpointError(
-            f"{source}: does not fit this model: missing {missing[:4]}, unexpected {unexpected[:4]}"
+            f"{source}: does not fit the model its {CONFIG_FILE} describes: missing "
+            f"{missing[:4]}, unexpected {unexpected[:4]}; the weights and {CONFIG_FILE} "
+            "come from different models"
         )
     for key, value in state.items():
         if value.shape != expected[key].shape:
             raise CheckpointError(
-                f"{source}: {key} has shape {tuple(value.shape)} but the model expects "
-                f"{tuple(expected[key].shape)} (a vocabulary or size mismatch?)"
+                f"{source}: {key} has shape {tuple(value.shape)} but the model built from "
+                f"{CONFIG_FILE} expects {tuple(expected[key].shape)}; the weights and "
+                f"{CONFIG_FILE} come from different models (another size or vocabulary)"
             )
     model.load_state_dict(state, strict=True)
+
+
+def family_hint(config: Mapping[str, Any], accepted: Iterable[str]) -> str:
+    """A hint to append to a loader's error when ``config.json`` is of another family.
+
+    ``"; this is a decoder_only checkpoint: use attnkit generate"`` when the
+    config's ``family`` is not in ``accepted`` but another command reads it
+    (e.g. a GPT-style checkpoint given to ``attnkit translate``), else ``""``.
+    """
+    family = config.get("family") if isinstance(config, Mapping) else None
+    if not isinstance(family, str) or family in accepted:
+        return ""
+    command = FAMILY_COMMANDS.get(family)
+    return f"; this is a {family} checkpoint: use {command}" if command else ""

@@ -308,7 +308,8 @@ def load_decoder_only(
     try:
         config = DecoderOnlyConfig.from_dict(state.config)
     except ConfigError as e:
-        raise CheckpointError(f"{directory / ckpt.CONFIG_FILE}: {e}") from None
+        hint = ckpt.family_hint(state.config, ("decoder_only",))
+        raise CheckpointError(f"{directory / ckpt.CONFIG_FILE}: {e}{hint}") from None
     if state.tokenizer_json is None:
         raise CheckpointError(f"{directory / ckpt.TOKENIZER_FILE}: missing; cannot read text")
     tokenizer = tokenizer_from_json(state.tokenizer_json)

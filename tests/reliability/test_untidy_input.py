@@ -1,0 +1,78 @@
+"""Untidy but valid input is accepted: CRLF, a BOM, over-long and empty lines.
+
+Also: ``--debug`` turns the one-line errors back into tracebacks.
+"""
+
+from __future__ import annotations
+
+import json
+
+from reliability_helpers import cli, lines, write_lines
+
+
+def test_training_data_with_crlf_and_bom_is_read_clean(trained):
+    # trained: train.en has CRLF endings and train.de a BOM (see conftest).
+    assert (trained.data / "train.en").read_bytes().count(b"\r\n") > 0
+    assert (trained.data / "train.de").read_bytes().startswith(b"\xef\xbb\xbf")
+    pieces = json.loads((trained.checkpoint / "tokenizer.json").read_text(encoding="utf-8"))
+    text = json.dumps(pieces, ensure_ascii=False)
+    assert "\r" not in text and "\\r" not in text  # no CR reached the tokenizer
+    assert "\ufeff" not in text and "\\ufeff" not in text  # nor the BOM
+    assert trained.stderr == ""  # a clean run prints nothing on stderr (--no-progress)
+
+
+def test_overlong_training_pairs_are_dropped_and_counted(trained):
+    assert "1 longer than data.max_len=64 dropped" in trained.stdout
+
+
+def test_empty_pairs_are_skipped_and_counted_with_skip_empty(trained):
+    assert "skipped 1 training pairs with an empty side (data.skip_empty)" in trained.stdout
+
+
+def test_translate_strips_crlf_and_bom_from_its_input(trained, tmp_path):
+    source = tmp_path / "in.txt"
+    write_lines(source, ["one hundred", "forty-two", "seven"], newline="\r\n", bom=True)
+    from_file = cli("translate", "--checkpoint", str(trained.run), "--input", str(source),
+                    "--greedy", cwd=tmp_path)  # fmt: skip
+    assert from_file.returncode == 0, from_file.stderr
+    assert from_file.stderr == ""
+    assert "\r" not in from_file.stdout and "\ufeff" not in from_file.stdout
+    assert from_file.stdout.count("\n") == 3
+    # The same bytes on stdin give the same translations.
+    from_stdin = cli("translate", "--checkpoint", str(trained.run), "--greedy", cwd=tmp_path,
+                     stdin=source.read_bytes().decode("utf-8"))  # fmt: skip
+    assert from_stdin.returncode == 0, from_stdin.stderr
+    assert from_stdin.stdout == from_file.stdout
+
+
+def test_translate_truncates_an_overlong_line_with_one_warning(trained, tmp_path):
+    source = tmp_path / "in.txt"
+    write_lines(source, ["one", "nine hundred ninety-nine " * 20, "two"])  # 500 chars > 127
+    result = cli("translate", "--checkpoint", str(trained.checkpoint), "--input", str(source),
+                 "--greedy", "--max-len-b", "5", cwd=tmp_path)  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.count("\n") == 3  # still one output line per input line
+    assert result.stderr.count("\n") == 1
+    assert "1 input line(s)" in result.stderr and "in.txt:2" in result.stderr
+    assert "truncated" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_evaluate_skips_empty_pairs_with_skip_empty(trained, tmp_path):
+    src = write_lines(tmp_path / "t.en", ["one", "", *lines("test", 0)], newline="\r\n")
+    ref = write_lines(tmp_path / "t.de", ["eins", "null", *lines("test", 1)], bom=True)
+    result = cli("evaluate", "--checkpoint", str(trained.checkpoint), "--src", str(src),
+                 "--ref", str(ref), "--skip-empty", "--greedy", "--json", cwd=tmp_path)  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == "attnkit evaluate: warning: skipped 1 pair(s) with an empty side\n"
+    assert json.loads(result.stdout)["sentences"] == 1 + len(lines("test", 0))
+
+
+def test_debug_shows_the_traceback(trained, tmp_path):
+    argv = ["translate", "--checkpoint", str(tmp_path / "nope")]
+    plain = cli(*argv, cwd=tmp_path, stdin="one\n")
+    assert plain.returncode == 1 and "Traceback" not in plain.stderr
+    for debug in (["--debug", *argv], [*argv, "--debug"]):
+        result = cli(*debug, cwd=tmp_path, stdin="one\n")
+        assert result.returncode != 0
+        assert "Traceback (most recent call last)" in result.stderr
+        assert "CheckpointError" in result.stderr and "nope" in result.stderr
