@@ -123,7 +123,7 @@ class TrainConfig:
 
     max_steps: int = 100_000
     max_minutes: float | None = None  # stop (and checkpoint) after this wall time
-    max_tokens: int = 4096  # padded tokens per batch (source or target, whichever is longer)
+    max_tokens: int = 4096  # padded tokens per batch and rank (source or target, the longer)
     grad_accum: int = 1
     schedule: str = "noam"  # noam | cosine | constant
     lr: float = 1.0  # noam: the factor in front of d_model^-0.5 * min(...); else the peak lr
@@ -140,11 +140,21 @@ class TrainConfig:
     keep_last: int = 5
     valid_bleu_sentences: int = 500  # 0 = no BLEU during training
     compile: bool = False
+    # Updates skipped in a row for a non-finite loss or gradient norm before training
+    # stops with an error (fp16 overflows, which the loss scaler handles, do not count).
+    max_nonfinite: int = 10
+    distributed: str = "ddp"  # under torchrun: ddp | fsdp (FSDP2, sharded); see docs/distributed.md
 
     def __post_init__(self) -> None:
         for name in ("max_steps", "max_tokens", "grad_accum", "log_every", "eval_every"):
             _require(name, getattr(self, name) >= 1, f"must be >= 1, got {getattr(self, name)}")
-        for name in ("save_every", "keep_last", "warmup_steps", "valid_bleu_sentences"):
+        for name in (
+            "save_every",
+            "keep_last",
+            "warmup_steps",
+            "valid_bleu_sentences",
+            "max_nonfinite",
+        ):
             _require(name, getattr(self, name) >= 0, f"must be >= 0, got {getattr(self, name)}")
         _require(
             "schedule",
@@ -165,6 +175,11 @@ class TrainConfig:
         )
         if self.max_minutes is not None:
             _require("max_minutes", self.max_minutes > 0, f"must be > 0, got {self.max_minutes}")
+        _require(
+            "distributed",
+            self.distributed in ("ddp", "fsdp"),
+            f"expected ddp or fsdp, got {self.distributed!r}",
+        )
 
 
 @dataclass

@@ -11,6 +11,15 @@
 
 Every checkpoint is complete on its own (``attnkit translate --checkpoint``
 takes either the run directory or one checkpoint directory).
+
+Numerical guards: an update whose loss or gradient norm is NaN/inf is skipped
+(no optimizer or schedule step, gradients zeroed) with a warning; more than
+``train.max_nonfinite`` such updates in a row stop training with a
+``TrainingError`` and no checkpoint of the bad state. fp16 uses a
+``GradScaler`` (its overflow skips are the scaler's business and do not count).
+
+Under ``torchrun`` the trainer runs data-parallel (``attnkit.training.distributed``):
+each rank trains on its share of every global batch; only rank 0 writes.
 """
 
 from __future__ import annotations
@@ -18,7 +27,9 @@ from __future__ import annotations
 import json
 import math
 import time
+import warnings
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,9 +39,11 @@ import torch
 from attnkit.data.batching import TokenBudgetSampler, filter_by_length
 from attnkit.data.collate import TranslationBatch, collate_translation
 from attnkit.data.tokenizers import Tokenizer
-from attnkit.errors import ConfigError, UsageError
-from attnkit.models import EncoderDecoder, TransformerConfig
+from attnkit.errors import ConfigError, TrainingError, UsageError
+from attnkit.models import Seq2SeqConfig, build_model, config_from_dict, config_from_preset
 from attnkit.training import checkpoint as ckpt
+from attnkit.training import distributed as dist_util
+from attnkit.training.distributed import DistContext
 from attnkit.training.losses import label_smoothed_cross_entropy
 from attnkit.training.optim import build_optimizer
 from attnkit.training.runconfig import RunConfig, TokenizerConfig
@@ -39,18 +52,29 @@ from attnkit.training.schedules import build_scheduler
 Pair = tuple[str, str]
 
 
-def model_config_from_run(run: RunConfig, tokenizer: Tokenizer) -> TransformerConfig:
-    """The ``model`` section (a preset plus overrides) with the tokenizer's vocabulary."""
+def model_config_from_run(run: RunConfig, tokenizer: Tokenizer) -> Seq2SeqConfig:
+    """The ``model`` section (``family``, a preset, overrides) with the tokenizer's vocabulary.
+
+    ``family`` is ``transformer`` (the default) or ``rnn``.
+    """
     fields = dict(run.model)
+    family = fields.pop("family", "transformer")
     preset = fields.pop("preset", "small")
     fields.setdefault("src_vocab_size", tokenizer.vocab_size)
     fields.setdefault("tgt_vocab_size", tokenizer.vocab_size)
     for name in ("pad_id", "bos_id", "eos_id"):
         fields.setdefault(name, getattr(tokenizer, name))
     try:
-        return TransformerConfig.from_preset(preset, **fields)
+        config = config_from_preset(family, preset, **fields)
     except ConfigError as e:
         raise ConfigError(f"model.{e}") from None
+    for name in ("src_vocab_size", "tgt_vocab_size"):  # an id past the table would crash
+        if getattr(config, name) < tokenizer.vocab_size:
+            raise ConfigError(
+                f"model.{name}: {getattr(config, name)} is smaller than the tokenizer's "
+                f"vocabulary of {tokenizer.vocab_size}; leave it out (it follows the tokenizer)"
+            )
+    return config
 
 
 def resolve_device(name: str | None = None) -> torch.device:
@@ -98,12 +122,16 @@ class TranslationTrainer:
         valid_pairs: Sequence[Pair] | None = None,
         device: str | torch.device | None = None,
         progress: bool = True,
+        distributed: DistContext | None = None,
     ) -> None:
         self.run = run
         self.cfg = run.train
         self.out_dir = Path(out_dir)
         self.tokenizer = tokenizer
         self.device = resolve_device(device) if not isinstance(device, torch.device) else device
+        if distributed is not None:  # torchrun: this rank's device
+            self.device = distributed.device
+        self.dist = distributed if distributed is not None else DistContext(device=self.device)
         self.progress = progress
         self.valid_pairs = list(valid_pairs or [])
 
@@ -115,7 +143,16 @@ class TranslationTrainer:
                 f"data.max_len: all {len(train_pairs)} training pairs are longer than "
                 f"{run.data.max_len} tokens; raise data.max_len"
             )
-        self.model = EncoderDecoder(self.model_config).to(self.device)
+        self.model = build_model(self.model_config).to(self.device)
+        if self.dist.enabled and self.cfg.distributed == "fsdp" and self.cfg.precision == "fp16":
+            raise ConfigError(
+                "train.precision: fp16 is not supported with train.distributed=fsdp; use bf16"
+            )
+        # DDP: a wrapper around self.model; FSDP2: self.model itself, sharded in place
+        # (so the optimizer below sees the sharded parameters).
+        self._train_model = dist_util.wrap_model(self.model, self.dist, self.cfg.distributed)
+        if self.dist.rank > 0:  # same initial weights (seeded above), own dropout masks
+            torch.manual_seed(self.cfg.seed + self.dist.rank)
         self.optimizer = build_optimizer(
             self.model,
             lr=self.cfg.lr,
@@ -131,14 +168,21 @@ class TranslationTrainer:
             min_lr=self.cfg.min_lr,
         )
         self.amp_dtype = autocast_dtype(self.cfg.precision, self.device)
-        self.scaler = torch.amp.GradScaler(enabled=self.amp_dtype == torch.float16)
+        # fp16 needs loss scaling (bf16 does not); GradScaler works on CUDA and the CPU.
+        self.scaler = torch.amp.GradScaler(
+            self.device.type, enabled=self.amp_dtype == torch.float16
+        )
+        # train.max_tokens is per rank: the global batch (cut identically on every
+        # rank, then shared out) holds max_tokens x world_size padded tokens.
         self.sampler = TokenBudgetSampler(
             [len(s) + 1 for s in self.corpus.src],
             [len(t) + 1 for t in self.corpus.tgt],
-            max_tokens=self.cfg.max_tokens,
+            max_tokens=self.cfg.max_tokens * self.dist.world_size,
             seed=self.cfg.seed,
         )
         self.step = 0
+        self.nonfinite_streak = 0  # updates skipped in a row for a NaN/inf loss or norm
+        self.skipped_steps = 0  # all skipped updates (fp16 overflows included)
         self.epoch = 0
         self.batch_in_epoch = 0  # batches of this epoch already consumed (for resume)
         self.metrics_path = self.out_dir / "metrics.jsonl"
@@ -146,32 +190,42 @@ class TranslationTrainer:
 
     # -- batches -------------------------------------------------------------------
 
-    def _batches(self) -> Iterator[TranslationBatch]:
-        """Endless stream of batches, resuming mid-epoch where the state says."""
+    def _batches(self) -> Iterator[tuple[TranslationBatch, bool]]:
+        """Endless stream of ``(batch, real)``, resuming mid-epoch where the state says.
+
+        ``batch`` is this rank's share of the next global batch. ``real`` is
+        False when that share is empty (a global batch with fewer sentences than
+        ranks): the batch is then a stand-in, trained on with weight 0, so that
+        every rank still joins the gradient all-reduce.
+        """
         tok = self.tokenizer
         while True:
             self.sampler.set_epoch(self.epoch)
             batches = list(self.sampler)
             for i in range(self.batch_in_epoch, len(batches)):
                 self.batch_in_epoch = i + 1
-                idx = batches[i]
+                idx = self.dist.shard(batches[i])
+                real = bool(idx)
                 batch = collate_translation(
-                    [(self.corpus.src[j], self.corpus.tgt[j]) for j in idx],
+                    [(self.corpus.src[j], self.corpus.tgt[j]) for j in idx or batches[i][:1]],
                     tok.pad_id,
                     tok.bos_id,
                     tok.eos_id,
                 )
-                yield batch.to(self.device, non_blocking=True)
+                yield batch.to(self.device, non_blocking=True), real
             self.epoch += 1
             self.batch_in_epoch = 0
 
     # -- one optimisation step -----------------------------------------------------
 
-    def _loss(self, batch: TranslationBatch) -> tuple[torch.Tensor, torch.Tensor, int]:
+    def _loss(
+        self, batch: TranslationBatch, model: torch.nn.Module | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor, int]:
+        model = self.model if model is None else model
         with torch.autocast(
             self.device.type, dtype=self.amp_dtype or torch.float32, enabled=bool(self.amp_dtype)
         ):
-            logits = self.model(batch.src, batch.tgt_in).logits
+            logits = model(batch.src, batch.tgt_in).logits
         out = label_smoothed_cross_entropy(
             logits,
             batch.tgt_out,
@@ -181,43 +235,101 @@ class TranslationTrainer:
         )
         return out.loss, out.nll, int(out.n_tokens)
 
-    def train_step(self, batches: Iterator[TranslationBatch]) -> dict[str, float]:
-        self.model.train()
+    def train_step(self, batches: Iterator[tuple[TranslationBatch, bool]]) -> dict[str, Any]:
+        """One update from ``grad_accum`` batches (this rank's shares of global batches).
+
+        The update is skipped (weights, optimizer and schedule untouched,
+        gradients zeroed) when the loss or the gradient norm is not finite;
+        ``stats["skipped"]`` then names why. Raises ``TrainingError`` after
+        more than ``train.max_nonfinite`` such skips in a row.
+        """
+        model = self._train_model
+        model.train()
         loss_sum = nll_sum = 0.0
         n_tokens = 0
-        for _ in range(self.cfg.grad_accum):
-            batch = next(batches)
-            loss, nll, n = self._loss(batch)
-            self.scaler.scale(loss).backward()
+        ddp = hasattr(model, "no_sync")
+        for i in range(self.cfg.grad_accum):
+            batch, real = next(batches)
+            # DDP all-reduces the gradients once, in the last micro-batch's backward.
+            last = i == self.cfg.grad_accum - 1
+            with nullcontext() if last or not ddp else model.no_sync():
+                loss, nll, n = self._loss(batch, model)
+                if not real:  # a stand-in batch: join the all-reduce, add nothing
+                    loss, nll, n = loss * 0.0, nll * 0.0, 0
+                self.scaler.scale(loss).backward()
             loss_sum += float(loss.detach())
             nll_sum += float(nll.detach())
             n_tokens += n
-        # Losses are sums; dividing gradients by the token count makes the
-        # update a per-token mean however the batch was split.
-        inv = 1.0 / max(n_tokens, 1)
+        ckpt.kill_point("train_step", self.step + 1)  # test hook; inert unless set
+        loss_sum, nll_sum, total = self.dist.sum([loss_sum, nll_sum, n_tokens])
+        n_tokens = int(total)
+        # Losses are sums and DDP/FSDP average gradients over the ranks, so scaling
+        # by world_size / (global token count) makes the update a per-token mean
+        # over the global batch, however it was split across ranks and micro-batches.
+        factor = self.dist.world_size / max(n_tokens, 1)
         self.scaler.unscale_(self.optimizer)
-        for p in self.model.parameters():
-            if p.grad is not None:
-                p.grad.mul_(inv)
+        params = [p for p in self.model.parameters() if p.grad is not None]
+        for p in params:
+            p.grad.mul_(factor)
         if self.cfg.clip_norm > 0:
-            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.clip_norm)
-        self.scaler.step(self.optimizer)
-        self.scaler.update()
+            norm = dist_util.clip_grad_norm(params, self.cfg.clip_norm)
+        else:
+            norm = dist_util.grad_norm(params)
+        skipped = ""
+        if math.isfinite(loss_sum) and math.isfinite(norm):
+            self.scaler.step(self.optimizer)  # optimizer.step() unless fp16 overflowed
+            self.scaler.update()
+            self.scheduler.step()
+            self.nonfinite_streak = 0
+        else:
+            self.scaler.update()  # fp16: lowers the loss scale; otherwise a no-op
+            self.skipped_steps += 1
+            if math.isfinite(loss_sum) and self.scaler.is_enabled():
+                skipped = "fp16 gradient overflow (loss scale lowered)"
+            else:
+                what = "loss" if not math.isfinite(loss_sum) else "gradient norm"
+                skipped = f"non-finite {what}"
+                self.nonfinite_streak += 1
         self.optimizer.zero_grad(set_to_none=True)
-        self.scheduler.step()
         self.step += 1
+        if self.nonfinite_streak and skipped.startswith("non-finite"):
+            self._check_nonfinite(skipped)
         return {
             "loss": loss_sum / max(n_tokens, 1),
             "nll": nll_sum / max(n_tokens, 1),
             "tokens": n_tokens,
             "lr": self.optimizer.param_groups[0]["lr"],
+            "grad_norm": norm,
+            "skipped": skipped,
         }
+
+    def _check_nonfinite(self, what: str) -> None:
+        """Warn about a skipped update, or stop once too many were skipped in a row."""
+        limit = self.cfg.max_nonfinite
+        if self.nonfinite_streak > limit:
+            latest = ckpt.latest_checkpoint(self.out_dir) or "none (no checkpoint yet)"
+            raise TrainingError(
+                f"step {self.step}: {what}, {self.nonfinite_streak} updates in a row "
+                f"(more than train.max_nonfinite={limit}); training diverged and was stopped "
+                f"without saving; the last good checkpoint is {latest}; "
+                "try a lower train.lr, train.precision=fp32 or train.clip_norm=1.0"
+            )
+        warnings.warn(
+            f"step {self.step}: {what}; update skipped "
+            f"({self.nonfinite_streak} in a row, train.max_nonfinite={limit})",
+            RuntimeWarning,
+            stacklevel=3,
+        )
 
     # -- evaluation ----------------------------------------------------------------
 
     @torch.no_grad()
     def evaluate(self) -> dict[str, float]:
-        """Validation loss and perplexity on all pairs, BLEU on the first N (greedy)."""
+        """Validation loss and perplexity on all pairs, BLEU on the first N (greedy).
+
+        Under torchrun every rank computes the same numbers (FSDP needs all
+        ranks in each forward); rank 0 logs them.
+        """
         if not self.valid_pairs:
             return {}
         self.model.eval()
@@ -246,9 +358,10 @@ class TranslationTrainer:
             from attnkit.evaluation.bleu import corpus_scores
 
             pairs = self.valid_pairs[:n_bleu]
-            hyps = translate_texts(
-                self.model, tok, [s for s, _ in pairs], beam=1, device=self.device
-            )
+            with dist_util.gathered_parameters(self.model):  # FSDP: decoding needs them all
+                hyps = translate_texts(
+                    self.model, tok, [s for s, _ in pairs], beam=1, device=self.device
+                )
             scores = corpus_scores(
                 hyps, [t for _, t in pairs], tokenize=self.run.decode.bleu_tokenize
             )
@@ -259,27 +372,56 @@ class TranslationTrainer:
     # -- checkpoints ---------------------------------------------------------------
 
     def trainer_state(self) -> dict[str, Any]:
-        return {
+        """Everything besides weights and optimizer that an exact resume needs.
+
+        Under torchrun a collective (every rank's RNG state is gathered).
+        """
+        state = {
             "step": self.step,
             "epoch": self.epoch,
             "batch_in_epoch": self.batch_in_epoch,
             "scheduler": self.scheduler.state_dict(),
-            "scaler": self.scaler.state_dict(),
+            "scaler": self.scaler.state_dict(),  # fp16 loss scale and growth tracker
+            "nonfinite_streak": self.nonfinite_streak,
+            "skipped_steps": self.skipped_steps,
+            "world_size": self.dist.world_size,
             "rng": ckpt.capture_rng_state(),
             "run": self.run.to_dict(),
         }
+        if self.dist.enabled:  # each rank's own dropout stream (torch RNGs: small tensors)
+            own = {k: v for k, v in state["rng"].items() if k in ("torch", "cuda")}
+            state["rng_ranks"] = self.dist.gather(own)
+        return state
 
     def save(self) -> Path:
+        """Write ``checkpoints/step_N`` (rank 0; the other ranks wait for it).
+
+        Refuses (``TrainingError``) to write weights holding NaN or inf, so the
+        last checkpoint on disk is always a good one.
+        """
         directory = ckpt.checkpoint_dir(self.out_dir, self.step)
-        ckpt.save_checkpoint(
-            directory,
-            model_state=self.model.state_dict(),
-            config=self.model_config.to_dict(),
-            tokenizer_json=self.tokenizer.to_json(),
-            trainer_state=self.trainer_state(),
-            optimizer_state=self.optimizer.state_dict(),
-        )
-        self._prune()
+        if not dist_util.all_finite(list(self.model.parameters()), self.dist):
+            latest = ckpt.latest_checkpoint(self.out_dir)
+            raise TrainingError(
+                f"step {self.step}: the weights hold NaN or inf; not writing a checkpoint; "
+                f"the last good checkpoint is {latest or 'none'}; try a lower train.lr, "
+                "train.precision=fp32 or train.clip_norm=1.0"
+            )
+        # FSDP: collectives gathering full tensors onto rank 0 (the single-process format).
+        model_state = dist_util.full_model_state(self.model)
+        optimizer_state = dist_util.full_optimizer_state(self.model, self.optimizer)
+        trainer_state = self.trainer_state()
+        if self.dist.is_main:
+            ckpt.save_checkpoint(
+                directory,
+                model_state=model_state,
+                config=self.model_config.to_dict(),
+                tokenizer_json=self.tokenizer.to_json(),
+                trainer_state=trainer_state,
+                optimizer_state=optimizer_state,
+            )
+            self._prune()
+        self.dist.barrier()
         return directory
 
     def _prune(self) -> None:
@@ -290,26 +432,51 @@ class TranslationTrainer:
             ckpt.remove_checkpoint(old)
 
     def resume(self) -> bool:
-        """Continue from the latest checkpoint in the run directory, if there is one."""
+        """Continue from the latest checkpoint in the run directory, if there is one.
+
+        Hidden leftovers of a killed run (a half-written checkpoint) are removed
+        first; ``metrics.jsonl`` is cut back to the checkpoint's step (a torn
+        last line is dropped). Under torchrun every rank loads the same checkpoint.
+        """
+        if self.dist.is_main:
+            ckpt.remove_stale_temporaries(self.out_dir)
+        self.dist.barrier()
         latest = ckpt.latest_checkpoint(self.out_dir)
         if latest is None:
             return False
         state = ckpt.load_checkpoint(latest)
-        self.model.load_state_dict(state.model_state)
+        if dist_util.is_fsdp(self.model):
+            dist_util.load_full_model_state(self.model, state.model_state)
+        else:
+            ckpt.load_model_state(self.model, state.model_state, source=latest / ckpt.MODEL_FILE)
         if state.optimizer_state is not None:
-            self.optimizer.load_state_dict(state.optimizer_state)
+            if dist_util.is_fsdp(self.model):
+                dist_util.load_full_optimizer_state(
+                    self.model, self.optimizer, state.optimizer_state
+                )
+            else:
+                self.optimizer.load_state_dict(state.optimizer_state)
         ts = state.trainer_state or {}
         self.step = int(ts["step"])
         self.epoch = int(ts["epoch"])
         self.batch_in_epoch = int(ts["batch_in_epoch"])
+        self.nonfinite_streak = int(ts.get("nonfinite_streak", 0))
+        self.skipped_steps = int(ts.get("skipped_steps", 0))
         self.scheduler.load_state_dict(ts["scheduler"])
-        self.scaler.load_state_dict(ts["scaler"])
-        ckpt.restore_rng_state(ts["rng"])
-        if self.metrics_path.exists():
+        if ts.get("scaler") and self.scaler.is_enabled():
+            self.scaler.load_state_dict(ts["scaler"])
+        rng_ranks = ts.get("rng_ranks") or []
+        if self.dist.enabled and len(rng_ranks) == self.dist.world_size:
+            ckpt.restore_rng_state({**ts["rng"], **rng_ranks[self.dist.rank]})
+        else:
+            ckpt.restore_rng_state(ts["rng"])
+            if self.dist.rank > 0:  # saved with another world size: fresh dropout masks
+                torch.manual_seed(self.cfg.seed + self.dist.rank + self.step)
+        if self.dist.is_main and self.metrics_path.exists():
             self.records = [
-                json.loads(line)
-                for line in self.metrics_path.read_text(encoding="utf-8").splitlines()
-                if line.strip() and json.loads(line).get("step", 0) <= self.step
+                r
+                for r in map(_parse_record, self.metrics_path.read_text("utf-8").splitlines())
+                if r is not None and r.get("step", 0) <= self.step
             ]
             self._rewrite_metrics()
         return True
@@ -317,6 +484,8 @@ class TranslationTrainer:
     # -- logging -------------------------------------------------------------------
 
     def _log(self, record: dict[str, Any]) -> None:
+        if not self.dist.is_main:
+            return
         self.records.append(record)
         with self.metrics_path.open("a", encoding="utf-8") as f:
             f.write(json.dumps(record) + "\n")
@@ -328,6 +497,8 @@ class TranslationTrainer:
         tmp.replace(self.metrics_path)
 
     def _plot(self) -> None:
+        if not self.dist.is_main:
+            return
         try:
             from attnkit.visualize.curves import plot_curves
 
@@ -346,15 +517,17 @@ class TranslationTrainer:
         from tqdm.auto import tqdm
 
         cfg = self.cfg
-        self.out_dir.mkdir(parents=True, exist_ok=True)
-        if cfg.compile:
-            self.model = torch.compile(self.model)  # type: ignore[assignment]
+        main = self.dist.is_main
+        if main:
+            self.out_dir.mkdir(parents=True, exist_ok=True)
+        if cfg.compile:  # only the training forward; self.model keeps its state-dict names
+            self._train_model = torch.compile(self._train_model)  # type: ignore[assignment]
         batches = self._batches()
         start = time.perf_counter()
         bar = tqdm(
             total=cfg.max_steps,
             initial=self.step,
-            disable=not self.progress,
+            disable=not (self.progress and main),
             unit="step",
             dynamic_ncols=True,
         )
@@ -365,25 +538,29 @@ class TranslationTrainer:
             stats = self.train_step(batches)
             window_tokens += stats["tokens"]
             bar.update(1)
+            if stats["skipped"]:
+                self._log({"split": "skipped", "step": self.step, "reason": stats["skipped"]})
             if self.step % cfg.log_every == 0 or self.step == cfg.max_steps:
                 elapsed = time.perf_counter() - window_start
                 tok_s = window_tokens / max(elapsed, 1e-9)
                 window_tokens, window_start = 0, time.perf_counter()
                 self._log({"split": "train", "step": self.step, "epoch": self.epoch,
                            "loss": stats["loss"], "nll": stats["nll"], "lr": stats["lr"],
+                           "grad_norm": stats["grad_norm"], "tokens": stats["tokens"],
                            "tokens_per_s": tok_s})  # fmt: skip
                 bar.set_postfix(loss=f"{stats['loss']:.3f}", lr=f"{stats['lr']:.2e}",
                                 tok_s=f"{tok_s:,.0f}")  # fmt: skip
-            out_of_time = (
-                cfg.max_minutes is not None
-                and time.perf_counter() - start >= 60.0 * cfg.max_minutes
-            )
+            out_of_time = cfg.max_minutes is not None and self.dist.from_main(
+                time.perf_counter() - start >= 60.0 * cfg.max_minutes
+            )  # rank 0's clock decides, so every rank stops at the same step
             last = self.step == cfg.max_steps or out_of_time
             if self.step % cfg.eval_every == 0 or last:
                 last_valid = self.evaluate()
-                if stop_when is not None and last_valid and stop_when(last_valid):
+                if self.dist.from_main(
+                    stop_when is not None and bool(last_valid) and stop_when(last_valid)
+                ):
                     out_of_time = last = True  # reached the goal: save and stop
-                if last_valid:
+                if last_valid and main:
                     self._log({"split": "valid", "step": self.step, **last_valid})
                     bar.write(
                         f"step {self.step}: "
@@ -398,6 +575,15 @@ class TranslationTrainer:
         bar.close()
         return {"step": self.step, "stopped_early": stopped_early, "valid": last_valid,
                 "dropped": self.corpus.dropped}  # fmt: skip
+
+
+def _parse_record(line: str) -> dict[str, Any] | None:
+    """One ``metrics.jsonl`` record; None for a blank or torn line (a kill mid-write)."""
+    try:
+        record = json.loads(line)
+    except ValueError:
+        return None
+    return record if isinstance(record, dict) else None
 
 
 # -- tokenizers and trained models ---------------------------------------------------
@@ -441,7 +627,7 @@ def load_tokenizer(run_or_checkpoint: str | Path) -> Tokenizer | None:
 
 def load_translation_model(
     path: str | Path, device: str | torch.device | None = None
-) -> tuple[EncoderDecoder, Tokenizer]:
+) -> tuple[torch.nn.Module, Tokenizer]:
     """Model (in eval mode) and tokenizer from a checkpoint or run directory."""
     from attnkit.data.tokenizers import tokenizer_from_json
     from attnkit.errors import CheckpointError
@@ -449,9 +635,10 @@ def load_translation_model(
     directory = resolve_checkpoint(path)
     state = ckpt.load_checkpoint(directory)
     try:
-        config = TransformerConfig.from_dict(state.config)
+        config = config_from_dict(state.config)
     except ConfigError as e:
-        raise CheckpointError(f"{directory / 'config.json'}: {e}") from None
+        hint = ckpt.family_hint(state.config, ("transformer", "rnn"))
+        raise CheckpointError(f"{directory / 'config.json'}: {e}{hint}") from None
     if state.tokenizer_json is None:
         raise CheckpointError(f"{directory / 'tokenizer.json'}: missing; cannot read text")
     tokenizer = tokenizer_from_json(state.tokenizer_json)
@@ -460,7 +647,7 @@ def load_translation_model(
             f"{directory / 'tokenizer.json'}: vocabulary of {tokenizer.vocab_size} does not "
             f"match the model's tgt_vocab_size={config.tgt_vocab_size}"
         )
-    model = EncoderDecoder(config)
+    model = build_model(config)
     ckpt.load_model_state(model, state.model_state, source=directory / "model.safetensors")
     return model.to(
         resolve_device(device) if not isinstance(device, torch.device) else device
