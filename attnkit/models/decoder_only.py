@@ -30,8 +30,8 @@ from attnkit.attention.cache import KVCache
 from attnkit.attention.multihead import MultiHeadAttention
 from attnkit.blocks import FeedForward, Residual
 from attnkit.models.embeddings import InputEmbedding, TokenEmbedding
-from attnkit.models.lm_config import DecoderOnlyConfig
-from attnkit.positions import build_positions
+from attnkit.models.lm_config import DecoderOnlyConfig, EncoderOnlyConfig
+from attnkit.positions import RelativePositions, build_positions
 
 
 @dataclass
@@ -88,10 +88,20 @@ class CausalLayer(nn.Module):
         return x, weights
 
 
+def build_self_attention(c: DecoderOnlyConfig | EncoderOnlyConfig) -> MultiHeadAttention:
+    """One layer's self-attention, with its own relative tables when configured."""
+    relative = (
+        RelativePositions(c.head_dim, c.max_relative_position) if c.relative_positions else None
+    )
+    return MultiHeadAttention(
+        c.d_model, c.num_heads, dropout=c.attention_dropout, relative_positions=relative
+    )
+
+
 def build_causal_layers(c: DecoderOnlyConfig) -> list[CausalLayer]:
     return [
         CausalLayer(
-            self_attn=MultiHeadAttention(c.d_model, c.num_heads, dropout=c.attention_dropout),
+            self_attn=build_self_attention(c),
             ffn=FeedForward(c.d_model, c.d_ff, c.activation),
             self_attn_residual=Residual(c.d_model, c.dropout, c.norm_position),
             ffn_residual=Residual(c.d_model, c.dropout, c.norm_position),
@@ -129,7 +139,7 @@ class DecoderOnlyLM(nn.Module):
         self.pad_id, self.bos_id, self.eos_id = c.pad_id, c.bos_id, c.eos_id
         tokens = TokenEmbedding(c.vocab_size, c.d_model)
         self.embed = InputEmbedding(
-            tokens, build_positions(c.positions, c.max_len, c.d_model), c.dropout
+            tokens, build_positions(c.absolute_positions, c.max_len, c.d_model), c.dropout
         )
         self.layers = nn.ModuleList(build_causal_layers(c))
         # Pre-LN leaves the residual stream un-normalised: end with a LayerNorm.

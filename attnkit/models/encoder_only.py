@@ -22,9 +22,9 @@ import torch
 from torch import Tensor, nn
 
 from attnkit.attention.masks import padding_mask
-from attnkit.attention.multihead import MultiHeadAttention
 from attnkit.blocks import Encoder, EncoderLayer, FeedForward, Residual
 from attnkit.blocks.feedforward import ACTIVATIONS
+from attnkit.models.decoder_only import build_self_attention
 from attnkit.models.embeddings import InputEmbedding, TokenEmbedding
 from attnkit.models.lm_config import EncoderOnlyConfig
 from attnkit.positions import build_positions
@@ -88,7 +88,7 @@ def pool(hidden: Tensor, real: Tensor, how: str) -> Tensor:
 def build_encoder_stack(c: EncoderOnlyConfig) -> Encoder:
     layers = [
         EncoderLayer(
-            self_attn=MultiHeadAttention(c.d_model, c.num_heads, dropout=c.attention_dropout),
+            self_attn=build_self_attention(c),
             ffn=FeedForward(c.d_model, c.d_ff, c.activation),
             self_attn_residual=Residual(c.d_model, c.dropout, c.norm_position),
             ffn_residual=Residual(c.d_model, c.dropout, c.norm_position),
@@ -108,7 +108,7 @@ class EncoderOnlyModel(nn.Module):
         self.pad_id, self.mask_id = c.pad_id, c.mask_id
         tokens = TokenEmbedding(c.vocab_size, c.d_model)
         self.embed = InputEmbedding(
-            tokens, build_positions(c.positions, c.max_len, c.d_model), c.dropout
+            tokens, build_positions(c.absolute_positions, c.max_len, c.d_model), c.dropout
         )
         self.encoder = build_encoder_stack(c)
         self.mlm_head = MLMHead(c.d_model, c.vocab_size, c.activation)

@@ -21,7 +21,8 @@ from attnkit.errors import ConfigError
 
 ACTIVATIONS = ("relu", "gelu")
 NORM_POSITIONS = ("post", "pre")
-POSITIONS = ("sinusoidal", "learned")
+# "relative" is Shaw et al. (2018) alone; "<absolute>+relative" adds both.
+POSITIONS = ("sinusoidal", "learned", "relative", "sinusoidal+relative", "learned+relative")
 POOLINGS = ("first", "mean")
 _FIELD_TYPES = {"int": int, "float": float, "str": str, "bool": bool}
 
@@ -81,13 +82,14 @@ class _StackConfig:
         for f in fields(self):  # type: ignore[arg-type]
             # `from __future__ import annotations` makes f.type the string "int" etc.
             _check_type(f.name, getattr(self, f.name), _FIELD_TYPES[f.type])
-        for name in ("d_model", "num_heads", "d_ff", "num_layers", "max_len"):
+        sizes = ("d_model", "num_heads", "d_ff", "num_layers", "max_len", "max_relative_position")
+        for name in sizes:
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name}: must be >= 1, got {getattr(self, name)}")
         d_model, num_heads = self.d_model, self.num_heads  # type: ignore[attr-defined]
         if d_model % num_heads != 0:
             raise ConfigError(f"d_model: {d_model} is not divisible by num_heads={num_heads}")
-        if self.positions == "sinusoidal" and d_model % 2 != 0:  # type: ignore[attr-defined]
+        if self.absolute_positions == "sinusoidal" and d_model % 2 != 0:
             raise ConfigError(f"d_model: sinusoidal positions need an even d_model, got {d_model}")
         for name in ("dropout", "attention_dropout"):
             if not 0.0 <= getattr(self, name) < 1.0:
@@ -113,6 +115,17 @@ class _StackConfig:
     @property
     def head_dim(self) -> int:
         return self.d_model // self.num_heads  # type: ignore[attr-defined]
+
+    @property
+    def absolute_positions(self) -> str:
+        """``"sinusoidal"``, ``"learned"`` or ``"none"`` (relative only)."""
+        absolute = self.positions.removesuffix("relative").removesuffix("+")  # type: ignore[attr-defined]
+        return absolute or "none"
+
+    @property
+    def relative_positions(self) -> bool:
+        """Whether self-attention has Shaw-style relative position terms."""
+        return self.positions.endswith("relative")  # type: ignore[attr-defined]
 
     @classmethod
     def from_preset(cls, name: str, **overrides: Any) -> Self:
@@ -176,6 +189,7 @@ class DecoderOnlyConfig(_StackConfig):
     activation: str = "gelu"
     norm_position: str = "pre"
     positions: str = "learned"
+    max_relative_position: int = 16  # k of Shaw et al.; used by the "relative" variants
     max_len: int = 1024
     vocab_size: int = 8000
     tie_embeddings: bool = True
@@ -212,6 +226,7 @@ class EncoderOnlyConfig(_StackConfig):
     activation: str = "gelu"
     norm_position: str = "post"
     positions: str = "learned"
+    max_relative_position: int = 16  # k of Shaw et al.; used by the "relative" variants
     max_len: int = 512
     vocab_size: int = 8001
     num_labels: int = 2

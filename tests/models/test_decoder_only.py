@@ -52,7 +52,13 @@ def test_future_tokens_never_change_earlier_logits(norm_position):
 
 @pytest.mark.parametrize(
     ("norm_position", "positions"),
-    [("pre", "learned"), ("post", "sinusoidal"), ("post", "learned")],
+    [
+        ("pre", "learned"),
+        ("post", "sinusoidal"),
+        ("post", "learned"),
+        ("pre", "relative"),
+        ("post", "sinusoidal+relative"),
+    ],
 )
 def test_cached_steps_equal_the_full_forward(norm_position, positions):
     model = tiny(norm_position=norm_position, positions=positions)
@@ -246,3 +252,15 @@ def test_unknown_keys_and_presets_get_suggestions():
         DecoderOnlyConfig.from_dict({"num_layer": 3})
     with pytest.raises(ConfigError, match="preset: unknown preset 'gpt3'"):
         DecoderOnlyConfig.from_preset("gpt3")
+
+
+def test_relative_positions_live_in_every_self_attention_and_see_order():
+    model = tiny(positions="relative", max_relative_position=4)
+    tables = [layer.self_attn.relative_positions for layer in model.layers]
+    assert all(t is not None and t.key.shape == (9, model.config.head_dim) for t in tables)
+    # No absolute positions: only the relative terms tell "a b" from "b a".
+    x = ids(1, 6)
+    with torch.no_grad():
+        swapped = x.clone()
+        swapped[:, [0, 1]] = x[:, [1, 0]]
+        assert not torch.allclose(model(x).logits[:, -1], model(swapped).logits[:, -1])

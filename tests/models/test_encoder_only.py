@@ -25,7 +25,13 @@ def ids(batch: int, length: int, seed: int = 0) -> torch.Tensor:
 
 @pytest.mark.parametrize(
     ("norm_position", "pooling", "positions"),
-    [("post", "first", "learned"), ("pre", "mean", "sinusoidal"), ("post", "mean", "learned")],
+    [
+        ("post", "first", "learned"),
+        ("pre", "mean", "sinusoidal"),
+        ("post", "mean", "learned"),
+        ("pre", "mean", "relative"),
+        ("post", "first", "learned+relative"),
+    ],
 )
 def test_padding_never_changes_the_outputs_of_real_tokens(norm_position, pooling, positions):
     model = tiny(norm_position=norm_position, pooling=pooling, positions=positions)
