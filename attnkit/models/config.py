@@ -7,13 +7,16 @@ checkpoint. Bad values raise ``ConfigError`` (a ``ValueError``) naming the field
 
 from __future__ import annotations
 
-import dataclasses
-import difflib
-import json
 from dataclasses import dataclass, fields
 from typing import Any, ClassVar
 
 from attnkit.errors import ConfigError
+from attnkit.models.config_base import (
+    ModelConfig,
+    check_choice,
+    check_special_ids,
+    check_type,
+)
 
 ACTIVATIONS = ("relu", "gelu")
 NORM_POSITIONS = ("post", "pre")
@@ -25,22 +28,8 @@ ATTENTION_SCORES = ("scaled_dot", "dot", "general", "additive")
 _FIELD_TYPES = {"int": int, "float": float, "str": str}
 
 
-def _check_type(name: str, value: Any, kind: type) -> None:
-    # bool is an int subclass; a config that says `d_model: true` is a mistake.
-    ok = isinstance(value, kind) and not isinstance(value, bool)
-    if kind is float:
-        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-    if not ok:
-        raise ConfigError(f"{name}: expected {kind.__name__}, got {type(value).__name__} {value!r}")
-
-
-def _check_choice(name: str, value: str, choices: tuple[str, ...]) -> None:
-    if value not in choices:
-        raise ConfigError(f"{name}: expected one of {', '.join(choices)}; got {value!r}")
-
-
 @dataclass(frozen=True)
-class TransformerConfig:
+class TransformerConfig(ModelConfig):
     """The encoder-decoder Transformer. Defaults are the paper's base model (Table 3)."""
 
     family: ClassVar[str] = "transformer"
@@ -68,7 +57,7 @@ class TransformerConfig:
     def __post_init__(self) -> None:
         for f in fields(self):
             # `from __future__ import annotations` makes f.type the string "int" etc.
-            _check_type(f.name, getattr(self, f.name), _FIELD_TYPES[f.type])
+            check_type(f.name, getattr(self, f.name), _FIELD_TYPES[f.type])
         for name in (
             "d_model",
             "num_heads",
@@ -91,29 +80,20 @@ class TransformerConfig:
         for name in ("dropout", "attention_dropout"):
             if not 0.0 <= getattr(self, name) < 1.0:
                 raise ConfigError(f"{name}: must be in [0, 1), got {getattr(self, name)}")
-        _check_choice("activation", self.activation, ACTIVATIONS)
-        _check_choice("norm_position", self.norm_position, NORM_POSITIONS)
-        _check_choice("positions", self.positions, POSITIONS)
-        _check_choice("share_embeddings", self.share_embeddings, SHARE_EMBEDDINGS)
-        _check_choice("attention_score", self.attention_score, ATTENTION_SCORES)
+        check_choice("activation", self.activation, ACTIVATIONS)
+        check_choice("norm_position", self.norm_position, NORM_POSITIONS)
+        check_choice("positions", self.positions, POSITIONS)
+        check_choice("share_embeddings", self.share_embeddings, SHARE_EMBEDDINGS)
+        check_choice("attention_score", self.attention_score, ATTENTION_SCORES)
         if self.relative_positions and self.attention_score not in ("scaled_dot", "dot"):
             raise ConfigError(
                 f"attention_score: relative positions need a dot-product score, "
                 f"got {self.attention_score!r}"
             )
-        specials = {"pad_id": self.pad_id, "bos_id": self.bos_id, "eos_id": self.eos_id}
-        for name, value in specials.items():
-            if value < 0:
-                raise ConfigError(f"{name}: must be >= 0, got {value}")
-        if len(set(specials.values())) != len(specials):
-            raise ConfigError(f"pad_id: pad_id, bos_id and eos_id must differ, got {specials}")
-        needed = max(specials.values()) + 1
-        for name in ("src_vocab_size", "tgt_vocab_size"):
-            if getattr(self, name) < needed:
-                raise ConfigError(
-                    f"{name}: {getattr(self, name)} is too small for the special tokens "
-                    f"(ids up to {needed - 1}); it must be >= {needed}"
-                )
+        check_special_ids(
+            {"pad_id": self.pad_id, "bos_id": self.bos_id, "eos_id": self.eos_id},
+            {"src_vocab_size": self.src_vocab_size, "tgt_vocab_size": self.tgt_vocab_size},
+        )
         if self.share_embeddings == "all" and self.src_vocab_size != self.tgt_vocab_size:
             raise ConfigError(
                 "share_embeddings: 'all' needs one shared vocabulary, but "
@@ -135,48 +115,11 @@ class TransformerConfig:
         """Whether self-attention has Shaw-style relative position terms."""
         return self.positions.endswith("relative")
 
-    # -- presets and serialisation -------------------------------------------------
+    # -- presets (serialisation: ModelConfig) -------------------------------------
 
     @classmethod
-    def from_preset(cls, name: str, **overrides: Any) -> TransformerConfig:
+    def preset_table(cls) -> dict[str, dict[str, Any]]:
         """``"base"``, ``"big"`` (the paper's Table 3) or ``"small"`` (CPU-sized)."""
         from attnkit.models.presets import TRANSFORMER_PRESETS
 
-        if name not in TRANSFORMER_PRESETS:
-            raise ConfigError(
-                f"preset: unknown preset {name!r}; choose from {', '.join(TRANSFORMER_PRESETS)}"
-            )
-        return cls.from_dict({**TRANSFORMER_PRESETS[name], **overrides})
-
-    def replace(self, **changes: Any) -> TransformerConfig:
-        return dataclasses.replace(self, **changes)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"family": self.family, **dataclasses.asdict(self)}
-
-    def to_json(self) -> str:
-        return json.dumps(self.to_dict(), indent=2)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> TransformerConfig:
-        data = dict(data)
-        family = data.pop("family", cls.family)
-        if family != cls.family:
-            raise ConfigError(f"family: this is a {family!r} config, not a {cls.family!r} one")
-        known = {f.name for f in fields(cls)}
-        for key in data:
-            if key not in known:
-                hint = difflib.get_close_matches(key, known, n=1)
-                did_you_mean = f"; did you mean {hint[0]!r}?" if hint else ""
-                raise ConfigError(f"{key}: unknown field{did_you_mean}")
-        return cls(**data)
-
-    @classmethod
-    def from_json(cls, text: str) -> TransformerConfig:
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as e:
-            raise ConfigError(f"config: invalid JSON ({e})") from None
-        if not isinstance(data, dict):
-            raise ConfigError("config: expected a JSON object")
-        return cls.from_dict(data)
+        return TRANSFORMER_PRESETS

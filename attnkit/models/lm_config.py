@@ -11,13 +11,16 @@ Presets are data (``DECODER_ONLY_PRESETS``, ``ENCODER_ONLY_PRESETS``): a name
 
 from __future__ import annotations
 
-import dataclasses
-import difflib
-import json
 from dataclasses import dataclass, fields
-from typing import Any, ClassVar, Self
+from typing import Any, ClassVar
 
 from attnkit.errors import ConfigError
+from attnkit.models.config_base import (
+    ModelConfig,
+    check_choice,
+    check_special_ids,
+    check_type,
+)
 
 ACTIVATIONS = ("relu", "gelu")
 NORM_POSITIONS = ("post", "pre")
@@ -55,23 +58,7 @@ ENCODER_ONLY_PRESETS: dict[str, dict[str, Any]] = {
 }
 
 
-def _check_type(name: str, value: Any, kind: type) -> None:
-    if kind is float:
-        ok = isinstance(value, int | float) and not isinstance(value, bool)
-    elif kind is bool:
-        ok = isinstance(value, bool)
-    else:  # bool is an int subclass; `d_model: true` is a mistake
-        ok = isinstance(value, kind) and not isinstance(value, bool)
-    if not ok:
-        raise ConfigError(f"{name}: expected {kind.__name__}, got {type(value).__name__} {value!r}")
-
-
-def _check_choice(name: str, value: str, choices: tuple[str, ...]) -> None:
-    if value not in choices:
-        raise ConfigError(f"{name}: expected one of {', '.join(choices)}; got {value!r}")
-
-
-class _StackConfig:
+class _StackConfig(ModelConfig):
     """Validation and (de)serialisation shared by both single-stack configs."""
 
     family: ClassVar[str]
@@ -81,7 +68,7 @@ class _StackConfig:
     def _validate_common(self) -> None:
         for f in fields(self):  # type: ignore[arg-type]
             # `from __future__ import annotations` makes f.type the string "int" etc.
-            _check_type(f.name, getattr(self, f.name), _FIELD_TYPES[f.type])
+            check_type(f.name, getattr(self, f.name), _FIELD_TYPES[f.type])
         sizes = ("d_model", "num_heads", "d_ff", "num_layers", "max_len", "max_relative_position")
         for name in sizes:
             if getattr(self, name) < 1:
@@ -94,23 +81,13 @@ class _StackConfig:
         for name in ("dropout", "attention_dropout"):
             if not 0.0 <= getattr(self, name) < 1.0:
                 raise ConfigError(f"{name}: must be in [0, 1), got {getattr(self, name)}")
-        _check_choice("activation", self.activation, ACTIVATIONS)  # type: ignore[attr-defined]
-        _check_choice("norm_position", self.norm_position, NORM_POSITIONS)  # type: ignore[attr-defined]
-        _check_choice("positions", self.positions, POSITIONS)  # type: ignore[attr-defined]
-        specials = {name: getattr(self, name) for name in self._special_names}
-        for name, value in specials.items():
-            if value < 0:
-                raise ConfigError(f"{name}: must be >= 0, got {value}")
-        if len(set(specials.values())) != len(specials):
-            names = ", ".join(specials)
-            raise ConfigError(f"{self._special_names[0]}: {names} must differ, got {specials}")
-        vocab_size = self.vocab_size  # type: ignore[attr-defined]
-        needed = max(specials.values()) + 1
-        if vocab_size < needed:
-            raise ConfigError(
-                f"vocab_size: {vocab_size} is too small for the special tokens "
-                f"(ids up to {needed - 1}); it must be >= {needed}"
-            )
+        check_choice("activation", self.activation, ACTIVATIONS)  # type: ignore[attr-defined]
+        check_choice("norm_position", self.norm_position, NORM_POSITIONS)  # type: ignore[attr-defined]
+        check_choice("positions", self.positions, POSITIONS)  # type: ignore[attr-defined]
+        check_special_ids(
+            {name: getattr(self, name) for name in self._special_names},
+            {"vocab_size": self.vocab_size},  # type: ignore[attr-defined]
+        )
 
     @property
     def head_dim(self) -> int:
@@ -128,45 +105,8 @@ class _StackConfig:
         return self.positions.endswith("relative")  # type: ignore[attr-defined]
 
     @classmethod
-    def from_preset(cls, name: str, **overrides: Any) -> Self:
-        if name not in cls.presets:
-            raise ConfigError(
-                f"preset: unknown preset {name!r}; choose from {', '.join(cls.presets)}"
-            )
-        return cls.from_dict({**cls.presets[name], **overrides})
-
-    def replace(self, **changes: Any) -> Self:
-        return dataclasses.replace(self, **changes)  # type: ignore[type-var]
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"family": self.family, **dataclasses.asdict(self)}  # type: ignore[call-overload]
-
-    def to_json(self) -> str:
-        return json.dumps(self.to_dict(), indent=2)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Self:
-        data = dict(data)
-        family = data.pop("family", cls.family)
-        if family != cls.family:
-            raise ConfigError(f"family: this is a {family!r} config, not a {cls.family!r} one")
-        known = {f.name for f in fields(cls)}  # type: ignore[arg-type]
-        for key in data:
-            if key not in known:
-                hint = difflib.get_close_matches(key, known, n=1)
-                did_you_mean = f"; did you mean {hint[0]!r}?" if hint else ""
-                raise ConfigError(f"{key}: unknown field{did_you_mean}")
-        return cls(**data)
-
-    @classmethod
-    def from_json(cls, text: str) -> Self:
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as e:
-            raise ConfigError(f"config: invalid JSON ({e})") from None
-        if not isinstance(data, dict):
-            raise ConfigError("config: expected a JSON object")
-        return cls.from_dict(data)
+    def preset_table(cls) -> dict[str, dict[str, Any]]:
+        return cls.presets
 
 
 @dataclass(frozen=True)
@@ -240,4 +180,4 @@ class EncoderOnlyConfig(_StackConfig):
         self._validate_common()
         if self.num_labels < 0:
             raise ConfigError(f"num_labels: must be >= 0 (0: no classifier), got {self.num_labels}")
-        _check_choice("pooling", self.pooling, POOLINGS)
+        check_choice("pooling", self.pooling, POOLINGS)

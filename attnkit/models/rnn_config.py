@@ -9,14 +9,16 @@ Bad values raise ``ConfigError`` whose message starts with the field name.
 
 from __future__ import annotations
 
-import dataclasses
-import difflib
-import json
 from dataclasses import dataclass, fields
 from typing import Any, ClassVar
 
 from attnkit.errors import ConfigError
-from attnkit.models.lm_config import _check_choice, _check_type
+from attnkit.models.config_base import (
+    ModelConfig,
+    check_choice,
+    check_special_ids,
+    check_type,
+)
 
 CELLS = ("lstm", "gru")
 RNN_ATTENTIONS = ("none", "bahdanau", "luong_general", "luong_dot", "luong_location")
@@ -58,7 +60,7 @@ RNN_PRESETS: dict[str, dict[str, Any]] = {
 
 
 @dataclass(frozen=True)
-class RNNSeq2SeqConfig:
+class RNNSeq2SeqConfig(ModelConfig):
     """An RNN encoder-decoder. Defaults are the ``bahdanau`` preset.
 
     ``attention``: ``"none"`` (the encoder's final state is a fixed context
@@ -90,32 +92,23 @@ class RNNSeq2SeqConfig:
     def __post_init__(self) -> None:
         for f in fields(self):
             # `from __future__ import annotations` makes f.type the string "int" etc.
-            _check_type(f.name, getattr(self, f.name), _FIELD_TYPES[f.type])
+            check_type(f.name, getattr(self, f.name), _FIELD_TYPES[f.type])
         for name in ("embed_dim", "hidden_size", "num_layers", "max_src_len", "max_len"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name}: must be >= 1, got {getattr(self, name)}")
         if not 0.0 <= self.dropout < 1.0:
             raise ConfigError(f"dropout: must be in [0, 1), got {self.dropout}")
-        _check_choice("cell", self.cell, CELLS)
-        _check_choice("attention", self.attention, RNN_ATTENTIONS)
+        check_choice("cell", self.cell, CELLS)
+        check_choice("attention", self.attention, RNN_ATTENTIONS)
         if self.input_feeding and not self.is_luong:
             raise ConfigError(
                 f"input_feeding: only Luong attention feeds its attentional vector back; "
                 f"got attention={self.attention!r}"
             )
-        specials = {"pad_id": self.pad_id, "bos_id": self.bos_id, "eos_id": self.eos_id}
-        for name, value in specials.items():
-            if value < 0:
-                raise ConfigError(f"{name}: must be >= 0, got {value}")
-        if len(set(specials.values())) != len(specials):
-            raise ConfigError(f"pad_id: pad_id, bos_id and eos_id must differ, got {specials}")
-        needed = max(specials.values()) + 1
-        for name in ("src_vocab_size", "tgt_vocab_size"):
-            if getattr(self, name) < needed:
-                raise ConfigError(
-                    f"{name}: {getattr(self, name)} is too small for the special tokens "
-                    f"(ids up to {needed - 1}); it must be >= {needed}"
-                )
+        check_special_ids(
+            {"pad_id": self.pad_id, "bos_id": self.bos_id, "eos_id": self.eos_id},
+            {"src_vocab_size": self.src_vocab_size, "tgt_vocab_size": self.tgt_vocab_size},
+        )
 
     @property
     def is_luong(self) -> bool:
@@ -131,46 +124,9 @@ class RNNSeq2SeqConfig:
         """The decoder's width; what the noam schedule scales by (``d_model^-0.5``)."""
         return self.hidden_size
 
-    # -- presets and serialisation -------------------------------------------------
+    # -- presets (serialisation: ModelConfig) -------------------------------------
 
     @classmethod
-    def from_preset(cls, name: str, **overrides: Any) -> RNNSeq2SeqConfig:
-        """``"small"`` (CPU-sized), ``"bahdanau"`` or ``"luong"``, plus field overrides."""
-        if name not in RNN_PRESETS:
-            raise ConfigError(
-                f"preset: unknown preset {name!r}; choose from {', '.join(RNN_PRESETS)}"
-            )
-        return cls.from_dict({**RNN_PRESETS[name], **overrides})
-
-    def replace(self, **changes: Any) -> RNNSeq2SeqConfig:
-        return dataclasses.replace(self, **changes)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"family": self.family, **dataclasses.asdict(self)}
-
-    def to_json(self) -> str:
-        return json.dumps(self.to_dict(), indent=2)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> RNNSeq2SeqConfig:
-        data = dict(data)
-        family = data.pop("family", cls.family)
-        if family != cls.family:
-            raise ConfigError(f"family: this is a {family!r} config, not a {cls.family!r} one")
-        known = {f.name for f in fields(cls)}
-        for key in data:
-            if key not in known:
-                hint = difflib.get_close_matches(key, known, n=1)
-                did_you_mean = f"; did you mean {hint[0]!r}?" if hint else ""
-                raise ConfigError(f"{key}: unknown field{did_you_mean}")
-        return cls(**data)
-
-    @classmethod
-    def from_json(cls, text: str) -> RNNSeq2SeqConfig:
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as e:
-            raise ConfigError(f"config: invalid JSON ({e})") from None
-        if not isinstance(data, dict):
-            raise ConfigError("config: expected a JSON object")
-        return cls.from_dict(data)
+    def preset_table(cls) -> dict[str, dict[str, Any]]:
+        """``"small"`` (CPU-sized), ``"bahdanau"`` or ``"luong"``."""
+        return RNN_PRESETS

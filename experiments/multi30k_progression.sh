@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# The published progression on Multi30k De->En (issue 4): RNN < attention < Transformer,
+# and a small version of the paper's Table 3. One row = one training run with a time
+# cap, then greedy and beam evaluation on test2016; results are appended as JSON lines.
+#
+#   bash experiments/multi30k_progression.sh ROW [ROW ...]     # rows: see `rows` below
+#   bash experiments/multi30k_progression.sh --list
+#
+# Environment:
+#   DATA     Multi30k directory (default ../shared/data/multi30k)
+#   OUT      where runs and results.jsonl go (default runs/progression)
+#   MINUTES  training time cap per row (default 6)
+#
+# Then: python experiments/progression_table.py $OUT/results.jsonl
+set -euo pipefail
+cd "$(dirname "$0")/.."
+DATA=${DATA:-../shared/data/multi30k}
+OUT=${OUT:-runs/progression}
+MINUTES=${MINUTES:-6}
+# RNN rows start from configs/multi30k_de_en_rnn.yaml, the others from multi30k_de_en.yaml.
+RNN="--config configs/multi30k_de_en_rnn.yaml"
+TRANSFORMER="--config configs/multi30k_de_en.yaml"
+declare -A ROWS=(
+  [rnn_lstm]="$RNN --set model.preset=luong --set model.attention=none --set model.input_feeding=false"
+  [rnn_gru_context]="$RNN --set model.preset=bahdanau --set model.attention=none"
+  [bahdanau]="$RNN --set model.preset=bahdanau"
+  [luong_general]="$RNN --set model.preset=luong --set model.attention=luong_general"
+  [luong_dot]="$RNN --set model.preset=luong --set model.attention=luong_dot"
+  [luong_location]="$RNN --set model.preset=luong --set model.attention=luong_location --set model.max_src_len=128"
+  [transformer_sinusoidal]="$TRANSFORMER"
+  [transformer_learned]="$TRANSFORMER --set model.positions=learned"
+  [transformer_relative16]="$TRANSFORMER --set model.positions=relative --set model.max_relative_position=16"
+  [heads1]="$TRANSFORMER --set model.num_heads=1"
+  [heads8]="$TRANSFORMER --set model.num_heads=8"
+  [heads16]="$TRANSFORMER --set model.num_heads=16"
+  [dropout0]="$TRANSFORMER --set model.dropout=0.0"
+  [dropout0.1]="$TRANSFORMER --set model.dropout=0.1"
+  [ls0]="$TRANSFORMER --set train.label_smoothing=0.0"
+)
+
+if [[ "${1:-}" == "--list" || $# -eq 0 ]]; then
+  printf '%s\n' "${!ROWS[@]}" | sort
+  exit 0
+fi
+
+mkdir -p "$OUT"
+COMMIT=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
+DEVICE=$(python -c "import torch; print(torch.cuda.get_device_name(0) if torch.cuda.is_available() else 'cpu')")
+for row in "$@"; do
+  if [[ -z "${ROWS[$row]+set}" ]]; then
+    echo "unknown row: $row (see --list)" >&2
+    exit 2
+  fi
+  run="$OUT/$row"
+  # shellcheck disable=SC2086  # the overrides are meant to split into words
+  cmd="attnkit train ${ROWS[$row]} --set data.dir=$DATA --set train.max_minutes=$MINUTES --out $run --overwrite --no-progress"
+  start=$(date +%s)
+  python -m attnkit ${cmd#attnkit } > "$run.train.log" 2>&1 || { echo "$row: training failed, see $run.train.log" >&2; continue; }
+  seconds=$(( $(date +%s) - start ))
+  for search in greedy beam; do
+    flag=$([[ $search == greedy ]] && echo --greedy || echo "--beam 5")
+    # shellcheck disable=SC2086
+    python -m attnkit evaluate --checkpoint "$run" --src "$DATA/test2016.de" --ref "$DATA/test2016.en" $flag --json > "$run.$search.json"
+    python - "$row" "$search" "$run.$search.json" "$seconds" "$COMMIT" "$DEVICE" "$cmd" >> "$OUT/results.jsonl" <<'PY'
+import json, sys, datetime
+row, search, path, seconds, commit, device, cmd = sys.argv[1:]
+scores = json.load(open(path))
+print(json.dumps({"row": row, "search": search, "train_seconds": int(seconds), "commit": commit,
+                  "device": device, "date": datetime.date.today().isoformat(), "command": cmd,
+                  **scores}))
+PY
+  done
+  echo "$row: done in ${seconds}s"
+done
