@@ -10,6 +10,7 @@
 #   DATA     Multi30k directory (default ../shared/data/multi30k)
 #   OUT      where runs and results.jsonl go (default runs/progression)
 #   MINUTES  training time cap per row (default 6)
+#   EXTRA    more overrides for every row, e.g. "--set train.max_tokens=2048" on a CPU
 #
 # Then: python experiments/progression_table.py $OUT/results.jsonl
 set -euo pipefail
@@ -17,6 +18,7 @@ cd "$(dirname "$0")/.."
 DATA=${DATA:-../shared/data/multi30k}
 OUT=${OUT:-runs/progression}
 MINUTES=${MINUTES:-6}
+EXTRA=${EXTRA:-}
 # RNN rows start from configs/multi30k_de_en_rnn.yaml, the others from multi30k_de_en.yaml.
 RNN="--config configs/multi30k_de_en_rnn.yaml"
 TRANSFORMER="--config configs/multi30k_de_en.yaml"
@@ -53,7 +55,7 @@ for row in "$@"; do
   fi
   run="$OUT/$row"
   # shellcheck disable=SC2086  # the overrides are meant to split into words
-  cmd="attnkit train ${ROWS[$row]} --set data.dir=$DATA --set train.max_minutes=$MINUTES --out $run --overwrite --no-progress"
+  cmd="attnkit train ${ROWS[$row]} --set data.dir=$DATA --set train.max_minutes=$MINUTES $EXTRA --out $run --overwrite --no-progress"
   start=$(date +%s)
   python -m attnkit ${cmd#attnkit } > "$run.train.log" 2>&1 || { echo "$row: training failed, see $run.train.log" >&2; continue; }
   seconds=$(( $(date +%s) - start ))
