@@ -642,10 +642,13 @@ def load_translation_model(
     if state.tokenizer_json is None:
         raise CheckpointError(f"{directory / 'tokenizer.json'}: missing; cannot read text")
     tokenizer = tokenizer_from_json(state.tokenizer_json)
-    if tokenizer.vocab_size != config.tgt_vocab_size:
+    # A model may have more rows than the tokenizer has ids (model.tgt_vocab_size set
+    # larger in the run config), never fewer.
+    if tokenizer.vocab_size > config.tgt_vocab_size:
         raise CheckpointError(
             f"{directory / 'tokenizer.json'}: vocabulary of {tokenizer.vocab_size} does not "
-            f"match the model's tgt_vocab_size={config.tgt_vocab_size}"
+            f"fit the model's tgt_vocab_size={config.tgt_vocab_size}; the tokenizer and the "
+            "weights come from different runs (use the tokenizer.json saved with them)"
         )
     model = build_model(config)
     ckpt.load_model_state(model, state.model_state, source=directory / "model.safetensors")

@@ -87,3 +87,17 @@ def test_keeps_only_the_last_checkpoints(tmp_path):
         p.name for p in (tmp_path / "checkpoints").iterdir() if not p.name.startswith(".")
     )
     assert kept == ["step_00000008", "step_00000009"]
+
+
+def test_a_model_vocabulary_larger_than_the_tokenizer_trains_and_loads(tmp_path):
+    # e.g. a vocabulary rounded up to a multiple of 64 for faster matmuls
+    texts = [s for s, _ in PAIRS["train"]] + [t for _, t in PAIRS["train"]]
+    tokenizer = CharTokenizer.train(texts)
+    run = _run(max_steps=3)
+    run.model.update(src_vocab_size=128, tgt_vocab_size=128, share_embeddings="all")
+    trainer = TranslationTrainer(
+        run, tmp_path, tokenizer=tokenizer, train_pairs=PAIRS["train"], progress=False
+    )
+    trainer.fit()
+    model, loaded = load_translation_model(tmp_path, "cpu")
+    assert model.config.tgt_vocab_size == 128 and loaded.vocab_size == tokenizer.vocab_size < 128
