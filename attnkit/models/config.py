@@ -12,16 +12,15 @@ from typing import Any, ClassVar
 
 from attnkit.errors import ConfigError
 from attnkit.models.config_base import (
+    ACTIVATIONS,
+    NORM_POSITIONS,
+    POSITIONS,
     ModelConfig,
     check_choice,
     check_special_ids,
     check_type,
 )
 
-ACTIVATIONS = ("relu", "gelu")
-NORM_POSITIONS = ("post", "pre")
-# "relative" is Shaw et al. (2018) alone; "<absolute>+relative" adds both.
-POSITIONS = ("sinusoidal", "learned", "relative", "sinusoidal+relative", "learned+relative")
 SHARE_EMBEDDINGS = ("none", "decoder", "all")
 # Score functions that fit multi-head attention (attnkit.attention.scores.KEY_SCORES).
 ATTENTION_SCORES = ("scaled_dot", "dot", "general", "additive")

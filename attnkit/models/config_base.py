@@ -17,6 +17,12 @@ from typing import Any, ClassVar, Self
 
 from attnkit.errors import ConfigError
 
+# Variant names shared by the Transformer-style families (strings, not class flags).
+ACTIVATIONS = ("relu", "gelu")
+NORM_POSITIONS = ("post", "pre")
+# "relative" is Shaw et al. (2018) alone; "<absolute>+relative" adds both.
+POSITIONS = ("sinusoidal", "learned", "relative", "sinusoidal+relative", "learned+relative")
+
 
 def check_type(name: str, value: Any, kind: type) -> None:
     """Raise ``ConfigError`` naming ``name`` unless ``value`` is a ``kind``.
