@@ -11,6 +11,8 @@
 #   OUT      where runs and results.jsonl go (default runs/progression)
 #   MINUTES  training time cap per row (default 6)
 #   EXTRA    more overrides for every row, e.g. "--set train.max_tokens=2048" on a CPU
+#   EXTRA_RNN, EXTRA_TRANSFORMER   more overrides for the RNN rows or the Transformer rows only
+#            (their optimisers differ: a learning rate for one is wrong for the other)
 #
 # Then: python experiments/progression_table.py $OUT/results.jsonl
 set -euo pipefail
@@ -19,6 +21,8 @@ DATA=${DATA:-../shared/data/multi30k}
 OUT=${OUT:-runs/progression}
 MINUTES=${MINUTES:-6}
 EXTRA=${EXTRA:-}
+EXTRA_RNN=${EXTRA_RNN:-}
+EXTRA_TRANSFORMER=${EXTRA_TRANSFORMER:-}
 # RNN rows start from configs/multi30k_de_en_rnn.yaml, the others from multi30k_de_en.yaml.
 RNN="--config configs/multi30k_de_en_rnn.yaml"
 TRANSFORMER="--config configs/multi30k_de_en.yaml"
@@ -54,8 +58,9 @@ for row in "$@"; do
     exit 2
   fi
   run="$OUT/$row"
+  family_extra=$([[ $row == rnn_* || $row == bahdanau || $row == luong_* ]] && echo "$EXTRA_RNN" || echo "$EXTRA_TRANSFORMER")
   # shellcheck disable=SC2086  # the overrides are meant to split into words
-  cmd="attnkit train ${ROWS[$row]} --set data.dir=$DATA --set train.max_minutes=$MINUTES $EXTRA --out $run --overwrite --no-progress"
+  cmd="attnkit train ${ROWS[$row]} --set data.dir=$DATA --set train.max_minutes=$MINUTES $EXTRA $family_extra --out $run --overwrite --no-progress"
   start=$(date +%s)
   python -m attnkit ${cmd#attnkit } > "$run.train.log" 2>&1 || { echo "$row: training failed, see $run.train.log" >&2; continue; }
   seconds=$(( $(date +%s) - start ))

@@ -42,6 +42,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--resume", action="store_true", help="continue the run in --out")
     parser.add_argument("--overwrite", action="store_true", help="replace the run in --out")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    parser.add_argument(
+        "--no-fast",
+        action="store_true",
+        help="plain eager training, for debugging: no torch.compile, no chunked loss, no "
+        "fused optimizer (same as --set train.fast=off --set train.compile=false; "
+        "train.fast=auto turns them on for CUDA only)",
+    )
     add_device_argument(parser)
 
 
@@ -104,7 +111,10 @@ def run(args: argparse.Namespace) -> int:
     from attnkit.training.runconfig import load_run_config
     from attnkit.training.translation import TranslationTrainer, build_tokenizer, load_tokenizer
 
-    run_config = load_run_config(args.config, args.overrides)
+    overrides = list(args.overrides)
+    if args.no_fast:  # after the user's --set, so the flag wins
+        overrides += ["train.fast=off", "train.compile=false"]
+    run_config = load_run_config(args.config, overrides)
     name = Path(args.config).stem if args.config else "run"
     out = Path(args.out or Path("runs") / name)
     if run_config.task in ("lm", "mlm"):

@@ -40,6 +40,7 @@ from attnkit.models.decoder_only import DecoderOnlyLM
 from attnkit.models.encoder_only import EncoderOnlyModel
 from attnkit.models.lm_config import DecoderOnlyConfig, EncoderOnlyConfig
 from attnkit.training import checkpoint as ckpt
+from attnkit.training.fast import FAST_MODES, compile_failed, fast_enabled, is_compile_failure
 from attnkit.training.optim import build_optimizer
 from attnkit.training.runconfig import RunConfig
 from attnkit.training.schedules import build_scheduler
@@ -65,6 +66,10 @@ class LMTrainConfig:
     seed: int = 0
     max_minutes: float | None = None  # stop (and checkpoint) after this wall time
     precision: str = "auto"  # auto (bf16 on CUDA, fp32 on CPU) | fp32 | bf16
+    # auto | on | off (attnkit/training/fast.py): a compiled causal-LM step and fused
+    # AdamW; auto is on for CUDA. Masked LMs pick a data-dependent number of tokens,
+    # so only the fused optimizer applies to them.
+    fast: str = "auto"
     mask_prob: float = 0.15  # MLM only: the share of tokens selected
 
     def __post_init__(self) -> None:
@@ -77,6 +82,8 @@ class LMTrainConfig:
             raise ConfigError(f"max_minutes: must be > 0, got {self.max_minutes}")
         if self.precision not in ("auto", "fp32", "bf16"):
             raise ConfigError(f"precision: expected auto, fp32 or bf16, got {self.precision!r}")
+        if self.fast not in FAST_MODES:
+            raise ConfigError(f"fast: expected auto, on or off, got {self.fast!r}")
         if not 0.0 < self.mask_prob < 1.0:
             raise ConfigError(f"mask_prob: must be in (0, 1), got {self.mask_prob}")
 
@@ -112,9 +119,7 @@ def objective_loss(
     the selected positions only.
     """
     if isinstance(model, DecoderOnlyLM):
-        logits = model(x).logits
-        loss = F.cross_entropy(logits.flatten(0, 1).float(), y.flatten(), reduction=reduction)
-        return loss, y.numel()
+        return causal_lm_loss(model, x, y, reduction=reduction), y.numel()
     c = model.config
     inputs, labels = mask_tokens(
         x,
@@ -132,6 +137,14 @@ def objective_loss(
     if count == 0:  # a tiny batch may select nothing; keep the graph, add zero
         return hidden.sum() * 0.0, 0
     return F.cross_entropy(logits.float(), labels[selected], reduction=reduction), count
+
+
+def causal_lm_loss(
+    model: DecoderOnlyLM, x: torch.Tensor, y: torch.Tensor, reduction: str = "mean"
+) -> torch.Tensor:
+    """Next-token cross-entropy of ``model`` reading ``x (B, T)`` against ``y (B, T)``."""
+    logits = model(x).logits
+    return F.cross_entropy(logits.flatten(0, 1).float(), y.flatten(), reduction=reduction)
 
 
 @torch.no_grad()
@@ -202,8 +215,17 @@ def train_lm(
         if corpus.valid.numel() > block_size
         else None
     )
+    fast = fast_enabled(cfg.fast, device)
     optimizer = build_optimizer(
-        model, lr=cfg.lr, betas=cfg.betas, eps=1e-8, weight_decay=cfg.weight_decay
+        model,
+        lr=cfg.lr,
+        betas=cfg.betas,
+        eps=1e-8,
+        weight_decay=cfg.weight_decay,
+        fused=None if fast else False,
+    )
+    compiled_loss = (
+        torch.compile(causal_lm_loss) if fast and isinstance(model, DecoderOnlyLM) else None
     )
     scheduler = build_scheduler(
         optimizer,
@@ -245,7 +267,17 @@ def train_lm(
         x, y = next(batches)
         x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
         with autocast:
-            loss, _ = objective_loss(model, x, y, mask_prob=cfg.mask_prob, generator=mask_generator)
+            if compiled_loss is not None:
+                try:
+                    loss = compiled_loss(model, x, y)
+                except Exception as exc:  # a compile that fails says how to avoid it
+                    if is_compile_failure(exc):
+                        raise compile_failed(exc) from exc
+                    raise
+            else:
+                loss, _ = objective_loss(
+                    model, x, y, mask_prob=cfg.mask_prob, generator=mask_generator
+                )
         loss.backward()
         if cfg.clip_norm > 0:
             torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.clip_norm)
@@ -377,4 +409,5 @@ def lm_train_config_from_run(run: RunConfig, block_size: int) -> LMTrainConfig:
         seed=t.seed,
         max_minutes=t.max_minutes,
         precision=t.precision,
+        fast=t.fast,
     )

@@ -139,7 +139,11 @@ class TrainConfig:
     save_every: int = 1000
     keep_last: int = 5
     valid_bleu_sentences: int = 500  # 0 = no BLEU during training
-    compile: bool = False
+    compile: bool = False  # always compile the training forward (see also fast)
+    # auto | on | off: compiled forward, chunked loss, fused Adam (auto: on for CUDA);
+    # attnkit/training/fast.py says what each does. `--no-fast` sets off.
+    # YAML reads a bare on/off as true/false; both spellings are accepted.
+    fast: str | bool = "auto"
     # Updates skipped in a row for a non-finite loss or gradient norm before training
     # stops with an error (fp16 overflows, which the loss scaler handles, do not count).
     max_nonfinite: int = 10
@@ -175,6 +179,13 @@ class TrainConfig:
         )
         if self.max_minutes is not None:
             _require("max_minutes", self.max_minutes > 0, f"must be > 0, got {self.max_minutes}")
+        if isinstance(self.fast, bool):
+            self.fast = "on" if self.fast else "off"
+        _require(
+            "fast",
+            self.fast in ("auto", "on", "off"),
+            f"expected auto, on or off, got {self.fast!r}",
+        )
         _require(
             "distributed",
             self.distributed in ("ddp", "fsdp"),

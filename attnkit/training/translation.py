@@ -40,11 +40,21 @@ from attnkit.data.batching import TokenBudgetSampler, filter_by_length
 from attnkit.data.collate import TranslationBatch, collate_translation
 from attnkit.data.tokenizers import Tokenizer
 from attnkit.errors import ConfigError, TrainingError, UsageError
-from attnkit.models import Seq2SeqConfig, build_model, config_from_dict, config_from_preset
+from attnkit.models import (
+    EncoderDecoder,
+    Seq2SeqConfig,
+    build_model,
+    config_from_dict,
+    config_from_preset,
+)
 from attnkit.training import checkpoint as ckpt
 from attnkit.training import distributed as dist_util
 from attnkit.training.distributed import DistContext
-from attnkit.training.losses import label_smoothed_cross_entropy
+from attnkit.training.fast import compile_failed, fast_enabled, is_compile_failure
+from attnkit.training.losses import (
+    chunked_label_smoothed_cross_entropy,
+    label_smoothed_cross_entropy,
+)
 from attnkit.training.optim import build_optimizer
 from attnkit.training.runconfig import RunConfig, TokenizerConfig
 from attnkit.training.schedules import build_scheduler
@@ -153,10 +163,18 @@ class TranslationTrainer:
         self._train_model = dist_util.wrap_model(self.model, self.dist, self.cfg.distributed)
         if self.dist.rank > 0:  # same initial weights (seeded above), own dropout masks
             torch.manual_seed(self.cfg.seed + self.dist.rank)
+        # train.fast (see attnkit/training/fast.py): fused Adam everywhere it is on;
+        # the compiled forward and the chunked loss in single-process runs only.
+        self.fast = fast_enabled(self.cfg.fast, self.device)
+        self.chunked_loss = (
+            self.fast and not self.dist.enabled and isinstance(self.model, EncoderDecoder)
+        )
+        self.compiled = self.cfg.compile or (self.fast and not self.dist.enabled)
         self.optimizer = build_optimizer(
             self.model,
             lr=self.cfg.lr,
             weight_decay=self.cfg.weight_decay,
+            fused=None if self.fast else False,
         )
         self.scheduler = build_scheduler(
             self.optimizer,
@@ -225,6 +243,17 @@ class TranslationTrainer:
         with torch.autocast(
             self.device.type, dtype=self.amp_dtype or torch.float32, enabled=bool(self.amp_dtype)
         ):
+            if self.chunked_loss:  # never the whole (B, T, V) logits at once
+                hidden = model(batch.src, batch.tgt_in, compute_logits=False).hidden
+                out = chunked_label_smoothed_cross_entropy(
+                    hidden,
+                    self.model.output_proj.weight,
+                    batch.tgt_out,
+                    epsilon=self.cfg.label_smoothing,
+                    ignore_index=self.tokenizer.pad_id,
+                    reduction="sum",
+                )
+                return out.loss, out.nll, int(out.n_tokens)
             logits = model(batch.src, batch.tgt_in).logits
         out = label_smoothed_cross_entropy(
             logits,
@@ -253,7 +282,12 @@ class TranslationTrainer:
             # DDP all-reduces the gradients once, in the last micro-batch's backward.
             last = i == self.cfg.grad_accum - 1
             with nullcontext() if last or not ddp else model.no_sync():
-                loss, nll, n = self._loss(batch, model)
+                try:
+                    loss, nll, n = self._loss(batch, model)
+                except Exception as exc:  # a compile that fails says how to avoid it
+                    if self.compiled and is_compile_failure(exc):
+                        raise compile_failed(exc) from exc
+                    raise
                 if not real:  # a stand-in batch: join the all-reduce, add nothing
                     loss, nll, n = loss * 0.0, nll * 0.0, 0
                 self.scaler.scale(loss).backward()
@@ -520,7 +554,7 @@ class TranslationTrainer:
         main = self.dist.is_main
         if main:
             self.out_dir.mkdir(parents=True, exist_ok=True)
-        if cfg.compile:  # only the training forward; self.model keeps its state-dict names
+        if self.compiled:  # only the training forward; self.model keeps its state-dict names
             self._train_model = torch.compile(self._train_model)  # type: ignore[assignment]
         batches = self._batches()
         start = time.perf_counter()

@@ -120,3 +120,14 @@ def test_bad_arguments_give_one_line_and_exit_code(trained, capsys, argv, needle
     err = capsys.readouterr().err.strip()
     assert code in (1, 2)
     assert len(err.splitlines()) == 1 and needle in err and "Traceback" not in err
+
+
+def test_no_fast_turns_every_speed_switch_off_even_over_a_set(trained):
+    root, _ = trained
+    out = root / "no_fast"
+    code = main(["train", "--config", str(root / "tiny.yaml"), "--out", str(out), "--no-progress",
+                 "--set", "train.max_steps=1", "--set", "train.fast=on",
+                 "--set", "train.compile=true", "--no-fast"])  # fmt: skip
+    assert code == 0
+    saved = json.loads((out / "run.json").read_text())["train"]
+    assert (saved["fast"], saved["compile"]) == ("off", False)

@@ -108,3 +108,74 @@ def test_compiled_forward_and_loss_give_eager_loss_and_gradients(chunked):
     torch.testing.assert_close(compiled, eager, rtol=1e-5, atol=1e-5)
     for name in g_eager:
         torch.testing.assert_close(g_compiled[name], g_eager[name], rtol=1e-4, atol=1e-5, msg=name)
+
+
+# -- train.fast in the trainer ---------------------------------------------------------
+
+
+def _trainer(tmp_path, fast: str, **train):
+    from attnkit.data.synthetic import number_splits
+    from attnkit.data.tokenizers import CharTokenizer
+    from attnkit.training.runconfig import RunConfig
+    from attnkit.training.translation import TranslationTrainer
+
+    pairs = number_splits(60, 0, 0, low=1, high=999, seed=0)["train"]
+    run = RunConfig.from_dict(
+        {
+            "model": {"preset": "small", "d_model": 32, "num_heads": 2, "d_ff": 64,
+                      "num_encoder_layers": 1, "num_decoder_layers": 1, "max_len": 96,
+                      "dropout": 0.0},
+            "train": {"max_steps": 4, "max_tokens": 400, "warmup_steps": 2, "log_every": 1,
+                      "eval_every": 100, "save_every": 0, "fast": fast, **train},
+        }
+    )  # fmt: skip
+    texts = [s for s, _ in pairs] + [t for _, t in pairs]
+    return TranslationTrainer(
+        run, tmp_path, tokenizer=CharTokenizer.train(texts), train_pairs=pairs, progress=False
+    )
+
+
+def test_fast_auto_is_off_on_cpu_and_on_turns_on_the_chunked_loss_and_compile(tmp_path):
+    auto = _trainer(tmp_path / "auto", "auto")
+    assert (auto.fast, auto.chunked_loss, auto.compiled) == (False, False, False)
+    on = _trainer(tmp_path / "on", "on")
+    assert (on.fast, on.chunked_loss, on.compiled) == (True, True, True)
+    forced = _trainer(tmp_path / "forced", "off", compile=True)
+    assert (forced.fast, forced.chunked_loss, forced.compiled) == (False, False, True)
+
+
+def test_fast_trainer_steps_match_the_plain_trainer(tmp_path):
+    plain = _trainer(tmp_path / "plain", "off")
+    fast = _trainer(tmp_path / "fast", "on")
+    fast.compiled = False  # the compiled step is checked above; here the chunked loss
+    plain_batches, fast_batches = plain._batches(), fast._batches()
+    for _ in range(3):
+        a, b = plain.train_step(plain_batches), fast.train_step(fast_batches)
+        assert a["tokens"] == b["tokens"]
+        assert b["loss"] == pytest.approx(a["loss"], rel=1e-5)
+    for (name, p), q in zip(plain.model.state_dict().items(), fast.model.state_dict().values()):
+        torch.testing.assert_close(q, p, rtol=1e-4, atol=1e-5, msg=name)
+    # and it is really a different code path: the chunked loss was used
+    assert fast.chunked_loss and not plain.chunked_loss
+
+
+def test_a_failing_compile_is_one_error_that_names_the_way_out(tmp_path, monkeypatch):
+    from attnkit.errors import TrainingError
+
+    class FakeCompileError(RuntimeError):
+        pass
+
+    FakeCompileError.__module__ = "torch._inductor.exc"  # what a real one looks like
+
+    class Broken(torch.nn.Module):
+        def forward(self, *a, **k):
+            raise FakeCompileError("C++ compiler not found\nmore detail")
+
+    def broken_compile(module, *args, **kwargs):
+        return Broken()
+
+    monkeypatch.setattr(torch, "compile", broken_compile)
+    trainer = _trainer(tmp_path, "on")
+    with pytest.raises(TrainingError, match="--no-fast") as info:
+        trainer.fit()
+    assert "\n" not in str(info.value) and "C++ compiler not found" in str(info.value)

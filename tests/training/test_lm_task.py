@@ -44,3 +44,36 @@ def test_train_lm_lowers_the_loss_and_saves_a_checkpoint(tmp_path):
     model.eval()
     torch.testing.assert_close(loaded(x).logits, model(x).logits)
     assert tok.to_json() == corpus.tokenizer.to_json()
+
+
+def _tiny_lm_run(tmp_path, fast: str) -> dict[str, torch.Tensor]:
+    tmp_path.mkdir()
+    path = tmp_path / "input.txt"
+    path.write_text(TEXT, encoding="utf-8")
+    corpus = load_lm_corpus(path)
+    torch.manual_seed(0)
+    config = DecoderOnlyConfig.from_preset(
+        "small", d_model=32, num_heads=2, d_ff=64, num_layers=1, max_len=16,
+        vocab_size=corpus.tokenizer.vocab_size, dropout=0.0,
+    )  # fmt: skip
+    model = DecoderOnlyLM(config)
+    cfg = LMTrainConfig(batch_size=8, max_steps=5, warmup_steps=2, eval_every=100,
+                        fast=fast)  # fmt: skip
+    train_lm(model, corpus, tmp_path / "run", cfg, device="cpu", progress=False)
+    return model.state_dict()
+
+
+def test_fast_lm_step_goes_through_torch_compile_and_matches_the_plain_step(tmp_path, monkeypatch):
+    compiled = []
+
+    def recording_compile(fn, *args, **kwargs):  # compile itself: tests/training/test_fast_paths
+        compiled.append(fn.__name__)
+        return fn
+
+    monkeypatch.setattr(torch, "compile", recording_compile)
+    plain = _tiny_lm_run(tmp_path / "plain", "off")
+    assert compiled == []
+    fast = _tiny_lm_run(tmp_path / "fast", "on")
+    assert compiled == ["causal_lm_loss"]
+    for name in plain:
+        torch.testing.assert_close(fast[name], plain[name], rtol=1e-5, atol=1e-6, msg=name)
