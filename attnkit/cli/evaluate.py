@@ -17,7 +17,11 @@ import time
 from pathlib import Path
 
 from attnkit.cli.common import add_device_argument
-from attnkit.cli.translate import add_decoding_arguments, check_decoding_arguments
+from attnkit.cli.translate import (
+    add_decoding_arguments,
+    check_decoding_arguments,
+    configure_decoding,
+)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -94,6 +98,7 @@ def run(args: argparse.Namespace) -> int:
     if not pairs:
         raise DataError(f"{args.src}: no sentence pairs left to score")
     model, tokenizer = load_translation_model(args.checkpoint, args.device)
+    configure_decoding(model, args)
     beam = 1 if args.greedy else args.beam
     start = time.perf_counter()
     hyps = translate_texts(
@@ -106,6 +111,7 @@ def run(args: argparse.Namespace) -> int:
         max_len_b=args.max_len_b,
     )
     seconds = time.perf_counter() - start
+    decode_path = "compiled" if args.compile else "reference" if args.no_fast else "fast"
     if args.hyp_out:
         write_atomically(Path(args.hyp_out), "".join(h + "\n" for h in hyps))
     scores = corpus_scores(hyps, [t for _, t in pairs])
@@ -113,7 +119,7 @@ def run(args: argparse.Namespace) -> int:
         **scores,
         "perplexity": reference_perplexity(model, tokenizer, pairs),
         "sentences": len(pairs),
-        "decode": {"beam": beam, "alpha": args.alpha},
+        "decode": {"beam": beam, "alpha": args.alpha, "path": decode_path},
         "sentences_per_s": len(pairs) / max(seconds, 1e-9),
     }
     if args.json:

@@ -28,6 +28,19 @@ def add_decoding_arguments(parser: argparse.ArgumentParser) -> None:
         default=50,
         help="output length limit = source length + this (default: 50)",
     )
+    speed = parser.add_mutually_exclusive_group()
+    speed.add_argument(
+        "--compile",
+        action="store_true",
+        help="Transformer only: torch.compile the decode step (CUDA graphs on a GPU); "
+        "each new batch shape compiles once, so it pays off on long inputs",
+    )
+    speed.add_argument(
+        "--no-fast",
+        action="store_true",
+        help="decode on the plain growing KV cache instead of the static one (for debugging; "
+        "same tokens, slower)",
+    )
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -52,6 +65,17 @@ def check_decoding_arguments(args: argparse.Namespace) -> None:
         raise UsageError(f"--batch-size must be >= 1, got {args.batch_size}")
     if args.max_len_b < 1:
         raise UsageError(f"--max-len-b must be >= 1, got {args.max_len_b}")
+
+
+def configure_decoding(model, args: argparse.Namespace) -> None:
+    """Apply ``--compile`` / ``--no-fast`` to a loaded model (RNNs have one path only)."""
+    if not hasattr(model, "fast_decoding"):
+        if args.compile:
+            raise UsageError("--compile: only Transformer checkpoints have a compiled decode step")
+        return
+    model.fast_decoding = not args.no_fast
+    if args.compile:
+        model.compile_decoding()
 
 
 def truncate_sources(
@@ -92,6 +116,7 @@ def run(args: argparse.Namespace) -> int:
     # A bad --input fails before the model loads; stdin is read once the model is ready.
     lines = read_lines(args.input) if args.input is not None else None
     model, tokenizer = load_translation_model(args.checkpoint, args.device)
+    configure_decoding(model, args)
     if lines is None:
         lines = read_lines(None)
     device = next(model.parameters()).device

@@ -131,3 +131,28 @@ def test_no_fast_turns_every_speed_switch_off_even_over_a_set(trained):
     assert code == 0
     saved = json.loads((out / "run.json").read_text())["train"]
     assert (saved["fast"], saved["compile"]) == ("off", False)
+
+
+def test_translate_gives_the_same_lines_on_every_decode_path(trained, capsys, monkeypatch):
+    from attnkit.models import EncoderDecoder
+
+    root, out = trained
+    base = ["translate", "--checkpoint", str(out), "--input", str(root / "test.en"), "--beam", "2"]
+    static_steps = []
+    real_static = EncoderDecoder._static_decode_step
+    monkeypatch.setattr(
+        EncoderDecoder,
+        "_static_decode_step",
+        lambda self, *a: static_steps.append(1) or real_static(self, *a),
+    )
+    compiled = []
+    monkeypatch.setattr(torch, "compile", lambda fn, **kw: compiled.append(fn) or fn)
+    outputs = {}
+    for flag in ("", "--no-fast", "--compile"):
+        static_steps.clear()
+        assert main(base + ([flag] if flag else [])) == 0
+        outputs[flag] = capsys.readouterr().out
+        assert bool(static_steps) == (flag != "--no-fast"), flag  # which cache decoded
+    assert outputs[""] == outputs["--no-fast"] == outputs["--compile"]
+    assert len(outputs[""].splitlines()) == 6
+    assert len(compiled) == 1  # --compile compiled the decode step (stand-in compiler here)
