@@ -285,10 +285,15 @@ def load_run_config(path: str | Path | None, overrides: list[str] | None = None)
             raise ConfigError(f"{p}: config file not found")
         try:
             data = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
-        except (yaml.YAMLError, UnicodeDecodeError) as e:
+        except UnicodeDecodeError as e:
+            raise ConfigError(f"{p}: not UTF-8 text (byte {e.start})") from None
+        except yaml.YAMLError as e:
             where = getattr(e, "problem_mark", None)
-            line = f" line {where.line + 1}" if where is not None else ""
-            raise ConfigError(f"{p}{line}: not valid YAML") from None
+            line = f" line {where.line + 1}, column {where.column + 1}" if where else ""
+            # PyYAML's own words for what is wrong ("mapping values are not allowed here").
+            problem = getattr(e, "problem", None) or ""
+            detail = f" ({problem})" if problem else ""
+            raise ConfigError(f"{p}{line}: not valid YAML{detail}") from None
         if not isinstance(data, dict):
             raise ConfigError(f"{p}: expected a mapping at the top level")
     return RunConfig.from_dict(apply_overrides(data, overrides or []))

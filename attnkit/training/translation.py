@@ -119,6 +119,25 @@ def encode_corpus(pairs: Sequence[Pair], tokenizer: Tokenizer, max_len: int) -> 
     return EncodedCorpus([src[i] for i in kept], [tgt[i] for i in kept], dropped)
 
 
+def check_lengths_fit(config: Seq2SeqConfig, corpus: EncodedCorpus, data_max_len: int) -> None:
+    """Refuse, before training, a model whose positions cannot hold the longest pair.
+
+    Counts EOS on the source and BOS (or EOS) on the target, as the batches will.
+    """
+    longest_src = max((len(s) + 1 for s in corpus.src), default=0)
+    longest_tgt = max((len(t) + 1 for t in corpus.tgt), default=0)
+    limits = [("max_len", config.max_len, max(longest_src, longest_tgt))]
+    if getattr(config, "attention", None) == "luong_location":  # a fixed source width
+        limits.append(("max_src_len", config.max_src_len, longest_src))
+    for name, limit, longest in limits:
+        if longest > limit:
+            raise ConfigError(
+                f"model.{name}: {limit} positions, but the longest training pair needs "
+                f"{longest} (data.max_len={data_max_len}); raise model.{name} or lower "
+                "data.max_len"
+            )
+
+
 class TranslationTrainer:
     """The training loop: label-smoothed loss, Adam, warmup schedule, checkpoints, resume."""
 
@@ -153,6 +172,7 @@ class TranslationTrainer:
                 f"data.max_len: all {len(train_pairs)} training pairs are longer than "
                 f"{run.data.max_len} tokens; raise data.max_len"
             )
+        check_lengths_fit(self.model_config, self.corpus, run.data.max_len)
         self.model = build_model(self.model_config).to(self.device)
         if self.dist.enabled and self.cfg.distributed == "fsdp" and self.cfg.precision == "fp16":
             raise ConfigError(
