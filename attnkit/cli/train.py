@@ -67,17 +67,14 @@ def run_language_model(args: argparse.Namespace, run_config, out: Path) -> int:
     from attnkit.data.lm import load_lm_corpus
     from attnkit.errors import ConfigError, UsageError
     from attnkit.training.lm_task import language_model_from_run, lm_train_config_from_run, train_lm
+    from attnkit.training.translation import load_tokenizer
 
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:
         raise UsageError(
             f"task: {run_config.task} runs train in one process; run them without torchrun "
             "(torchrun is for translation)"
         )
-    if args.resume:
-        raise UsageError(
-            f"--resume: {run_config.task} runs cannot be resumed yet; "
-            "pass --overwrite or choose another --out"
-        )
+    check_out_dir(out, resume=args.resume, overwrite=args.overwrite)
     data, tok = run_config.data, run_config.tokenizer
     if data.text is None:
         raise ConfigError(
@@ -85,15 +82,20 @@ def run_language_model(args: argparse.Namespace, run_config, out: Path) -> int:
             "set data.text (a path relative to data.dir)"
         )
     # Read and check the data before touching the output directory.
+    saved_tokenizer = load_tokenizer(out) if args.resume else None  # the run's own vocabulary
     corpus = load_lm_corpus(
         Path(data.dir) / data.text,
+        saved_tokenizer,
         kind=tok.kind,
         vocab_size=tok.vocab_size if tok.kind == "bpe" else None,
         valid_fraction=data.valid_fraction,
     )
+    import torch
+
+    torch.manual_seed(run_config.train.seed)  # the initial weights follow train.seed
     model = language_model_from_run(run_config, corpus.tokenizer)
     cfg = lm_train_config_from_run(run_config, model.config.max_len)
-    prepare_out_dir(out, overwrite=args.overwrite)
+    prepare_out_dir(out, resume=args.resume, overwrite=args.overwrite)
     (out / "run.json").write_text(run_config.to_json() + "\n", encoding="utf-8")
     print(
         f"{run_config.task}: {corpus.train.numel()} training tokens, "
@@ -101,7 +103,15 @@ def run_language_model(args: argparse.Namespace, run_config, out: Path) -> int:
         f"{model.num_parameters() / 1e6:.1f}M parameters, {cfg.batch_size} blocks of "
         f"{model.config.max_len} tokens per batch"
     )
-    summary = train_lm(model, corpus, out, cfg, device=args.device, progress=not args.no_progress)
+    summary = train_lm(
+        model,
+        corpus,
+        out,
+        cfg,
+        device=args.device,
+        progress=not args.no_progress,
+        resume=args.resume,
+    )
     print(json.dumps({"out": str(out), **summary}))
     return 0
 

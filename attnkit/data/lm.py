@@ -117,9 +117,15 @@ class LMBlocks:
         offsets = torch.randint(self.num_offsets, (batch_size,), generator=generator)
         return self.blocks_at(offsets)
 
-    def batches(self, batch_size: int, *, seed: int = 0) -> Iterator[tuple[Tensor, Tensor]]:
-        """An endless, reproducible stream of random batches."""
-        generator = torch.Generator().manual_seed(seed)
+    def batches(
+        self, batch_size: int, *, seed: int = 0, generator: torch.Generator | None = None
+    ) -> Iterator[tuple[Tensor, Tensor]]:
+        """An endless, reproducible stream of random batches.
+
+        Pass your own CPU ``generator`` (``seed`` is then unused) to save and
+        restore the stream's position with ``generator.get_state()``.
+        """
+        generator = generator or torch.Generator().manual_seed(seed)
         while True:
             yield self.sample(batch_size, generator)
 

@@ -35,7 +35,7 @@ import torch.nn.functional as F
 from attnkit.data.lm import LMBlocks, LMCorpus
 from attnkit.data.mlm import IGNORE_INDEX, mask_tokens, mlm_vocab
 from attnkit.data.tokenizers import UNK_ID, Tokenizer, tokenizer_from_json
-from attnkit.errors import CheckpointError, ConfigError
+from attnkit.errors import CheckpointError, ConfigError, UsageError
 from attnkit.models.decoder_only import DecoderOnlyLM
 from attnkit.models.encoder_only import EncoderOnlyModel
 from attnkit.models.lm_config import DecoderOnlyConfig, EncoderOnlyConfig
@@ -191,6 +191,7 @@ def train_lm(
     *,
     device: str | torch.device | None = None,
     progress: bool = True,
+    resume: bool = False,
 ) -> dict[str, Any]:
     """Train ``model`` on ``corpus`` (blocks of ``model.config.max_len`` tokens).
 
@@ -198,6 +199,10 @@ def train_lm(
     LM for ``EncoderOnlyModel``. Returns the final step, the last training
     loss and the last validation metrics (empty when the validation split is
     shorter than one block).
+
+    ``resume=True`` continues from the latest checkpoint in ``out_dir``
+    (weights, optimizer, schedule, the batch stream, the masking and dropout
+    RNGs), so that stopping and resuming gives the same weights as one run.
     """
     from tqdm.auto import tqdm
 
@@ -241,29 +246,48 @@ def train_lm(
         with metrics_path.open("a", encoding="utf-8") as f:
             f.write(json.dumps(record) + "\n")
 
+    batch_generator = torch.Generator().manual_seed(cfg.seed)
+    mask_generator = torch.Generator(device=device).manual_seed(cfg.seed + 1)
+
     def save(step: int) -> None:
         ckpt.save_checkpoint(
             ckpt.checkpoint_dir(out, step),
             model_state=model.state_dict(),
             config=model.config.to_dict(),
             tokenizer_json=corpus.tokenizer.to_json(),
-            trainer_state={"step": step, "train": dataclasses.asdict(cfg)},
+            trainer_state={
+                "step": step,
+                "train": dataclasses.asdict(cfg),
+                "scheduler": scheduler.state_dict(),
+                "rng": ckpt.capture_rng_state(),  # dropout
+                "batch_rng": batch_generator.get_state(),
+                "mask_rng": mask_generator.get_state(),
+            },
             optimizer_state=optimizer.state_dict(),
         )
 
-    batches = train_blocks.batches(cfg.batch_size, seed=cfg.seed)
-    mask_generator = torch.Generator(device=device).manual_seed(cfg.seed + 1)
+    first_step = 1
+    if resume:
+        first_step = _restore(out, model, optimizer, scheduler, batch_generator, mask_generator)
+        _truncate_metrics(metrics_path, first_step - 1)
+    batches = train_blocks.batches(cfg.batch_size, generator=batch_generator)
     precision = (
         cfg.precision if cfg.precision != "auto" else ("bf16" if device.type == "cuda" else "fp32")
     )
     autocast = torch.autocast(device.type, torch.bfloat16, enabled=precision == "bf16")
     deadline = None if cfg.max_minutes is None else time.monotonic() + 60.0 * cfg.max_minutes
     last_step = cfg.max_steps
-    bar = tqdm(total=cfg.max_steps, disable=not progress, unit="step", dynamic_ncols=True)
+    bar = tqdm(
+        total=cfg.max_steps,
+        initial=first_step - 1,
+        disable=not progress,
+        unit="step",
+        dynamic_ncols=True,
+    )
     valid: dict[str, float] = {}
     loss_value = math.nan
     window_start, window_tokens = time.perf_counter(), 0
-    for step in range(1, cfg.max_steps + 1):
+    for step in range(first_step, cfg.max_steps + 1):
         x, y = next(batches)
         x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
         with autocast:
@@ -279,6 +303,7 @@ def train_lm(
                     model, x, y, mask_prob=cfg.mask_prob, generator=mask_generator
                 )
         loss.backward()
+        ckpt.kill_point("train_step", step)  # test hook; inert unless set
         if cfg.clip_norm > 0:
             torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.clip_norm)
         optimizer.step()
@@ -322,6 +347,53 @@ def train_lm(
             break
     bar.close()
     return {"step": last_step, "train_loss": loss_value, "valid": valid}
+
+
+def _restore(
+    out: Path,
+    model: LanguageModel,
+    optimizer: torch.optim.Optimizer,
+    scheduler: Any,
+    batch_generator: torch.Generator,
+    mask_generator: torch.Generator,
+) -> int:
+    """Load the latest checkpoint of ``out`` into the training objects; the next step."""
+    ckpt.remove_stale_temporaries(out)  # a checkpoint half-written when a run was killed
+    latest = ckpt.latest_checkpoint(out)
+    if latest is None:
+        raise UsageError(f"--resume: {out} holds no checkpoint to resume from")
+    state = ckpt.load_checkpoint(latest)
+    ts = state.trainer_state or {}
+    if "batch_rng" not in ts:
+        raise CheckpointError(
+            f"{latest}: written by an attnkit that could not resume language models; "
+            "start a new run"
+        )
+    ckpt.load_model_state(model, state.model_state, source=latest / ckpt.MODEL_FILE)
+    if state.optimizer_state is not None:
+        optimizer.load_state_dict(state.optimizer_state)
+    scheduler.load_state_dict(ts["scheduler"])
+    ckpt.restore_rng_state(ts["rng"])
+    batch_generator.set_state(ts["batch_rng"].to("cpu", torch.uint8))
+    mask_generator.set_state(ts["mask_rng"].to("cpu", torch.uint8))
+    return int(ts["step"]) + 1
+
+
+def _truncate_metrics(path: Path, last_step: int) -> None:
+    """Keep the metrics records up to ``last_step`` (a resumed run rewrites the rest)."""
+    if not path.exists():
+        return
+    kept = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:  # a line torn by a kill
+            continue
+        if isinstance(record, dict) and record.get("step", 0) <= last_step:
+            kept.append(line + "\n")
+    tmp = path.with_suffix(".jsonl.tmp")
+    tmp.write_text("".join(kept), encoding="utf-8")
+    tmp.replace(path)
 
 
 def load_decoder_only(

@@ -76,11 +76,44 @@ def test_lm_task_without_a_text_file_names_the_field(tmp_path, capsys):
     assert not out.exists()
 
 
-def test_lm_task_refuses_resume_without_touching_the_run(tmp_path, capsys):
+@pytest.mark.parametrize("task", ["lm", "mlm"])
+def test_a_killed_language_model_run_resumes_to_the_same_weights(tmp_path, task):
+    import os
+    import subprocess
+    import sys
+
+    import torch
+
+    config = _write(tmp_path, task, steps=8)
+    sets = ["--set", "train.save_every=4", "--set", "model.dropout=0.1",  # RNGs matter
+            "--set", "train.schedule=cosine"]  # the schedule's position matters  # fmt: skip
+    whole, broken = tmp_path / "whole", tmp_path / "broken"
+    assert main(["train", "--config", str(config), "--out", str(whole), "--no-progress",
+                 *sets]) == 0  # fmt: skip
+    # SIGKILL mid-step 6; one thread, as in this process (conftest), for the same float sums
+    env = {**os.environ, ckpt.KILL_AT_ENV: "train_step:6", "OMP_NUM_THREADS": "1"}
+    killed = subprocess.run(
+        [sys.executable, "-m", "attnkit", "train", "--config", str(config), "--out", str(broken),
+         "--no-progress", *sets],
+        env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert killed.returncode != 0
+    assert [p.name for p in (broken / "checkpoints").iterdir()] == ["step_00000004"]
+    assert main(["train", "--config", str(config), "--out", str(broken), "--no-progress",
+                 "--resume", *sets]) == 0  # fmt: skip
+    a = ckpt.load_checkpoint(whole / "checkpoints" / "step_00000008").model_state
+    b = ckpt.load_checkpoint(broken / "checkpoints" / "step_00000008").model_state
+    assert a.keys() == b.keys()
+    for key in a:
+        assert torch.equal(a[key], b[key]), key
+    steps = [json.loads(r)["step"] for r in (broken / "metrics.jsonl").read_text().splitlines()]
+    assert steps == sorted(steps) and steps[-1] == 8  # no records from the killed steps twice
+
+
+def test_lm_resume_with_nothing_to_resume_changes_nothing(tmp_path, capsys):
     config = _write(tmp_path, "lm", steps=2)
     out = tmp_path / "run"
-    assert main(["train", "--config", str(config), "--out", str(out), "--no-progress"]) == 0
-    before = sorted(p.name for p in out.rglob("*"))
+    out.mkdir()
     assert main(["train", "--config", str(config), "--out", str(out), "--resume"]) == 2
-    assert "--resume" in capsys.readouterr().err
-    assert sorted(p.name for p in out.rglob("*")) == before
+    assert "nothing to resume" in capsys.readouterr().err
+    assert list(out.iterdir()) == []
