@@ -29,7 +29,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from attnkit.training.translation import load_translation_model
+    from attnkit.training.loading import load_translation_model
     from attnkit.visualize.attention import attention_for_translation, plot_attention
 
     if args.beam < 1:

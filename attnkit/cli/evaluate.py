@@ -81,7 +81,7 @@ def run(args: argparse.Namespace) -> int:
     from attnkit.decoding.text import translate_texts
     from attnkit.errors import DataError, UsageError
     from attnkit.evaluation.bleu import corpus_scores
-    from attnkit.training.translation import load_translation_model
+    from attnkit.training.loading import load_translation_model
 
     check_decoding_arguments(args)
     if args.hyp_out:

@@ -48,7 +48,7 @@ def run(args: argparse.Namespace) -> int:
     import torch
 
     from attnkit.decoding.generate import stream
-    from attnkit.training.lm_task import load_decoder_only
+    from attnkit.training.loading import load_decoder_only
 
     check_arguments(args)
     model, tokenizer = load_decoder_only(args.checkpoint, getattr(args, "device", None))

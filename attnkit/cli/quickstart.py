@@ -107,8 +107,9 @@ def run(args: argparse.Namespace) -> int:
     from attnkit.data.tokenizers import BPETokenizer
     from attnkit.decoding.text import translate_texts
     from attnkit.evaluation.bleu import corpus_scores
+    from attnkit.training.loading import resolve_device
     from attnkit.training.runconfig import RunConfig, apply_overrides
-    from attnkit.training.translation import TranslationTrainer, resolve_device
+    from attnkit.training.translation import TranslationTrainer
 
     _check_args(args)
     out = Path(args.out)

@@ -67,7 +67,7 @@ def run_language_model(args: argparse.Namespace, run_config, out: Path) -> int:
     from attnkit.data.lm import load_lm_corpus
     from attnkit.errors import ConfigError, UsageError
     from attnkit.training.lm_task import language_model_from_run, lm_train_config_from_run, train_lm
-    from attnkit.training.translation import load_tokenizer
+    from attnkit.training.loading import load_tokenizer
 
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:
         raise UsageError(
@@ -118,8 +118,9 @@ def run_language_model(args: argparse.Namespace, run_config, out: Path) -> int:
 
 def run(args: argparse.Namespace) -> int:
     from attnkit.training.distributed import init_distributed
+    from attnkit.training.loading import load_tokenizer
     from attnkit.training.runconfig import load_run_config
-    from attnkit.training.translation import TranslationTrainer, build_tokenizer, load_tokenizer
+    from attnkit.training.translation import TranslationTrainer, build_tokenizer
 
     overrides = list(args.overrides)
     if args.no_fast:  # after the user's --set, so the flag wins

@@ -101,7 +101,7 @@ def run(args: argparse.Namespace) -> int:
     import torch
 
     from attnkit.decoding.text import decode_ids
-    from attnkit.training.translation import load_translation_model
+    from attnkit.training.loading import load_translation_model
 
     check_decoding_arguments(args)
     if not 1 <= args.nbest <= args.beam:

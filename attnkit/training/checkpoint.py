@@ -2,7 +2,7 @@
 
 A checkpoint is a directory::
 
-    model.safetensors          model state (tied tensors stored once, see below)
+    model.safetensors          model state (tied tensors stored once)
     config.json                the model config (enough to rebuild the model)
     tokenizer.json             optional
     trainer_state.json         optional: step, scheduler, RNG, ... (JSON tree)
@@ -11,19 +11,13 @@ A checkpoint is a directory::
     optimizer.safetensors      per-parameter state, keys ``state.{idx}.{name}``
     extra.safetensors          optional free-form tensors
 
-Loading never unpickles (principle 11): no ``torch.load``, no ``pickle``. A
-file that is a pickle or a ``torch.save`` zip is refused before anything reads
-it, and a pickle-format file (``pytorch_model.bin``, ``model.pt``) found in
-place of ``model.safetensors`` is named and never opened. Untrusted sizes are
-capped before parsing: a safetensors header may claim at most
-``MAX_HEADER_BYTES`` (and no more than the file holds), and each JSON file has
-a size limit (``MAX_JSON_BYTES``) checked before it is read.
-
-Nested Python state (trainer state, optimizer state) is stored as a JSON tree
-in which a tensor leaf becomes ``{"__tensor__": "dotted.path"}`` (the tensor
-lives under that key in the ``.safetensors`` beside it) and a tuple becomes
-``{"__tuple__": [...]}`` so tuples (Adam ``betas``, Python RNG state) come back
-as tuples.
+Loading never unpickles (principle 11): no ``torch.load``, no ``pickle``. The
+files are read and written by ``attnkit.training.safe_files``, which refuses a
+pickle or ``torch.save`` zip unread, caps a safetensors header at
+``MAX_HEADER_BYTES`` and stores nested state (trainer, optimizer) as JSON trees
+with tensor leaves. Each JSON file here has a size limit (``MAX_JSON_BYTES``)
+checked before it is read. A pickle-format file (``pytorch_model.bin``,
+``model.pt``) found in place of ``model.safetensors`` is named and never opened.
 
 Layout of a run: ``run_dir/checkpoints/step_00001000/`` (``checkpoint_dir``).
 
@@ -37,13 +31,11 @@ run left behind (``--resume`` calls it).
 
 from __future__ import annotations
 
-import json
 import os
 import random
 import re
 import shutil
 import signal
-import struct
 import tempfile
 import uuid
 from collections.abc import Iterable, Mapping
@@ -56,6 +48,10 @@ import torch
 from torch import Tensor
 
 from attnkit.errors import CheckpointError
+from attnkit.training import safe_files
+from attnkit.training.safe_files import MAX_HEADER_BYTES, load_tensors, save_tensors
+
+__all__ = ["MAX_HEADER_BYTES", "load_tensors", "save_tensors"]  # re-exported: file-level API
 
 MODEL_FILE = "model.safetensors"
 CONFIG_FILE = "config.json"
@@ -64,7 +60,6 @@ TRAINER_FILE = "trainer_state"  # .json + .safetensors
 OPTIMIZER_FILE = "optimizer"  # .json + .safetensors
 EXTRA_FILE = "extra.safetensors"
 
-MAX_HEADER_BYTES = 100 * 1024 * 1024  # a real header is KBs; refuse before parsing a bomb
 # Size limits of the JSON files, checked before reading: real ones are far smaller
 # (a config ~1 KB, a 37k BPE vocabulary ~2 MB, trainer state ~30 KB).
 MAX_JSON_BYTES = {
@@ -74,20 +69,29 @@ MAX_JSON_BYTES = {
     f"{OPTIMIZER_FILE}.json": 16 << 20,
 }
 _DEFAULT_JSON_LIMIT = 16 << 20
-# Formats that torch.load would unpickle: named in errors, never opened.
-PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl", ".pickle")
 # Which command reads a checkpoint of each model family (for error messages).
 FAMILY_COMMANDS = {
     "transformer": "attnkit translate",
     "rnn": "attnkit translate",
     "decoder_only": "attnkit generate",
 }
-_ALIASES_KEY = "attnkit.aliases"
 _STEP_DIR = re.compile(r"step_(\d+)")
 # Hidden directories a crash may leave beside the checkpoints (see _swap_into_place).
 _STALE_DIR = re.compile(r"\.(step_\d+)\.(tmp|old|del)-.*")
 # Test hook, inert unless set: "POINT:STEP" makes kill_point(POINT, STEP) SIGKILL the process.
 KILL_AT_ENV = "ATTNKIT_TEST_KILL_AT"
+
+
+def _json_limit(path: Path) -> int:
+    return MAX_JSON_BYTES.get(path.name, _DEFAULT_JSON_LIMIT)
+
+
+def _read_json(path: Path) -> Any:
+    return safe_files.read_json(path, _json_limit(path))
+
+
+def _read_tree(directory: Path, stem: str) -> dict[str, Any] | None:
+    return safe_files.read_tree(directory, stem, _json_limit(directory / f"{stem}.json"))
 
 
 @dataclass
@@ -101,223 +105,6 @@ class Checkpoint:
     trainer_state: dict[str, Any] | None = None
     optimizer_state: dict[str, Any] | None = None
     extra_tensors: dict[str, Tensor] | None = None
-
-
-# -- safetensors (lazy import, validated reading) ------------------------------------
-
-
-def _safetensors() -> Any:
-    try:
-        import safetensors.torch
-    except ImportError as e:
-        raise CheckpointError(
-            "checkpoints need the safetensors package: pip install 'attnkit[train]'"
-        ) from e
-    return safetensors
-
-
-def _dedup_for_save(tensors: Mapping[str, Tensor]) -> tuple[dict[str, Tensor], dict[str, str]]:
-    """Drop exact aliases (tied weights) and unshare the rest for safetensors.
-
-    safetensors refuses tensors that share storage. A key that is the *same*
-    view as an earlier key (same storage, offset, shape, strides, dtype: e.g.
-    the output projection tied to the target embedding) is recorded as an
-    alias and not stored; on load both keys point at one tensor, which
-    ``load_state_dict(strict=True)`` accepts. Other tensors are made
-    contiguous and cloned if they still share storage.
-    """
-    kept: dict[str, Tensor] = {}
-    aliases: dict[str, str] = {}
-    seen: dict[tuple, str] = {}
-    storage_users: dict[tuple, int] = {}
-    for key, t in tensors.items():
-        if not isinstance(t, Tensor):
-            raise CheckpointError(f"{key}: expected a tensor, got {type(t).__name__}")
-        t = t.detach()
-        if t.numel() > 0:
-            ident = (t.device, t.data_ptr(), t.dtype, tuple(t.shape), tuple(t.stride()))
-            if ident in seen:
-                aliases[key] = seen[ident]
-                continue
-            seen[ident] = key
-            storage = (t.device, t.untyped_storage().data_ptr())
-            storage_users[storage] = storage_users.get(storage, 0) + 1
-        kept[key] = t
-    out = {}
-    for key, t in kept.items():
-        shared = t.numel() > 0 and storage_users[(t.device, t.untyped_storage().data_ptr())] > 1
-        partial = t.untyped_storage().nbytes() != t.numel() * t.element_size()
-        if shared or partial or not t.is_contiguous():
-            t = t.clone(memory_format=torch.contiguous_format)
-        out[key] = t.to("cpu")
-    return out, aliases
-
-
-def save_tensors(path: str | Path, tensors: Mapping[str, Tensor]) -> None:
-    """Write ``tensors`` to a safetensors file (tied tensors stored once) and fsync it."""
-    path = Path(path)
-    data, aliases = _dedup_for_save(tensors)
-    metadata = {"format": "pt"}
-    if aliases:
-        metadata[_ALIASES_KEY] = json.dumps(aliases, sort_keys=True)
-    _safetensors().torch.save_file(data, str(path), metadata=metadata)
-    _fsync_file(path)
-
-
-def _check_safetensors_file(path: Path) -> None:
-    """Refuse pickles and malformed files before safetensors parses them."""
-    try:
-        size = path.stat().st_size
-        with path.open("rb") as f:
-            head = f.read(9)
-            if len(head) < 9:
-                raise CheckpointError(f"{path}: truncated ({size} bytes), not a safetensors file")
-            if _is_pickle(head):
-                raise CheckpointError(f"{path}: {_describe_non_safetensors(head, size)}")
-            (header_len,) = struct.unpack("<Q", head[:8])
-            # The length prefix is untrusted: cap it before comparing or reading.
-            if header_len > MAX_HEADER_BYTES:
-                raise CheckpointError(
-                    f"{path}: safetensors header of {header_len} bytes exceeds the "
-                    f"{MAX_HEADER_BYTES}-byte limit (corrupt or crafted file)"
-                )
-            looks_like_header = head[8:9] == b"{" and 8 + header_len <= size
-            if not looks_like_header:
-                raise CheckpointError(f"{path}: {_describe_non_safetensors(head, size)}")
-            f.seek(8)
-            header_bytes = f.read(header_len)
-    except OSError as e:
-        raise CheckpointError(f"{path}: cannot read: {e.strerror or e}") from e
-    try:
-        header = json.loads(header_bytes)
-        ends = [
-            int(info["data_offsets"][1]) for key, info in header.items() if key != "__metadata__"
-        ]
-    except (ValueError, TypeError, KeyError, IndexError) as e:
-        raise CheckpointError(f"{path}: corrupt safetensors header ({e})") from e
-    expected = 8 + header_len + max(ends, default=0)
-    if expected != size:
-        raise CheckpointError(
-            f"{path}: file is {size} bytes but its header describes {expected} "
-            "(truncated or corrupt)"
-        )
-
-
-def _is_pickle(head: bytes) -> bool:
-    """A pickle (protocol 2-5) or a zip archive, which is how ``torch.save`` stores one."""
-    return (head[:1] == b"\x80" and 2 <= head[1] <= 5) or head[:4] == b"PK\x03\x04"
-
-
-def _describe_non_safetensors(head: bytes, size: int) -> str:
-    if head[:1] == b"\x80" and 2 <= head[1] <= 5:
-        return "is a Python pickle, not safetensors; refusing to unpickle (unsafe)"
-    if head[:4] == b"PK\x03\x04":
-        return "is a zip archive (torch.save format), not safetensors; refusing to unpickle"
-    return f"not a safetensors file or truncated ({size} bytes)"
-
-
-def _missing_tensors_error(path: Path) -> CheckpointError:
-    """``path`` does not exist; name a pickle-format file beside it, which we never load."""
-    parent = path.parent
-    pickles = (
-        sorted(p.name for p in parent.iterdir() if p.suffix in PICKLE_SUFFIXES and p.is_file())
-        if parent.is_dir()
-        else []
-    )
-    if pickles:
-        return CheckpointError(
-            f"{path}: file not found; {parent / pickles[0]} is a pickle-based format that "
-            "attnkit never loads (unpickling can run code); convert it to safetensors "
-            "with a tool you trust"
-        )
-    return CheckpointError(f"{path}: file not found")
-
-
-def load_tensors(path: str | Path) -> dict[str, Tensor]:
-    """Read a safetensors file onto the CPU after validating it; tied keys share one tensor."""
-    path = Path(path)
-    if not path.exists():
-        raise _missing_tensors_error(path)
-    if not path.is_file():
-        raise CheckpointError(f"{path}: not a file")
-    _check_safetensors_file(path)
-    st = _safetensors()
-    try:
-        with st.safe_open(str(path), framework="pt") as f:
-            metadata = f.metadata() or {}
-            tensors = {key: f.get_tensor(key) for key in f.keys()}
-    except Exception as e:  # SafetensorError and friends: one line, naming the file
-        raise CheckpointError(f"{path}: corrupt safetensors file ({e})") from e
-    try:
-        aliases = json.loads(metadata.get(_ALIASES_KEY, "{}"))
-        for key, target in aliases.items():
-            tensors[key] = tensors[target]
-    except (ValueError, KeyError, AttributeError, TypeError) as e:
-        raise CheckpointError(f"{path}: bad tied-tensor metadata ({e})") from e
-    return tensors
-
-
-# -- JSON trees with tensor leaves ----------------------------------------------------
-
-
-def _encode(obj: Any, path: str, tensors: dict[str, Tensor]) -> Any:
-    """JSON-ready copy of ``obj``; tensors move to ``tensors`` under their dotted path."""
-    if isinstance(obj, Tensor):
-        if path in tensors:
-            raise CheckpointError(f"{path}: two tensors would be stored under this key")
-        tensors[path] = obj
-        return {"__tensor__": path}
-    if isinstance(obj, tuple):
-        return {"__tuple__": [_encode(v, f"{path}.{i}", tensors) for i, v in enumerate(obj)]}
-    if isinstance(obj, list):
-        return [_encode(v, f"{path}.{i}", tensors) for i, v in enumerate(obj)]
-    if isinstance(obj, Mapping):
-        out = {}
-        for key, value in obj.items():
-            if not isinstance(key, str):
-                raise CheckpointError(f"{path}: key {key!r} is not a string; JSON cannot keep it")
-            out[key] = _encode(value, f"{path}.{key}" if path else key, tensors)
-        return out
-    if isinstance(obj, np.generic):
-        return obj.item()
-    if obj is None or isinstance(obj, (bool, int, float, str)):
-        return obj
-    raise CheckpointError(f"{path}: cannot store a {type(obj).__name__} (not JSON or a tensor)")
-
-
-def _decode(obj: Any, tensors: Mapping[str, Tensor], file: Path) -> Any:
-    if isinstance(obj, list):
-        return [_decode(v, tensors, file) for v in obj]
-    if isinstance(obj, dict):
-        if obj.keys() == {"__tensor__"}:
-            key = obj["__tensor__"]
-            if key not in tensors:
-                raise CheckpointError(
-                    f"{file}: refers to tensor {key!r}, missing from its .safetensors"
-                )
-            return tensors[key]
-        if obj.keys() == {"__tuple__"}:
-            return tuple(_decode(v, tensors, file) for v in obj["__tuple__"])
-        return {k: _decode(v, tensors, file) for k, v in obj.items()}
-    return obj
-
-
-def _write_tree(directory: Path, stem: str, tree: Mapping[str, Any]) -> None:
-    tensors: dict[str, Tensor] = {}
-    encoded = _encode(tree, "", tensors)
-    if tensors:
-        save_tensors(directory / f"{stem}.safetensors", tensors)
-    _write_json(directory / f"{stem}.json", encoded)
-
-
-def _read_tree(directory: Path, stem: str) -> dict[str, Any] | None:
-    json_path = directory / f"{stem}.json"
-    if not json_path.exists():
-        return None
-    encoded = _read_json(json_path)
-    tensor_path = directory / f"{stem}.safetensors"
-    tensors = load_tensors(tensor_path) if tensor_path.exists() else {}
-    return _decode(encoded, tensors, json_path)
 
 
 def _optimizer_to_tree(state: Mapping[str, Any]) -> dict[str, Any]:
@@ -338,69 +125,6 @@ def _optimizer_from_tree(tree: dict[str, Any], file: Path) -> dict[str, Any]:
         raise CheckpointError(f"{file}: not an optimizer state ({e})") from e
 
 
-# -- files and atomic directories ----------------------------------------------------
-
-
-def _fsync_file(path: Path) -> None:
-    with path.open("rb") as f:
-        os.fsync(f.fileno())
-
-
-def _fsync_dir(path: Path) -> None:
-    if os.name != "posix":  # directories cannot be opened for fsync on Windows
-        return
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _write_json(path: Path, obj: Any) -> None:
-    try:
-        text = json.dumps(obj, indent=2, ensure_ascii=False)
-    except (TypeError, ValueError) as e:
-        raise CheckpointError(f"{path.name}: cannot write as JSON ({e})") from e
-    _write_text(path, text + "\n")
-
-
-def _write_text(path: Path, text: str) -> None:
-    with path.open("w", encoding="utf-8") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-
-
-def _read_json(path: Path) -> Any:
-    return _parse_json(_read_text(path), path)
-
-
-def _read_text(path: Path) -> str:
-    """A checkpoint's JSON text, refused unread when over its ``MAX_JSON_BYTES`` limit."""
-    limit = MAX_JSON_BYTES.get(path.name, _DEFAULT_JSON_LIMIT)
-    try:
-        size = path.stat().st_size
-        if size > limit:
-            raise CheckpointError(
-                f"{path}: {size} bytes exceeds the {limit}-byte limit for {path.name} "
-                "(corrupt or crafted file); not reading it"
-            )
-        return path.read_text(encoding="utf-8")
-    except FileNotFoundError as e:
-        raise CheckpointError(f"{path}: file not found") from e
-    except UnicodeDecodeError as e:
-        raise CheckpointError(f"{path}: not UTF-8 text ({e})") from e
-    except OSError as e:
-        raise CheckpointError(f"{path}: cannot read: {e.strerror or e}") from e
-
-
-def _parse_json(text: str, path: Path) -> Any:
-    try:
-        return json.loads(text)
-    except ValueError as e:
-        raise CheckpointError(f"{path}: invalid JSON ({e})") from e
-
-
 def _swap_into_place(tmp: Path, target: Path) -> None:
     """Rename the finished ``tmp`` directory to ``target``.
 
@@ -418,7 +142,7 @@ def _swap_into_place(tmp: Path, target: Path) -> None:
     parent = target.parent
     if not target.exists():
         os.rename(tmp, target)
-        _fsync_dir(parent)
+        safe_files.fsync_dir(parent)
         return
     old = parent / f".{target.name}.old-{uuid.uuid4().hex[:8]}"
     os.rename(target, old)
@@ -427,7 +151,7 @@ def _swap_into_place(tmp: Path, target: Path) -> None:
     except BaseException:
         os.rename(old, target)
         raise
-    _fsync_dir(parent)
+    safe_files.fsync_dir(parent)
     shutil.rmtree(old, ignore_errors=True)
 
 
@@ -455,25 +179,25 @@ def save_checkpoint(
         created = not target.parent.is_dir()
         target.parent.mkdir(parents=True, exist_ok=True)
         if created:  # make the new checkpoints/ entry itself durable
-            _fsync_dir(target.parent.parent)
+            safe_files.fsync_dir(target.parent.parent)
         tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
     except OSError as e:
         raise CheckpointError(f"{target}: cannot create checkpoint directory: {e}") from e
     try:
         save_tensors(tmp / MODEL_FILE, model_state)
-        _write_json(tmp / CONFIG_FILE, dict(config))
+        safe_files.write_json(tmp / CONFIG_FILE, dict(config))
         match = _STEP_DIR.fullmatch(target.name)
         if match:  # crash tests kill the process here, with half the files written
             kill_point("checkpoint_write", int(match.group(1)))
         if tokenizer_json is not None:
-            _write_text(tmp / TOKENIZER_FILE, tokenizer_json)
+            safe_files.write_text(tmp / TOKENIZER_FILE, tokenizer_json)
         if trainer_state is not None:
-            _write_tree(tmp, TRAINER_FILE, trainer_state)
+            safe_files.write_tree(tmp, TRAINER_FILE, trainer_state)
         if optimizer_state is not None:
-            _write_tree(tmp, OPTIMIZER_FILE, _optimizer_to_tree(optimizer_state))
+            safe_files.write_tree(tmp, OPTIMIZER_FILE, _optimizer_to_tree(optimizer_state))
         if extra_tensors is not None:
             save_tensors(tmp / EXTRA_FILE, extra_tensors)
-        _fsync_dir(tmp)
+        safe_files.fsync_dir(tmp)
         _swap_into_place(tmp, target)
     except OSError as e:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -505,8 +229,8 @@ def load_checkpoint(directory: str | Path, *, load_optimizer: bool = True) -> Ch
     tokenizer_path = directory / TOKENIZER_FILE
     tokenizer_json = None
     if tokenizer_path.exists():
-        tokenizer_json = _read_text(tokenizer_path)
-        _parse_json(tokenizer_json, tokenizer_path)  # validate; keep the text as written
+        tokenizer_json = safe_files.read_text(tokenizer_path, _json_limit(tokenizer_path))
+        safe_files.parse_json(tokenizer_json, tokenizer_path)  # validate; keep the text as written
     optimizer_state = None
     if load_optimizer:
         tree = _read_tree(directory, OPTIMIZER_FILE)
@@ -578,7 +302,7 @@ def remove_stale_temporaries(run_dir: str | Path) -> list[Path]:
         target = root / match.group(1)
         if match.group(2) == "old" and not target.exists():
             os.rename(path, target)
-            _fsync_dir(root)
+            safe_files.fsync_dir(root)
             continue
         shutil.rmtree(path, ignore_errors=True)
         removed.append(path)

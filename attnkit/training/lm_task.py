@@ -34,13 +34,14 @@ import torch.nn.functional as F
 
 from attnkit.data.lm import LMBlocks, LMCorpus
 from attnkit.data.mlm import IGNORE_INDEX, mask_tokens, mlm_vocab
-from attnkit.data.tokenizers import UNK_ID, Tokenizer, tokenizer_from_json
+from attnkit.data.tokenizers import UNK_ID, Tokenizer
 from attnkit.errors import CheckpointError, ConfigError, UsageError
 from attnkit.models.decoder_only import DecoderOnlyLM
 from attnkit.models.encoder_only import EncoderOnlyModel
 from attnkit.models.lm_config import DecoderOnlyConfig, EncoderOnlyConfig
 from attnkit.training import checkpoint as ckpt
 from attnkit.training.fast import FAST_MODES, compile_failed, fast_enabled, is_compile_failure
+from attnkit.training.loading import resolve_device
 from attnkit.training.optim import build_optimizer
 from attnkit.training.runconfig import RunConfig
 from attnkit.training.schedules import build_scheduler
@@ -86,12 +87,6 @@ class LMTrainConfig:
             raise ConfigError(f"fast: expected auto, on or off, got {self.fast!r}")
         if not 0.0 < self.mask_prob < 1.0:
             raise ConfigError(f"mask_prob: must be in (0, 1), got {self.mask_prob}")
-
-
-def _resolve_device(device: str | torch.device | None) -> torch.device:
-    if device in (None, "auto"):
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(device)
 
 
 LanguageModel = DecoderOnlyLM | EncoderOnlyModel
@@ -210,7 +205,7 @@ def train_lm(
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     metrics_path = out / "metrics.jsonl"
-    device = _resolve_device(device)
+    device = resolve_device(device)
     torch.manual_seed(cfg.seed)  # dropout masks
     model.to(device).train()
     block_size = model.config.max_len
@@ -394,40 +389,6 @@ def _truncate_metrics(path: Path, last_step: int) -> None:
     tmp = path.with_suffix(".jsonl.tmp")
     tmp.write_text("".join(kept), encoding="utf-8")
     tmp.replace(path)
-
-
-def load_decoder_only(
-    path: str | Path, device: str | torch.device | None = None
-) -> tuple[DecoderOnlyLM, Tokenizer]:
-    """Model (eval mode) and tokenizer from a checkpoint or a run directory (its latest)."""
-    directory = Path(path)
-    if not directory.is_dir():
-        raise CheckpointError(f"{directory}: checkpoint directory not found")
-    if not (directory / ckpt.CONFIG_FILE).exists():
-        latest = ckpt.latest_checkpoint(directory)
-        if latest is None:
-            raise CheckpointError(f"{directory}: holds no checkpoint (no config.json)")
-        directory = latest
-    state = ckpt.load_checkpoint(directory, load_optimizer=False)
-    try:
-        config = DecoderOnlyConfig.from_dict(state.config)
-    except ConfigError as e:
-        hint = ckpt.family_hint(state.config, ("decoder_only",))
-        raise CheckpointError(f"{directory / ckpt.CONFIG_FILE}: {e}{hint}") from None
-    if state.tokenizer_json is None:
-        raise CheckpointError(f"{directory / ckpt.TOKENIZER_FILE}: missing; cannot read text")
-    tokenizer = tokenizer_from_json(state.tokenizer_json)
-    if tokenizer.vocab_size > config.vocab_size:
-        raise CheckpointError(
-            f"{directory / ckpt.TOKENIZER_FILE}: vocabulary of {tokenizer.vocab_size} does "
-            f"not fit the model's vocab_size={config.vocab_size}"
-        )
-    model = DecoderOnlyLM(config)
-    ckpt.load_model_state(model, state.model_state, source=directory / ckpt.MODEL_FILE)
-    return model.to(_resolve_device(device)).eval(), tokenizer
-
-
-# -- from a run config (``attnkit train`` with ``task: lm`` or ``task: mlm``) ------
 
 
 def language_model_from_run(run: RunConfig, tokenizer: Tokenizer) -> LanguageModel:

@@ -44,13 +44,13 @@ from attnkit.models import (
     EncoderDecoder,
     Seq2SeqConfig,
     build_model,
-    config_from_dict,
     config_from_preset,
 )
 from attnkit.training import checkpoint as ckpt
 from attnkit.training import distributed as dist_util
 from attnkit.training.distributed import DistContext
 from attnkit.training.fast import compile_failed, fast_enabled, is_compile_failure
+from attnkit.training.loading import resolve_device
 from attnkit.training.losses import (
     chunked_label_smoothed_cross_entropy,
     label_smoothed_cross_entropy,
@@ -85,12 +85,6 @@ def model_config_from_run(run: RunConfig, tokenizer: Tokenizer) -> Seq2SeqConfig
                 f"vocabulary of {tokenizer.vocab_size}; leave it out (it follows the tokenizer)"
             )
     return config
-
-
-def resolve_device(name: str | None = None) -> torch.device:
-    if name in (None, "auto"):
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(name)
 
 
 def autocast_dtype(precision: str, device: torch.device) -> torch.dtype | None:
@@ -157,7 +151,7 @@ class TranslationTrainer:
         self.cfg = run.train
         self.out_dir = Path(out_dir)
         self.tokenizer = tokenizer
-        self.device = resolve_device(device) if not isinstance(device, torch.device) else device
+        self.device = resolve_device(device)
         if distributed is not None:  # torchrun: this rank's device
             self.device = distributed.device
         self.dist = distributed if distributed is not None else DistContext(device=self.device)
@@ -651,61 +645,3 @@ def build_tokenizer(cfg: TokenizerConfig, pairs: Sequence[Pair]) -> Tokenizer:
     if cfg.kind == "char":
         return CharTokenizer.train(texts)
     return BPETokenizer.train(texts, vocab_size=cfg.vocab_size)
-
-
-def resolve_checkpoint(path: str | Path) -> Path:
-    """A checkpoint directory, or a run directory (its latest checkpoint)."""
-    from attnkit.errors import CheckpointError
-
-    path = Path(path)
-    if not path.is_dir():
-        raise CheckpointError(f"{path}: checkpoint directory not found")
-    if (path / "config.json").exists() or (path / "model.safetensors").exists():
-        return path
-    latest = ckpt.latest_checkpoint(path)
-    if latest is None:
-        raise CheckpointError(f"{path}: holds no checkpoint (no config.json, no checkpoints/)")
-    return latest
-
-
-def load_tokenizer(run_or_checkpoint: str | Path) -> Tokenizer | None:
-    """The tokenizer saved in a run's latest checkpoint (None if there is none yet)."""
-    from attnkit.data.tokenizers import tokenizer_from_json
-
-    path = Path(run_or_checkpoint)
-    directory = path if (path / "tokenizer.json").exists() else ckpt.latest_checkpoint(path)
-    if directory is None:
-        return None
-    return tokenizer_from_json(ckpt.load_checkpoint(directory).tokenizer_json)
-
-
-def load_translation_model(
-    path: str | Path, device: str | torch.device | None = None
-) -> tuple[torch.nn.Module, Tokenizer]:
-    """Model (in eval mode) and tokenizer from a checkpoint or run directory."""
-    from attnkit.data.tokenizers import tokenizer_from_json
-    from attnkit.errors import CheckpointError
-
-    directory = resolve_checkpoint(path)
-    state = ckpt.load_checkpoint(directory)
-    try:
-        config = config_from_dict(state.config)
-    except ConfigError as e:
-        hint = ckpt.family_hint(state.config, ("transformer", "rnn"))
-        raise CheckpointError(f"{directory / 'config.json'}: {e}{hint}") from None
-    if state.tokenizer_json is None:
-        raise CheckpointError(f"{directory / 'tokenizer.json'}: missing; cannot read text")
-    tokenizer = tokenizer_from_json(state.tokenizer_json)
-    # A model may have more rows than the tokenizer has ids (model.tgt_vocab_size set
-    # larger in the run config), never fewer.
-    if tokenizer.vocab_size > config.tgt_vocab_size:
-        raise CheckpointError(
-            f"{directory / 'tokenizer.json'}: vocabulary of {tokenizer.vocab_size} does not "
-            f"fit the model's tgt_vocab_size={config.tgt_vocab_size}; the tokenizer and the "
-            "weights come from different runs (use the tokenizer.json saved with them)"
-        )
-    model = build_model(config)
-    ckpt.load_model_state(model, state.model_state, source=directory / "model.safetensors")
-    return model.to(
-        resolve_device(device) if not isinstance(device, torch.device) else device
-    ).eval(), tokenizer

@@ -214,7 +214,9 @@ def test_malicious_pickle_is_never_unpickled(tmp_path, protocol):
 
 
 def _fail_on_second_json(monkeypatch):
-    real = ckpt._write_json
+    from attnkit.training import safe_files
+
+    real = safe_files.write_json
     calls = []
 
     def flaky(path, obj):
@@ -223,7 +225,7 @@ def _fail_on_second_json(monkeypatch):
             raise RuntimeError("simulated crash mid-write")
         real(path, obj)
 
-    monkeypatch.setattr(ckpt, "_write_json", flaky)
+    monkeypatch.setattr(safe_files, "write_json", flaky)
 
 
 def test_failed_save_keeps_previous_checkpoint(tmp_path, monkeypatch):

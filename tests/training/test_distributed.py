@@ -33,8 +33,8 @@ from attnkit.data.synthetic import number_splits
 from attnkit.errors import ConfigError
 from attnkit.training import checkpoint as ckpt
 from attnkit.training.distributed import DistContext
+from attnkit.training.loading import load_translation_model
 from attnkit.training.runconfig import RunConfig
-from attnkit.training.translation import load_translation_model
 
 pytestmark = pytest.mark.skipif(
     not torch.distributed.is_available() or sys.platform == "win32",

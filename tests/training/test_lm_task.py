@@ -9,7 +9,8 @@ import torch
 from attnkit.data.lm import load_lm_corpus
 from attnkit.models.decoder_only import DecoderOnlyLM
 from attnkit.models.lm_config import DecoderOnlyConfig
-from attnkit.training.lm_task import LMTrainConfig, load_decoder_only, train_lm
+from attnkit.training.lm_task import LMTrainConfig, train_lm
+from attnkit.training.loading import load_decoder_only
 
 TEXT = "abcdefgh" * 80  # the validation split (last 10%) continues the pattern
 

@@ -6,8 +6,9 @@ import torch
 
 from attnkit.data.synthetic import number_splits
 from attnkit.data.tokenizers import CharTokenizer
+from attnkit.training.loading import load_translation_model
 from attnkit.training.runconfig import RunConfig
-from attnkit.training.translation import TranslationTrainer, load_translation_model
+from attnkit.training.translation import TranslationTrainer
 
 PAIRS = number_splits(200, 20, 0, low=1, high=999, seed=0)
 

@@ -1,0 +1,315 @@
+"""Reading and writing the files a checkpoint is made of, safely.
+
+* safetensors, validated before parsing: a pickle or ``torch.save`` zip is
+  refused unread, the header length is capped (``MAX_HEADER_BYTES``) and must
+  fit the file, and the described data must match the file size. Tied
+  tensors are stored once and come back as one tensor.
+* JSON trees with tensor leaves: a tensor becomes ``{"__tensor__": "dotted.path"}``
+  (the tensor lives under that key in the ``.safetensors`` beside the JSON) and
+  a tuple ``{"__tuple__": [...]}``, so tuples come back as tuples.
+* Text and JSON written with fsync, and read only under a size limit.
+
+Nothing here unpickles. ``attnkit.training.checkpoint`` builds checkpoint
+directories out of these files.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from attnkit.errors import CheckpointError
+
+MAX_HEADER_BYTES = 100 * 1024 * 1024  # a real header is KBs; refuse before parsing a bomb
+# Formats that torch.load would unpickle: named in errors, never opened.
+PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl", ".pickle")
+_ALIASES_KEY = "attnkit.aliases"
+
+
+# -- safetensors (lazy import, validated reading) ------------------------------------
+
+
+def _safetensors() -> Any:
+    try:
+        import safetensors.torch
+    except ImportError as e:
+        raise CheckpointError(
+            "checkpoints need the safetensors package: pip install 'attnkit[train]'"
+        ) from e
+    return safetensors
+
+
+def _dedup_for_save(tensors: Mapping[str, Tensor]) -> tuple[dict[str, Tensor], dict[str, str]]:
+    """Drop exact aliases (tied weights) and unshare the rest for safetensors.
+
+    safetensors refuses tensors that share storage. A key that is the *same*
+    view as an earlier key (same storage, offset, shape, strides, dtype: e.g.
+    the output projection tied to the target embedding) is recorded as an
+    alias and not stored; on load both keys point at one tensor, which
+    ``load_state_dict(strict=True)`` accepts. Other tensors are made
+    contiguous and cloned if they still share storage.
+    """
+    kept: dict[str, Tensor] = {}
+    aliases: dict[str, str] = {}
+    seen: dict[tuple, str] = {}
+    storage_users: dict[tuple, int] = {}
+    for key, t in tensors.items():
+        if not isinstance(t, Tensor):
+            raise CheckpointError(f"{key}: expected a tensor, got {type(t).__name__}")
+        t = t.detach()
+        if t.numel() > 0:
+            ident = (t.device, t.data_ptr(), t.dtype, tuple(t.shape), tuple(t.stride()))
+            if ident in seen:
+                aliases[key] = seen[ident]
+                continue
+            seen[ident] = key
+            storage = (t.device, t.untyped_storage().data_ptr())
+            storage_users[storage] = storage_users.get(storage, 0) + 1
+        kept[key] = t
+    out = {}
+    for key, t in kept.items():
+        shared = t.numel() > 0 and storage_users[(t.device, t.untyped_storage().data_ptr())] > 1
+        partial = t.untyped_storage().nbytes() != t.numel() * t.element_size()
+        if shared or partial or not t.is_contiguous():
+            t = t.clone(memory_format=torch.contiguous_format)
+        out[key] = t.to("cpu")
+    return out, aliases
+
+
+def save_tensors(path: str | Path, tensors: Mapping[str, Tensor]) -> None:
+    """Write ``tensors`` to a safetensors file (tied tensors stored once) and fsync it."""
+    path = Path(path)
+    data, aliases = _dedup_for_save(tensors)
+    metadata = {"format": "pt"}
+    if aliases:
+        metadata[_ALIASES_KEY] = json.dumps(aliases, sort_keys=True)
+    _safetensors().torch.save_file(data, str(path), metadata=metadata)
+    fsync_file(path)
+
+
+def _check_safetensors_file(path: Path) -> None:
+    """Refuse pickles and malformed files before safetensors parses them."""
+    try:
+        size = path.stat().st_size
+        with path.open("rb") as f:
+            head = f.read(9)
+            if len(head) < 9:
+                raise CheckpointError(f"{path}: truncated ({size} bytes), not a safetensors file")
+            if _is_pickle(head):
+                raise CheckpointError(f"{path}: {_describe_non_safetensors(head, size)}")
+            (header_len,) = struct.unpack("<Q", head[:8])
+            # The length prefix is untrusted: cap it before comparing or reading.
+            if header_len > MAX_HEADER_BYTES:
+                raise CheckpointError(
+                    f"{path}: safetensors header of {header_len} bytes exceeds the "
+                    f"{MAX_HEADER_BYTES}-byte limit (corrupt or crafted file)"
+                )
+            looks_like_header = head[8:9] == b"{" and 8 + header_len <= size
+            if not looks_like_header:
+                raise CheckpointError(f"{path}: {_describe_non_safetensors(head, size)}")
+            f.seek(8)
+            header_bytes = f.read(header_len)
+    except OSError as e:
+        raise CheckpointError(f"{path}: cannot read: {e.strerror or e}") from e
+    try:
+        header = json.loads(header_bytes)
+        ends = [
+            int(info["data_offsets"][1]) for key, info in header.items() if key != "__metadata__"
+        ]
+    except (ValueError, TypeError, KeyError, IndexError) as e:
+        raise CheckpointError(f"{path}: corrupt safetensors header ({e})") from e
+    expected = 8 + header_len + max(ends, default=0)
+    if expected != size:
+        raise CheckpointError(
+            f"{path}: file is {size} bytes but its header describes {expected} "
+            "(truncated or corrupt)"
+        )
+
+
+def _is_pickle(head: bytes) -> bool:
+    """A pickle (protocol 2-5) or a zip archive, which is how ``torch.save`` stores one."""
+    return (head[:1] == b"\x80" and 2 <= head[1] <= 5) or head[:4] == b"PK\x03\x04"
+
+
+def _describe_non_safetensors(head: bytes, size: int) -> str:
+    if head[:1] == b"\x80" and 2 <= head[1] <= 5:
+        return "is a Python pickle, not safetensors; refusing to unpickle (unsafe)"
+    if head[:4] == b"PK\x03\x04":
+        return "is a zip archive (torch.save format), not safetensors; refusing to unpickle"
+    return f"not a safetensors file or truncated ({size} bytes)"
+
+
+def _missing_tensors_error(path: Path) -> CheckpointError:
+    """``path`` does not exist; name a pickle-format file beside it, which we never load."""
+    parent = path.parent
+    pickles = (
+        sorted(p.name for p in parent.iterdir() if p.suffix in PICKLE_SUFFIXES and p.is_file())
+        if parent.is_dir()
+        else []
+    )
+    if pickles:
+        return CheckpointError(
+            f"{path}: file not found; {parent / pickles[0]} is a pickle-based format that "
+            "attnkit never loads (unpickling can run code); convert it to safetensors "
+            "with a tool you trust"
+        )
+    return CheckpointError(f"{path}: file not found")
+
+
+def load_tensors(path: str | Path) -> dict[str, Tensor]:
+    """Read a safetensors file onto the CPU after validating it; tied keys share one tensor."""
+    path = Path(path)
+    if not path.exists():
+        raise _missing_tensors_error(path)
+    if not path.is_file():
+        raise CheckpointError(f"{path}: not a file")
+    _check_safetensors_file(path)
+    st = _safetensors()
+    try:
+        with st.safe_open(str(path), framework="pt") as f:
+            metadata = f.metadata() or {}
+            tensors = {key: f.get_tensor(key) for key in f.keys()}
+    except Exception as e:  # SafetensorError and friends: one line, naming the file
+        raise CheckpointError(f"{path}: corrupt safetensors file ({e})") from e
+    try:
+        aliases = json.loads(metadata.get(_ALIASES_KEY, "{}"))
+        for key, target in aliases.items():
+            tensors[key] = tensors[target]
+    except (ValueError, KeyError, AttributeError, TypeError) as e:
+        raise CheckpointError(f"{path}: bad tied-tensor metadata ({e})") from e
+    return tensors
+
+
+# -- JSON trees with tensor leaves ----------------------------------------------------
+
+
+def _encode(obj: Any, path: str, tensors: dict[str, Tensor]) -> Any:
+    """JSON-ready copy of ``obj``; tensors move to ``tensors`` under their dotted path."""
+    if isinstance(obj, Tensor):
+        if path in tensors:
+            raise CheckpointError(f"{path}: two tensors would be stored under this key")
+        tensors[path] = obj
+        return {"__tensor__": path}
+    if isinstance(obj, tuple):
+        return {"__tuple__": [_encode(v, f"{path}.{i}", tensors) for i, v in enumerate(obj)]}
+    if isinstance(obj, list):
+        return [_encode(v, f"{path}.{i}", tensors) for i, v in enumerate(obj)]
+    if isinstance(obj, Mapping):
+        out = {}
+        for key, value in obj.items():
+            if not isinstance(key, str):
+                raise CheckpointError(f"{path}: key {key!r} is not a string; JSON cannot keep it")
+            out[key] = _encode(value, f"{path}.{key}" if path else key, tensors)
+        return out
+    if isinstance(obj, np.generic):
+        return obj.item()
+    if obj is None or isinstance(obj, (bool, int, float, str)):
+        return obj
+    raise CheckpointError(f"{path}: cannot store a {type(obj).__name__} (not JSON or a tensor)")
+
+
+def _decode(obj: Any, tensors: Mapping[str, Tensor], file: Path) -> Any:
+    if isinstance(obj, list):
+        return [_decode(v, tensors, file) for v in obj]
+    if isinstance(obj, dict):
+        if obj.keys() == {"__tensor__"}:
+            key = obj["__tensor__"]
+            if key not in tensors:
+                raise CheckpointError(
+                    f"{file}: refers to tensor {key!r}, missing from its .safetensors"
+                )
+            return tensors[key]
+        if obj.keys() == {"__tuple__"}:
+            return tuple(_decode(v, tensors, file) for v in obj["__tuple__"])
+        return {k: _decode(v, tensors, file) for k, v in obj.items()}
+    return obj
+
+
+def write_tree(directory: Path, stem: str, tree: Mapping[str, Any]) -> None:
+    """``tree`` as ``stem.json``, with its tensor leaves in ``stem.safetensors``."""
+    tensors: dict[str, Tensor] = {}
+    encoded = _encode(tree, "", tensors)
+    if tensors:
+        save_tensors(directory / f"{stem}.safetensors", tensors)
+    write_json(directory / f"{stem}.json", encoded)
+
+
+def read_tree(directory: Path, stem: str, limit: int) -> dict[str, Any] | None:
+    """Undo ``write_tree``; None without a ``stem.json``, an error past ``limit`` bytes."""
+    json_path = directory / f"{stem}.json"
+    if not json_path.exists():
+        return None
+    encoded = read_json(json_path, limit)
+    tensor_path = directory / f"{stem}.safetensors"
+    tensors = load_tensors(tensor_path) if tensor_path.exists() else {}
+    return _decode(encoded, tensors, json_path)
+
+
+# -- files and atomic directories ----------------------------------------------------
+
+
+def fsync_file(path: Path) -> None:
+    with path.open("rb") as f:
+        os.fsync(f.fileno())
+
+
+def fsync_dir(path: Path) -> None:
+    if os.name != "posix":  # directories cannot be opened for fsync on Windows
+        return
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_json(path: Path, obj: Any) -> None:
+    try:
+        text = json.dumps(obj, indent=2, ensure_ascii=False)
+    except (TypeError, ValueError) as e:
+        raise CheckpointError(f"{path.name}: cannot write as JSON ({e})") from e
+    write_text(path, text + "\n")
+
+
+def write_text(path: Path, text: str) -> None:
+    with path.open("w", encoding="utf-8") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def read_json(path: Path, limit: int) -> Any:
+    return parse_json(read_text(path, limit), path)
+
+
+def read_text(path: Path, limit: int) -> str:
+    """The UTF-8 text of ``path``, refused unread when it is over ``limit`` bytes."""
+    try:
+        size = path.stat().st_size
+        if size > limit:
+            raise CheckpointError(
+                f"{path}: {size} bytes exceeds the {limit}-byte limit for {path.name} "
+                "(corrupt or crafted file); not reading it"
+            )
+        return path.read_text(encoding="utf-8")
+    except FileNotFoundError as e:
+        raise CheckpointError(f"{path}: file not found") from e
+    except UnicodeDecodeError as e:
+        raise CheckpointError(f"{path}: not UTF-8 text ({e})") from e
+    except OSError as e:
+        raise CheckpointError(f"{path}: cannot read: {e.strerror or e}") from e
+
+
+def parse_json(text: str, path: Path) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError as e:
+        raise CheckpointError(f"{path}: invalid JSON ({e})") from e
