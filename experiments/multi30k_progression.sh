@@ -67,7 +67,8 @@ for row in "$@"; do
   for search in greedy beam; do
     flag=$([[ $search == greedy ]] && echo --greedy || echo "--beam 5")
     # shellcheck disable=SC2086
-    python -m attnkit evaluate --checkpoint "$run" --src "$DATA/test2016.de" --ref "$DATA/test2016.en" $flag --json > "$run.$search.json"
+    python -m attnkit evaluate --checkpoint "$run" --src "$DATA/test2016.de" --ref "$DATA/test2016.en" $flag --json > "$run.$search.json" \
+      || { echo "$row: $search evaluation failed" >&2; continue; }
     python - "$row" "$search" "$run.$search.json" "$seconds" "$COMMIT" "$DEVICE" "$cmd" >> "$OUT/results.jsonl" <<'PY'
 import json, sys, datetime
 row, search, path, seconds, commit, device, cmd = sys.argv[1:]
