@@ -29,6 +29,7 @@ from torch import Tensor, nn
 from attnkit.attention.cache import KVCache
 from attnkit.attention.multihead import MultiHeadAttention
 from attnkit.blocks import FeedForward, Residual
+from attnkit.blocks.encoder_layer import EncoderLayer
 from attnkit.models.embeddings import InputEmbedding, TokenEmbedding
 from attnkit.models.lm_config import DecoderOnlyConfig, EncoderOnlyConfig
 from attnkit.positions import RelativePositions, build_positions
@@ -49,23 +50,13 @@ class CausalLMOutput:
     attentions: list[Tensor] | None = None
 
 
-class CausalLayer(nn.Module):
-    """Masked self-attention then the FFN (a decoder layer without cross-attention)."""
+class CausalLayer(EncoderLayer):
+    """Masked self-attention then the FFN (a decoder layer without cross-attention).
 
-    def __init__(
-        self,
-        self_attn: MultiHeadAttention,
-        ffn: FeedForward,
-        self_attn_residual: Residual,
-        ffn_residual: Residual,
-    ):
-        super().__init__()
-        self.self_attn = self_attn
-        self.ffn = ffn
-        self.self_attn_residual = self_attn_residual
-        self.ffn_residual = ffn_residual
+    The same sublayers as an encoder layer; only the attention is causal and cached.
+    """
 
-    def forward(
+    def forward(  # type: ignore[override]  # a cache instead of a padding mask
         self,
         x: Tensor,
         *,
