@@ -31,6 +31,7 @@ run left behind (``--resume`` calls it).
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import re
@@ -307,6 +308,29 @@ def remove_stale_temporaries(run_dir: str | Path) -> list[Path]:
         shutil.rmtree(path, ignore_errors=True)
         removed.append(path)
     return removed
+
+
+def truncate_metrics(path: str | Path, last_step: int) -> list[dict[str, Any]]:
+    """Cut a run's ``metrics.jsonl`` back to the records up to ``last_step`` (on resume).
+
+    Blank or torn lines (a kill mid-write) are dropped. The file is rewritten
+    through a temporary and a rename; the kept records are returned.
+    """
+    path = Path(path)
+    if not path.exists():
+        return []
+    kept = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(record, dict) and record.get("step", 0) <= last_step:
+            kept.append(record)
+    tmp = path.with_suffix(".jsonl.tmp")
+    tmp.write_text("".join(json.dumps(r) + "\n" for r in kept), encoding="utf-8")
+    tmp.replace(path)
+    return kept
 
 
 def kill_point(point: str, step: int) -> None:

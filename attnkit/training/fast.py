@@ -20,6 +20,9 @@ which FSDP2 does not allow.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 import torch
 
 from attnkit.errors import TrainingError
@@ -38,6 +41,17 @@ def is_compile_failure(exc: BaseException) -> bool:
     """True for errors raised by TorchDynamo or Inductor while compiling."""
     module = type(exc).__module__ or ""
     return module.startswith(("torch._dynamo", "torch._inductor"))
+
+
+@contextmanager
+def naming_compile_failures(active: bool) -> Iterator[None]:
+    """Turn a TorchDynamo/Inductor error inside the block into ``compile_failed``'s line."""
+    try:
+        yield
+    except Exception as exc:
+        if active and is_compile_failure(exc):
+            raise compile_failed(exc) from exc
+        raise
 
 
 def compile_failed(exc: BaseException) -> TrainingError:

@@ -40,7 +40,7 @@ from attnkit.models.decoder_only import DecoderOnlyLM
 from attnkit.models.encoder_only import EncoderOnlyModel
 from attnkit.models.lm_config import DecoderOnlyConfig, EncoderOnlyConfig
 from attnkit.training import checkpoint as ckpt
-from attnkit.training.fast import FAST_MODES, compile_failed, fast_enabled, is_compile_failure
+from attnkit.training.fast import FAST_MODES, fast_enabled, naming_compile_failures
 from attnkit.training.loading import resolve_device
 from attnkit.training.optim import build_optimizer
 from attnkit.training.runconfig import RunConfig
@@ -264,7 +264,7 @@ def train_lm(
     first_step = 1
     if resume:
         first_step = _restore(out, model, optimizer, scheduler, batch_generator, mask_generator)
-        _truncate_metrics(metrics_path, first_step - 1)
+        ckpt.truncate_metrics(metrics_path, first_step - 1)
     batches = train_blocks.batches(cfg.batch_size, generator=batch_generator)
     precision = (
         cfg.precision if cfg.precision != "auto" else ("bf16" if device.type == "cuda" else "fp32")
@@ -287,12 +287,8 @@ def train_lm(
         x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
         with autocast:
             if compiled_loss is not None:
-                try:
+                with naming_compile_failures(True):
                     loss = compiled_loss(model, x, y)
-                except Exception as exc:  # a compile that fails says how to avoid it
-                    if is_compile_failure(exc):
-                        raise compile_failed(exc) from exc
-                    raise
             else:
                 loss, _ = objective_loss(
                     model, x, y, mask_prob=cfg.mask_prob, generator=mask_generator
@@ -372,23 +368,6 @@ def _restore(
     batch_generator.set_state(ts["batch_rng"].to("cpu", torch.uint8))
     mask_generator.set_state(ts["mask_rng"].to("cpu", torch.uint8))
     return int(ts["step"]) + 1
-
-
-def _truncate_metrics(path: Path, last_step: int) -> None:
-    """Keep the metrics records up to ``last_step`` (a resumed run rewrites the rest)."""
-    if not path.exists():
-        return
-    kept = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError:  # a line torn by a kill
-            continue
-        if isinstance(record, dict) and record.get("step", 0) <= last_step:
-            kept.append(line + "\n")
-    tmp = path.with_suffix(".jsonl.tmp")
-    tmp.write_text("".join(kept), encoding="utf-8")
-    tmp.replace(path)
 
 
 def language_model_from_run(run: RunConfig, tokenizer: Tokenizer) -> LanguageModel:

@@ -49,7 +49,7 @@ from attnkit.models import (
 from attnkit.training import checkpoint as ckpt
 from attnkit.training import distributed as dist_util
 from attnkit.training.distributed import DistContext
-from attnkit.training.fast import compile_failed, fast_enabled, is_compile_failure
+from attnkit.training.fast import fast_enabled, naming_compile_failures
 from attnkit.training.loading import resolve_device
 from attnkit.training.losses import (
     chunked_label_smoothed_cross_entropy,
@@ -296,12 +296,8 @@ class TranslationTrainer:
             # DDP all-reduces the gradients once, in the last micro-batch's backward.
             last = i == self.cfg.grad_accum - 1
             with nullcontext() if last or not ddp else model.no_sync():
-                try:
+                with naming_compile_failures(self.compiled):
                     loss, nll, n = self._loss(batch, model)
-                except Exception as exc:  # a compile that fails says how to avoid it
-                    if self.compiled and is_compile_failure(exc):
-                        raise compile_failed(exc) from exc
-                    raise
                 if not real:  # a stand-in batch: join the all-reduce, add nothing
                     loss, nll, n = loss * 0.0, nll * 0.0, 0
                 self.scaler.scale(loss).backward()
@@ -521,12 +517,7 @@ class TranslationTrainer:
             if self.dist.rank > 0:  # saved with another world size: fresh dropout masks
                 torch.manual_seed(self.cfg.seed + self.dist.rank + self.step)
         if self.dist.is_main and self.metrics_path.exists():
-            self.records = [
-                r
-                for r in map(_parse_record, self.metrics_path.read_text("utf-8").splitlines())
-                if r is not None and r.get("step", 0) <= self.step
-            ]
-            self._rewrite_metrics()
+            self.records = ckpt.truncate_metrics(self.metrics_path, self.step)
         return True
 
     # -- logging -------------------------------------------------------------------
@@ -537,12 +528,6 @@ class TranslationTrainer:
         self.records.append(record)
         with self.metrics_path.open("a", encoding="utf-8") as f:
             f.write(json.dumps(record) + "\n")
-
-    def _rewrite_metrics(self) -> None:
-        text = "".join(json.dumps(r) + "\n" for r in self.records)
-        tmp = self.metrics_path.with_suffix(".jsonl.tmp")
-        tmp.write_text(text, encoding="utf-8")
-        tmp.replace(self.metrics_path)
 
     def _plot(self) -> None:
         if not self.dist.is_main:
@@ -623,15 +608,6 @@ class TranslationTrainer:
         bar.close()
         return {"step": self.step, "stopped_early": stopped_early, "valid": last_valid,
                 "dropped": self.corpus.dropped}  # fmt: skip
-
-
-def _parse_record(line: str) -> dict[str, Any] | None:
-    """One ``metrics.jsonl`` record; None for a blank or torn line (a kill mid-write)."""
-    try:
-        record = json.loads(line)
-    except ValueError:
-        return None
-    return record if isinstance(record, dict) else None
 
 
 # -- tokenizers and trained models ---------------------------------------------------
