@@ -1,6 +1,6 @@
 """Attention: one function (``attend``), score functions, multi-head attention, masks, cache."""
 
-from attnkit.attention.cache import KVCache, StaticBufferPool, StaticKVCache
+from attnkit.attention.cache import DecoderCache, KVCache, LayerCache
 from attnkit.attention.functional import attend
 from attnkit.attention.masks import causal_mask, causal_padding_mask, padding_mask
 from attnkit.attention.multihead import MultiHeadAttention
@@ -17,14 +17,17 @@ from attnkit.attention.scores import (
     dot_score,
     scaled_dot_score,
 )
+from attnkit.attention.static_cache import StaticBufferPool, StaticKVCache
 
 __all__ = [
     "KEY_SCORES",
     "SCORES",
     "AdditiveScore",
+    "DecoderCache",
     "DotScore",
     "GeneralScore",
     "KVCache",
+    "LayerCache",
     "LocationScore",
     "MultiHeadAttention",
     "ScaledDotScore",

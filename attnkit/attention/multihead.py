@@ -24,7 +24,7 @@ from __future__ import annotations
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from attnkit.attention.cache import KVCache
+from attnkit.attention.cache import LayerCache
 from attnkit.attention.functional import attend
 from attnkit.attention.scores import KEY_SCORES, Score, build_score
 from attnkit.errors import ConfigError
@@ -110,8 +110,7 @@ class MultiHeadAttention(nn.Module):
         mask: Tensor | None = None,
         is_causal: bool = False,
         need_weights: bool = False,
-        cache: KVCache | None = None,
-        layer: int = 0,
+        cache: LayerCache | None = None,
     ) -> tuple[Tensor, Tensor | None]:
         """Attend from ``x`` ``(B, T, D)`` to itself or to ``memory``.
 
@@ -122,9 +121,9 @@ class MultiHeadAttention(nn.Module):
             mask: bool, broadcastable to ``(B, h, T, S)``, True = may attend.
             is_causal: causal self-attention (aligned to the last keys).
             need_weights: also return per-head weights ``(B, h, T, S)``.
-            cache: self-attention only; the new keys/values are appended to
-                ``cache`` at ``layer`` and attention runs over all of them
-                (the queries are then the last positions).
+            cache: self-attention only: this layer's view of a decoder cache;
+                the new keys/values are stored in it and attention runs over
+                every key it returns (the queries are the newest positions).
 
         Returns:
             ``(out (B, T, D), weights or None)``.
@@ -135,7 +134,7 @@ class MultiHeadAttention(nn.Module):
         if memory is None:
             q, k, v = (self._heads(p) for p in self.qkv_proj(x).chunk(3, dim=-1))
             if cache is not None:
-                k, v = cache.update(layer, k, v)
+                k, v = cache.update(k, v)
         else:
             bias = None if self.qkv_proj.bias is None else self.qkv_proj.bias[:d]
             q = self._heads(F.linear(x, self.qkv_proj.weight[:d], bias))

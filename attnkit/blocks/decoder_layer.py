@@ -1,23 +1,29 @@
-"""One decoder layer (§3.1): masked self-attention, cross-attention, FFN."""
+"""Decoder layers (§3.1): masked self-attention, cross-attention, FFN; and the
+decoder-only layer, which has no cross-attention.
+
+Both receive their sublayers (composition over flags; ``attnkit.models.builders``
+assembles them from a config) and, when decoding, their own ``LayerCache``
+view of the decoder's cache.
+"""
 
 from __future__ import annotations
 
 from torch import Tensor, nn
 
-from attnkit.attention.cache import KVCache
+from attnkit.attention.cache import LayerCache
 from attnkit.attention.multihead import MultiHeadAttention
-from attnkit.blocks.feedforward import FeedForward
+from attnkit.blocks.encoder_layer import EncoderLayer
 from attnkit.blocks.residual import Residual
 
 
 class DecoderLayer(nn.Module):
-    """Receives its sublayers (composition over flags); see ``build_decoder_layer``."""
+    """Masked self-attention, cross-attention and the FFN, each in a ``Residual``."""
 
     def __init__(
         self,
         self_attn: MultiHeadAttention,
         cross_attn: MultiHeadAttention,
-        ffn: FeedForward,
+        ffn: nn.Module,
         self_attn_residual: Residual,
         cross_attn_residual: Residual,
         ffn_residual: Residual,
@@ -39,8 +45,7 @@ class DecoderLayer(nn.Module):
         is_causal: bool = True,
         memory_mask: Tensor | None = None,
         need_weights: bool = False,
-        cache: KVCache | None = None,
-        layer: int = 0,
+        cache: LayerCache | None = None,
     ) -> tuple[Tensor, Tensor | None, Tensor | None]:
         """Decode ``x`` ``(B, T, D)`` against ``memory`` ``(B, S, D)`` (or its cached ``(k, v)``).
 
@@ -50,12 +55,7 @@ class DecoderLayer(nn.Module):
         x, self_w = self.self_attn_residual(
             x,
             lambda h: self.self_attn(
-                h,
-                mask=self_mask,
-                is_causal=is_causal,
-                need_weights=need_weights,
-                cache=cache,
-                layer=layer,
+                h, mask=self_mask, is_causal=is_causal, need_weights=need_weights, cache=cache
             ),
         )
         x, cross_w = self.cross_attn_residual(
@@ -63,3 +63,37 @@ class DecoderLayer(nn.Module):
         )
         x, _ = self.ffn_residual(x, self.ffn)
         return x, self_w, cross_w
+
+
+class CausalLayer(EncoderLayer):
+    """Masked self-attention then the FFN (a decoder layer without cross-attention).
+
+    The same sublayers as an encoder layer; only the attention is causal and cached.
+    """
+
+    def forward(  # type: ignore[override]  # a cache instead of a padding mask
+        self,
+        x: Tensor,
+        *,
+        self_mask: Tensor | None = None,
+        need_weights: bool = False,
+        cache: LayerCache | None = None,
+    ) -> tuple[Tensor, Tensor | None]:
+        """``x`` ``(B, T, D)`` -> ``(B, T, D)``; weights ``(B, h, T, T')`` on request.
+
+        With a ``cache``, ``x`` holds the newest positions; their keys/values
+        are stored in it and attention covers every cached position.
+        ``self_mask`` (from the cache) replaces the causal mask when given.
+        """
+        x, weights = self.self_attn_residual(
+            x,
+            lambda h: self.self_attn(
+                h,
+                mask=self_mask,
+                is_causal=self_mask is None,
+                need_weights=need_weights,
+                cache=cache,
+            ),
+        )
+        x, _ = self.ffn_residual(x, self.ffn)
+        return x, weights

@@ -5,7 +5,6 @@ from __future__ import annotations
 from torch import Tensor, nn
 
 from attnkit.attention.multihead import MultiHeadAttention
-from attnkit.blocks.feedforward import FeedForward
 from attnkit.blocks.residual import Residual
 
 
@@ -15,7 +14,7 @@ class EncoderLayer(nn.Module):
     def __init__(
         self,
         self_attn: MultiHeadAttention,
-        ffn: FeedForward,
+        ffn: nn.Module,
         self_attn_residual: Residual,
         ffn_residual: Residual,
     ):

@@ -249,7 +249,7 @@ def tokenizer_from_json(text: str) -> Tokenizer:
         data = json.loads(text)
     except json.JSONDecodeError as e:
         raise DataError(f"tokenizer JSON: not valid JSON (line {e.lineno})") from None
-    kinds = {"bpe": BPETokenizer, "char": CharTokenizer, "word": WordTokenizer}
+    kinds: dict[str, Any] = {"bpe": BPETokenizer, "char": CharTokenizer, "word": WordTokenizer}
     kind = data.get("kind") if isinstance(data, dict) else None
     if kind not in kinds:
         raise DataError(

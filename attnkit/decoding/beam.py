@@ -39,7 +39,7 @@ from attnkit.decoding.common import (
     output_limits,
     resolve_check_every,
 )
-from attnkit.decoding.protocol import Stepper, start_decoding
+from attnkit.decoding.protocol import AnyStepper
 from attnkit.errors import UsageError
 
 
@@ -52,7 +52,7 @@ def _take(x: Tensor, index: Tensor) -> Tensor:
 
 @torch.no_grad()
 def beam_search(
-    model: Stepper,
+    model: AnyStepper,
     src_ids: Tensor,
     *,
     beam_size: int = 4,
@@ -89,7 +89,7 @@ def beam_search(
     limits = limits.to(device)
     neg_inf = -math.inf
 
-    state = start_decoding(model, src_ids, bound)  # encode once, then copy each row K times
+    state = model.start(src_ids, max_steps=bound)  # encode once, then copy each row K times
     state = state.reorder(torch.arange(B, device=device).repeat_interleave(K))
     base = torch.arange(B, device=device)[:, None] * K  # (B, 1) first flat row per sentence
     tokens = torch.full((B * K,), model.bos_id, dtype=torch.long, device=device)
@@ -149,9 +149,7 @@ def beam_search(
         done = done | full | (limits <= t + 1)
         live, history = new_live, new_history
         # Beams never leave their sentence: a state may skip moving source-side parts.
-        follow = (base + new_beam).view(-1)
-        reorder_beams = getattr(state, "reorder_beams", None)
-        state = state.reorder(follow) if reorder_beams is None else reorder_beams(follow, K)
+        state = state.reorder((base + new_beam).view(-1), group_size=K)
         tokens = new_tok.view(-1)
         if check_every and (t + 1) % check_every == 0 and bool(done.all()):
             break

@@ -39,7 +39,7 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-from attnkit.decoding.protocol import Stepper, start_decoding
+from attnkit.decoding.protocol import AnyStepper
 from attnkit.errors import UsageError
 
 CHECK_EVERY_ACCELERATOR = 8  # the default "all finished?" interval off the CPU
@@ -99,8 +99,8 @@ def resolve_check_every(check_every: int | None, device: torch.device) -> int:
 
 def check_float(name: str, value: object, low: float, high: float, *, open_low: bool) -> None:
     """``value`` must be a finite number in ``(low, high]`` or ``[low, high]``."""
-    ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
-    if ok:
+    ok = False
+    if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
         ok = (value > low if open_low else value >= low) and value <= high
     if not ok:
         bracket = "(" if open_low else "["
@@ -161,7 +161,7 @@ Picker = Callable[[Tensor, Tensor], Tensor]
 
 
 def decode_loop(
-    model: Stepper,
+    model: AnyStepper,
     src_ids: Tensor,
     pick: Picker,
     *,
@@ -183,7 +183,7 @@ def decode_loop(
     batch, device = src_ids.size(0), src_ids.device
     check_every = resolve_check_every(check_every, device)
     limits = limits.to(device)
-    state = start_decoding(model, src_ids, bound)
+    state = model.start(src_ids, max_steps=bound)
     tokens = torch.full((batch,), model.bos_id, dtype=torch.long, device=device)
     out = torch.full((batch, bound), model.pad_id, dtype=torch.long, device=device)
     lengths = torch.zeros(batch, dtype=torch.long, device=device)  # generated, EOS included

@@ -12,7 +12,7 @@ from typing import Any
 
 from torch import Tensor
 
-from attnkit.decoding.protocol import Stepper
+from attnkit.decoding.protocol import AnyStepper
 from attnkit.errors import UsageError
 
 
@@ -23,7 +23,7 @@ class MinLength:
     enough; the wrapper therefore serves one decoding call at a time.
     """
 
-    def __init__(self, model: Stepper, min_len: int):
+    def __init__(self, model: AnyStepper, min_len: int):
         if isinstance(min_len, bool) or not isinstance(min_len, int) or min_len < 0:
             raise UsageError(f"min_len must be an integer >= 0, got {min_len!r}")
         self.model = model
@@ -31,13 +31,9 @@ class MinLength:
         self.pad_id, self.bos_id, self.eos_id = model.pad_id, model.bos_id, model.eos_id
         self._steps = 0
 
-    @property
-    def accepts_max_steps(self) -> bool:
-        return getattr(self.model, "accepts_max_steps", False)
-
-    def start(self, src_ids: Tensor, **kwargs: Any) -> Any:
+    def start(self, src_ids: Tensor, *, max_steps: int | None = None) -> Any:
         self._steps = 0
-        return self.model.start(src_ids, **kwargs)  # e.g. max_steps, if the model takes it
+        return self.model.start(src_ids, max_steps=max_steps)
 
     def step(self, tokens: Tensor, state: Any) -> tuple[Tensor, Any]:
         logits, state = self.model.step(tokens, state)

@@ -1,7 +1,8 @@
 """Open-ended generation from a decoder-only model, streaming tokens as they come.
 
-Works on any ``Stepper`` whose ``start(prompt_ids)`` prefills a prompt and
-whose first ``step`` feeds its last token (``DecoderOnlyLM``). Each new token
+Works on any ``CausalStepper`` whose ``start(prompt_ids)`` prefills a prompt
+and whose first ``step`` feeds its last token (``DecoderOnlyLM``), stepped by
+itself or by a wrapper (``stepper=StaticCacheStepper(model)``). Each new token
 is drawn from ``filter_logits`` (temperature, top-k, top-p), or is the argmax
 with ``temperature=0``.
 
@@ -18,12 +19,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import torch
 from torch import Tensor
 
 from attnkit.decoding.common import check_float, check_int
-from attnkit.decoding.protocol import Stepper
+from attnkit.decoding.protocol import AnyStepper, CausalStepper
 from attnkit.decoding.sampling import filter_logits
 from attnkit.errors import UsageError
 
@@ -55,7 +57,7 @@ def pick_token(
 
 @torch.no_grad()
 def stream(
-    model: Stepper,
+    model: CausalStepper[Any],
     prompt_ids: Tensor,
     max_new_tokens: int,
     *,
@@ -64,6 +66,7 @@ def stream(
     top_p: float = 1.0,
     generator: torch.Generator | None = None,
     eos_id: int | None = None,
+    stepper: AnyStepper | None = None,
 ) -> Iterator[Tensor]:
     """Yield the new tokens ``(B,)`` one step at a time, ``max_new_tokens`` steps.
 
@@ -76,14 +79,22 @@ def stream(
             reproducible draws (``None``: torch's global generator).
         eos_id: if given, stop once every row has produced it; rows that
             finished earlier yield ``model.pad_id`` afterwards.
+        stepper: what steps ``model`` (default: the model itself), e.g.
+            ``attnkit.decoding.static.StaticCacheStepper(model)``.
     """
     _check(prompt_ids, max_new_tokens, temperature, top_k, top_p)
     if max_new_tokens == 0:
         return
-    context = getattr(model, "context_length", None)
-    ids = prompt_ids if context is None else prompt_ids[:, -context:]
-    state = model.start(ids)
-    logits, state = model.step(ids[:, -1], state)
+    steps: AnyStepper = model if stepper is None else stepper
+    context = model.context_length
+
+    def begin(ids: Tensor, tokens_left: int) -> tuple[Tensor, Any]:
+        # Until the window slides, each step fills one more of the context's positions.
+        state = steps.start(ids, max_steps=min(tokens_left, context - ids.size(1) + 1))
+        return steps.step(ids[:, -1], state)
+
+    ids = prompt_ids[:, -context:]
+    logits, state = begin(ids, max_new_tokens)
     finished = torch.zeros(ids.size(0), dtype=torch.bool, device=ids.device)
     for n in range(max_new_tokens):
         tokens = pick_token(
@@ -96,43 +107,29 @@ def stream(
         if n + 1 == max_new_tokens or (eos_id is not None and bool(finished.all())):
             return
         ids = torch.cat([ids, tokens[:, None]], dim=1)
-        if context is not None and ids.size(1) > context:
+        if ids.size(1) > context:
             # The next position is past the context: re-encode the last window.
             ids = ids[:, -context:]
-            state = model.start(ids)
-            logits, state = model.step(ids[:, -1], state)
+            logits, state = begin(ids, max_new_tokens - n - 1)
         else:
-            logits, state = model.step(tokens, state)
+            logits, state = steps.step(tokens, state)
 
 
 def generate(
-    model: Stepper,
+    model: CausalStepper[Any],
     prompt_ids: Tensor,
     max_new_tokens: int,
     *,
-    temperature: float = 1.0,
-    top_k: int = 0,
-    top_p: float = 1.0,
-    generator: torch.Generator | None = None,
-    eos_id: int | None = None,
     on_token: Callable[[Tensor], None] | None = None,
+    **options: Any,
 ) -> Tensor:
     """The prompt followed by its continuation, ``(B, T + N)``.
 
     ``on_token(tokens (B,))`` is called as each token is drawn (for printing
-    as the text grows); the other arguments are those of ``stream``.
+    as the text grows); ``options`` are ``stream``'s keyword arguments.
     """
     new = []
-    for tokens in stream(
-        model,
-        prompt_ids,
-        max_new_tokens,
-        temperature=temperature,
-        top_k=top_k,
-        top_p=top_p,
-        generator=generator,
-        eos_id=eos_id,
-    ):
+    for tokens in stream(model, prompt_ids, max_new_tokens, **options):
         if on_token is not None:
             on_token(tokens)
         new.append(tokens)

@@ -6,7 +6,7 @@ import torch
 from torch import Tensor
 
 from attnkit.decoding.common import DecodeResult, decode_loop
-from attnkit.decoding.protocol import Stepper
+from attnkit.decoding.protocol import AnyStepper
 
 
 def _argmax(logits: Tensor, logp: Tensor) -> Tensor:
@@ -15,7 +15,7 @@ def _argmax(logits: Tensor, logp: Tensor) -> Tensor:
 
 @torch.no_grad()
 def greedy_search(
-    model: Stepper,
+    model: AnyStepper,
     src_ids: Tensor,
     *,
     max_len_a: float = 1.0,

@@ -14,7 +14,7 @@ import torch
 from torch import Tensor
 
 from attnkit.decoding.common import DecodeResult, check_float, check_int, decode_loop
-from attnkit.decoding.protocol import Stepper
+from attnkit.decoding.protocol import AnyStepper
 
 
 def filter_logits(
@@ -38,7 +38,7 @@ def filter_logits(
 
 @torch.no_grad()
 def sample(
-    model: Stepper,
+    model: AnyStepper,
     src_ids: Tensor,
     *,
     temperature: float = 1.0,

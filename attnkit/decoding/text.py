@@ -14,8 +14,9 @@ import torch
 from attnkit.decoding.beam import beam_search
 from attnkit.decoding.common import DecodeResult
 from attnkit.decoding.greedy import greedy_search
-from attnkit.decoding.protocol import Stepper
+from attnkit.decoding.protocol import AnyStepper
 from attnkit.decoding.sampling import sample
+from attnkit.decoding.static import stepper_for
 
 
 def _pad(seqs: Sequence[Sequence[int]], pad_id: int) -> torch.Tensor:
@@ -27,7 +28,7 @@ def _pad(seqs: Sequence[Sequence[int]], pad_id: int) -> torch.Tensor:
 
 
 def decode_ids(
-    model: Stepper,
+    model: AnyStepper,
     src: Sequence[Sequence[int]],
     *,
     beam: int = 4,
@@ -50,13 +51,13 @@ def decode_ids(
     for start in range(0, len(order), batch_size):
         chunk = order[start : start + batch_size]
         ids = _pad([src[i] for i in chunk], model.pad_id).to(device)
-        limits = {"max_len_b": max_len_b, "max_len": max_len}
         if sampling is not None:
-            out = sample(model, ids, **sampling, **limits)
+            out = sample(model, ids, **sampling, max_len_b=max_len_b, max_len=max_len)
         elif beam == 1 and nbest == 1:
-            out = greedy_search(model, ids, **limits)
+            out = greedy_search(model, ids, max_len_b=max_len_b, max_len=max_len)
         else:
-            out = beam_search(model, ids, beam_size=beam, alpha=alpha, nbest=nbest, **limits)
+            out = beam_search(model, ids, beam_size=beam, alpha=alpha, nbest=nbest,
+                              max_len_b=max_len_b, max_len=max_len)  # fmt: skip
         for row, i in enumerate(chunk):
             results[i] = DecodeResult([out.tokens[row]], [out.scores[row]], [out.nbest[row]])
     return [r for r in results if r is not None]
@@ -74,8 +75,12 @@ def translate_texts(
     max_len_b: int = 50,
     sampling: dict[str, Any] | None = None,
     device: torch.device | str | None = None,
+    stepper: AnyStepper | None = None,
 ) -> list[str]:
-    """Translate ``texts`` with an encoder-decoder ``model`` and its ``tokenizer``."""
+    """Translate ``texts`` with an encoder-decoder ``model`` and its ``tokenizer``.
+
+    ``stepper`` decodes the model (default: ``stepper_for(model)``, the fast path).
+    """
     if not texts:
         return []
     was_training = model.training
@@ -84,7 +89,7 @@ def translate_texts(
     max_positions = model.config.max_len
     src = [tokenizer.encode(t)[: max_positions - 1] + [tokenizer.eos_id] for t in texts]
     results = decode_ids(
-        model,
+        stepper_for(model) if stepper is None else stepper,
         src,
         beam=beam,
         alpha=alpha,

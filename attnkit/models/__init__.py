@@ -1,32 +1,41 @@
-"""Models and their configs."""
+"""Models, their configs, and the family registry."""
 
 from attnkit.models.config import TransformerConfig
-from attnkit.models.decoder_only import CausalLMOutput, DecoderOnlyLM, DecoderOnlyState
-from attnkit.models.encoder_decoder import EncoderDecoder, EncoderDecoderState
+from attnkit.models.decoder_only import CausalLMOutput, DecoderOnlyLM
+from attnkit.models.encoder_decoder import EncoderDecoder
 from attnkit.models.encoder_only import EncoderOnlyModel, EncoderOnlyOutput
 from attnkit.models.lm_config import DecoderOnlyConfig, EncoderOnlyConfig
 from attnkit.models.outputs import Seq2SeqOutput
 from attnkit.models.registry import (
-    SEQ2SEQ_FAMILIES,
+    FAMILIES,
+    AnyModelConfig,
+    Family,
+    ModelKind,
     Seq2SeqConfig,
     build_model,
     config_from_dict,
     config_from_preset,
+    family_of,
+    get_family,
 )
 from attnkit.models.rnn_config import RNNSeq2SeqConfig
 from attnkit.models.rnn_seq2seq import RNNSeq2Seq, RNNSeq2SeqState
+from attnkit.models.state import CacheLayout, DecoderState
 
 __all__ = [
-    "SEQ2SEQ_FAMILIES",
+    "FAMILIES",
+    "AnyModelConfig",
+    "CacheLayout",
     "CausalLMOutput",
     "DecoderOnlyConfig",
     "DecoderOnlyLM",
-    "DecoderOnlyState",
+    "DecoderState",
     "EncoderDecoder",
-    "EncoderDecoderState",
     "EncoderOnlyConfig",
     "EncoderOnlyModel",
     "EncoderOnlyOutput",
+    "Family",
+    "ModelKind",
     "RNNSeq2Seq",
     "RNNSeq2SeqConfig",
     "RNNSeq2SeqState",
@@ -36,4 +45,6 @@ __all__ = [
     "build_model",
     "config_from_dict",
     "config_from_preset",
+    "family_of",
+    "get_family",
 ]

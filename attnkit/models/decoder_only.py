@@ -3,7 +3,7 @@
 One stack of ``CausalLayer``: masked self-attention and the FFN, each in a
 ``Residual`` (pre-LN by default, as GPT-2; post-LN gives the paper's layer
 without cross-attention). Training uses ``forward(ids)``; decoding uses the
-stepping protocol of ``attnkit.decoding`` against an explicit ``KVCache``:
+stepping protocol of ``attnkit.decoding`` against an explicit cache:
 
 * ``start(prompt_ids (B, T))`` prefills the cache with all but the *last*
   prompt token and keeps that token pending;
@@ -15,7 +15,9 @@ stepping protocol of ``attnkit.decoding`` against an explicit ``KVCache``:
 So ``greedy_search``/``sample``/``beam_search`` continue a prompt as they are
 (pass ``max_len_a=0, max_len_b=N`` for ``N`` new tokens), and
 ``attnkit.decoding.generate`` streams tokens one by one. Prompts in one batch
-must have the same length (no padding).
+must have the same length (no padding). ``start`` takes a ``cache`` factory,
+so the static-cache wrapper (``attnkit.decoding.static``) serves this model
+as it serves the encoder-decoder.
 
 Shapes: ``B`` batch, ``T`` length, ``D`` d_model, ``V`` vocabulary, ``h`` heads.
 """
@@ -26,13 +28,12 @@ from dataclasses import dataclass
 
 from torch import Tensor, nn
 
-from attnkit.attention.cache import KVCache
-from attnkit.attention.multihead import MultiHeadAttention
-from attnkit.blocks import FeedForward, Residual
-from attnkit.blocks.encoder_layer import EncoderLayer
-from attnkit.models.embeddings import InputEmbedding, TokenEmbedding
-from attnkit.models.lm_config import DecoderOnlyConfig, EncoderOnlyConfig
-from attnkit.positions import RelativePositions, build_positions
+from attnkit.attention.cache import DecoderCache
+from attnkit.blocks import run_causal_layers
+from attnkit.models import builders
+from attnkit.models.embeddings import TokenEmbedding
+from attnkit.models.lm_config import DecoderOnlyConfig
+from attnkit.models.state import CacheFactory, CacheLayout, DecoderState, growing_cache
 
 
 @dataclass
@@ -50,77 +51,6 @@ class CausalLMOutput:
     attentions: list[Tensor] | None = None
 
 
-class CausalLayer(EncoderLayer):
-    """Masked self-attention then the FFN (a decoder layer without cross-attention).
-
-    The same sublayers as an encoder layer; only the attention is causal and cached.
-    """
-
-    def forward(  # type: ignore[override]  # a cache instead of a padding mask
-        self,
-        x: Tensor,
-        *,
-        need_weights: bool = False,
-        cache: KVCache | None = None,
-        layer: int = 0,
-    ) -> tuple[Tensor, Tensor | None]:
-        """``x`` ``(B, T, D)`` -> ``(B, T, D)``; weights ``(B, h, T, T')`` on request.
-
-        With a ``cache``, ``x`` holds the newest positions; their keys/values
-        are appended at ``layer`` and attention covers all cached positions.
-        """
-        x, weights = self.self_attn_residual(
-            x,
-            lambda h: self.self_attn(
-                h, is_causal=True, need_weights=need_weights, cache=cache, layer=layer
-            ),
-        )
-        x, _ = self.ffn_residual(x, self.ffn)
-        return x, weights
-
-
-def build_self_attention(c: DecoderOnlyConfig | EncoderOnlyConfig) -> MultiHeadAttention:
-    """One layer's self-attention, with its own relative tables when configured."""
-    relative = (
-        RelativePositions(c.head_dim, c.max_relative_position) if c.relative_positions else None
-    )
-    return MultiHeadAttention(
-        c.d_model, c.num_heads, dropout=c.attention_dropout, relative_positions=relative
-    )
-
-
-def build_causal_layers(c: DecoderOnlyConfig) -> list[CausalLayer]:
-    return [
-        CausalLayer(
-            self_attn=build_self_attention(c),
-            ffn=FeedForward(c.d_model, c.d_ff, c.activation),
-            self_attn_residual=Residual(c.d_model, c.dropout, c.norm_position),
-            ffn_residual=Residual(c.d_model, c.dropout, c.norm_position),
-        )
-        for _ in range(c.num_layers)
-    ]
-
-
-@dataclass
-class DecoderOnlyState:
-    """Decoding state: the KV cache and the prompt token still to be fed.
-
-    Attributes:
-        cache: every layer's self-attention keys/values.
-        pending: ``(B,)`` the last prompt token, fed by the first ``step``.
-    """
-
-    cache: KVCache
-    pending: Tensor | None = None
-
-    def reorder(self, indices: Tensor) -> DecoderOnlyState:
-        """Keep batch rows ``indices`` ``(B',)`` (beams, finished rows)."""
-        self.cache.reorder(indices)
-        if self.pending is not None:
-            self.pending = self.pending.index_select(0, indices)
-        return self
-
-
 class DecoderOnlyLM(nn.Module):
     """A GPT-style language model. Build it from a ``DecoderOnlyConfig``."""
 
@@ -129,26 +59,13 @@ class DecoderOnlyLM(nn.Module):
         c = self.config = config
         self.pad_id, self.bos_id, self.eos_id = c.pad_id, c.bos_id, c.eos_id
         tokens = TokenEmbedding(c.vocab_size, c.d_model)
-        self.embed = InputEmbedding(
-            tokens, build_positions(c.absolute_positions, c.max_len, c.d_model), c.dropout
-        )
-        self.layers = nn.ModuleList(build_causal_layers(c))
-        # Pre-LN leaves the residual stream un-normalised: end with a LayerNorm.
-        self.final_norm = nn.LayerNorm(c.d_model) if c.norm_position == "pre" else None
+        self.embed = builders.input_embedding(c, tokens)
+        self.layers = nn.ModuleList(builders.causal_layers(c, c.num_layers))
+        self.final_norm = builders.final_norm(c)
         self.lm_head = nn.Linear(c.d_model, c.vocab_size, bias=False)
         if c.tie_embeddings:
             self.lm_head.weight = tokens.weight  # Press & Wolf (2017), the paper's §3.4
-        self._init_weights()
-
-    def _init_weights(self) -> None:
-        # Xavier-uniform projections as in EncoderDecoder; embeddings keep N(0, D^-0.5).
-        for module in self.modules():
-            if isinstance(module, nn.Linear) and module is not self.lm_head:
-                nn.init.xavier_uniform_(module.weight)
-                if module.bias is not None:
-                    nn.init.zeros_(module.bias)
-        if not self.config.tie_embeddings:
-            nn.init.normal_(self.lm_head.weight, std=self.config.d_model**-0.5)
+        builders.init_weights(self, self.lm_head, tied=c.tie_embeddings, d_model=c.d_model)
 
     @property
     def context_length(self) -> int:
@@ -159,68 +76,74 @@ class DecoderOnlyLM(nn.Module):
         """Trainable parameters, counting tied matrices once."""
         return sum(p.numel() for p in self.parameters())
 
-    def _run_layers(
-        self, x: Tensor, *, need_weights: bool = False, cache: KVCache | None = None
-    ) -> tuple[Tensor, list[Tensor] | None]:
-        weights = []
-        for i, layer in enumerate(self.layers):
-            x, w = layer(x, need_weights=need_weights, cache=cache, layer=i)
-            weights.append(w)
-        if self.final_norm is not None:
-            x = self.final_norm(x)
-        return x, (weights if need_weights else None)
-
     def forward(self, ids: Tensor, *, need_weights: bool = False) -> CausalLMOutput:
         """``ids`` ``(B, T)`` with ``T <= max_len`` -> next-token logits ``(B, T, V)``.
 
         Right padding is harmless: a real position never sees a later one.
         """
-        hidden, weights = self._run_layers(self.embed(ids), need_weights=need_weights)
+        hidden, weights = run_causal_layers(
+            self.layers, self.embed(ids), final_norm=self.final_norm, need_weights=need_weights
+        )
         return CausalLMOutput(logits=self.lm_head(hidden), hidden=hidden, attentions=weights)
 
     # -- incremental decoding (the stepping protocol) ------------------------------
 
-    def new_state(self, batch_size: int, *, capacity: int | None = None) -> DecoderOnlyState:
-        """An empty state (empty cache) for ``batch_size`` rows."""
+    def cache_layout(self) -> CacheLayout | None:
+        """The cache's shape; ``None`` when only the growing cache fits (relative positions)."""
         c = self.config
-        weight = self.embed.tokens.weight
-        cache = KVCache(
-            c.num_layers,
-            batch_size,
-            c.num_heads,
-            c.head_dim,
-            capacity=capacity or c.max_len,
-            dtype=weight.dtype,
-            device=weight.device,
-        )
-        return DecoderOnlyState(cache=cache)
+        if c.relative_positions:
+            return None
+        return CacheLayout(c.num_layers, c.num_heads, c.head_dim, c.max_len)
 
-    def extend(self, ids: Tensor, state: DecoderOnlyState) -> Tensor:
-        """Feed ``ids`` ``(B, t)`` after the cached positions; logits ``(B, V)`` of the last.
+    def decode(
+        self, tokens: Tensor, cache: DecoderCache, memory_mask: Tensor | None = None
+    ) -> Tensor:
+        """Logits ``(B, V)`` of the token after ``tokens`` ``(B, t)``, fed at the cache's
+        next positions (their keys/values go into ``cache``; the caller advances it).
 
         Raises ``ValueError`` (from the positions) past ``max_len`` positions.
         """
-        cache = state.cache
-        hidden, _ = self._run_layers(self.embed(ids, offset=cache.length), cache=cache)
-        cache.advance(ids.size(1))
+        x = self.embed(tokens, offset=cache.position_offset())
+        hidden, _ = run_causal_layers(self.layers, x, final_norm=self.final_norm, cache=cache)
         return self.lm_head(hidden[:, -1])
 
-    def start(self, prompt_ids: Tensor) -> DecoderOnlyState:
+    def start(
+        self,
+        prompt_ids: Tensor,
+        *,
+        max_steps: int | None = None,
+        cache: CacheFactory = growing_cache,
+    ) -> DecoderState:
         """Prefill the cache with ``prompt_ids[:, :-1]``; the last token is fed by ``step``.
 
-        ``prompt_ids`` is ``(B, T)`` with ``1 <= T <= max_len``, no padding.
+        ``prompt_ids`` is ``(B, T)`` with ``1 <= T <= max_len``, no padding;
+        ``max_steps`` bounds the ``step`` calls to come (it sizes the cache).
         """
         if prompt_ids.dim() != 2 or prompt_ids.size(1) < 1:
             shape = tuple(prompt_ids.shape)
             raise ValueError(f"prompt_ids: expected (batch, length >= 1) token ids, got {shape}")
-        state = self.new_state(prompt_ids.size(0))
-        if prompt_ids.size(1) > 1:
-            self.extend(prompt_ids[:, :-1], state)
+        c = self.config
+        weight = self.embed.tokens.weight
+        prefix = prompt_ids.size(1) - 1
+        positions = c.max_len if max_steps is None else min(c.max_len, prefix + max_steps)
+        state = DecoderState(
+            cache=cache(
+                CacheLayout(c.num_layers, c.num_heads, c.head_dim, c.max_len),
+                batch_size=prompt_ids.size(0),
+                positions=positions,
+                dtype=weight.dtype,
+                device=weight.device,
+            )
+        )
+        if prefix:
+            self.decode(prompt_ids[:, :-1], state.cache)
+            state.cache.advance(prefix)
         state.pending = prompt_ids[:, -1]
         return state
 
-    def step(self, tokens: Tensor, state: DecoderOnlyState) -> tuple[Tensor, DecoderOnlyState]:
+    def step(self, tokens: Tensor, state: DecoderState) -> tuple[Tensor, DecoderState]:
         """Feed ``tokens`` ``(B,)`` (or the pending prompt token); next-token logits ``(B, V)``."""
-        if state.pending is not None:
-            tokens, state.pending = state.pending, None
-        return self.extend(tokens.reshape(-1, 1), state), state
+        tokens = state.take_input(tokens)
+        logits = self.decode(tokens, state.cache)
+        state.cache.advance(tokens.size(1))
+        return logits, state

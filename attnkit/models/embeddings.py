@@ -7,6 +7,8 @@ import math
 import torch
 from torch import Tensor, nn
 
+from attnkit.positions import AbsolutePositions
+
 
 class TokenEmbedding(nn.Module):
     """``ids (B, T) -> (B, T, D)``, multiplied by ``sqrt(D)`` as in §3.4.
@@ -29,12 +31,22 @@ class TokenEmbedding(nn.Module):
 class InputEmbedding(nn.Module):
     """Token embedding + absolute positions, then dropout (§5.4: "to the sums")."""
 
-    def __init__(self, tokens: TokenEmbedding, positions: nn.Module, dropout: float):
+    def __init__(self, tokens: TokenEmbedding, positions: AbsolutePositions, dropout: float):
         super().__init__()
         self.tokens = tokens
         self.positions = positions
         self.dropout = nn.Dropout(dropout)
 
-    def forward(self, ids: Tensor, offset: int = 0) -> Tensor:
-        """``ids`` ``(B, T)`` at positions ``offset ..`` -> ``(B, T, D)``."""
-        return self.dropout(self.tokens(ids) + self.positions(ids.size(1), offset))
+    def forward(self, ids: Tensor, offset: int | Tensor = 0) -> Tensor:
+        """``ids`` ``(B, T)`` at positions ``offset ..`` -> ``(B, T, D)``.
+
+        ``offset`` is an ``int`` (checked against ``max_len``), or a ``(1,)``
+        device tensor (a static cache's position: no host sync, nothing that
+        makes a compiled step recompile; the cache checks the bound on the host).
+        """
+        t = ids.size(1)
+        if isinstance(offset, Tensor):
+            pe = self.positions.at(offset + torch.arange(t, device=offset.device))
+        else:
+            pe = self.positions(t, offset)
+        return self.dropout(self.tokens(ids) + pe)

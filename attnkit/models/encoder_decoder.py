@@ -1,145 +1,40 @@
 """The encoder-decoder Transformer of "Attention Is All You Need" (§3, Figure 1).
 
-Training uses ``forward(src_ids, tgt_ids)``; decoding uses the stepping
-protocol of ``attnkit.decoding``: ``encode``/``start`` once per source batch,
-then ``decode_step``/``step`` one token at a time against an explicit KV cache.
-
-Fast decoding (``fast_decoding``, on by default): when a search tells
-``start`` its length bound (``max_steps``), the cache is a
-``StaticKVCache`` of exactly that capacity, so every step has the same shapes
-(greedy and beam outputs are the same as with the growing cache; tested).
-``compile_decoding()`` additionally compiles that step (CUDA graphs on GPU).
-Set ``model.fast_decoding = False`` to debug with the plain growing cache.
-Relative positions keep the growing cache (their distances assume the
-queries are the last keys).
+Training uses ``forward(src_ids, tgt_ids)``. Decoding uses the stepping
+protocol of ``attnkit.decoding``: ``start(src_ids)`` encodes once and
+precomputes every layer's cross-attention keys/values into a cache, then
+``step(tokens, state)`` feeds one token at a time. ``decode(tokens, cache,
+memory_mask)`` is the step's computation against any ``DecoderCache``: the
+growing ``KVCache`` here (the reference path), or the ``StaticKVCache`` that
+``attnkit.decoding.static.StaticCacheStepper`` passes in through ``start``'s
+``cache`` factory (the fast path, optionally compiled).
 
 Shapes: ``B`` batch, ``S`` source length, ``T`` target length, ``D`` d_model,
-``V`` vocabulary, ``h`` heads.
+``V`` vocabulary, ``h`` heads, ``L`` decoder layers, ``d`` head dim.
 """
 
 from __future__ import annotations
 
-import warnings
-import weakref
-from collections.abc import Callable
-from dataclasses import dataclass
-
 import torch
 from torch import Tensor, nn
 
-from attnkit.attention.cache import KVCache, StaticBufferPool, StaticKVCache
+from attnkit.attention.cache import DecoderCache
 from attnkit.attention.masks import causal_padding_mask, padding_mask
-from attnkit.attention.multihead import MultiHeadAttention
-from attnkit.blocks import Decoder, DecoderLayer, Encoder, EncoderLayer, FeedForward, Residual
+from attnkit.models import builders
 from attnkit.models.config import TransformerConfig
-from attnkit.models.embeddings import InputEmbedding, TokenEmbedding
+from attnkit.models.embeddings import TokenEmbedding
 from attnkit.models.outputs import Seq2SeqOutput
-from attnkit.positions import RelativePositions, build_positions
-
-# -- builders: config -> modules ---------------------------------------------------
-
-
-def _residual(c: TransformerConfig) -> Residual:
-    return Residual(c.d_model, c.dropout, c.norm_position)
-
-
-def _attention(c: TransformerConfig, *, self_attention: bool = False) -> MultiHeadAttention:
-    # Relative positions (Shaw et al.) live in self-attention only, one pair of
-    # tables per layer; cross-attention never has them, as in the paper.
-    relative = (
-        RelativePositions(c.head_dim, c.max_relative_position)
-        if self_attention and c.relative_positions
-        else None
-    )
-    return MultiHeadAttention(
-        c.d_model,
-        c.num_heads,
-        dropout=c.attention_dropout,
-        relative_positions=relative,
-        score=c.attention_score,
-    )
-
-
-def _final_norm(c: TransformerConfig) -> nn.LayerNorm | None:
-    return nn.LayerNorm(c.d_model) if c.norm_position == "pre" else None
-
-
-def build_encoder(c: TransformerConfig) -> Encoder:
-    layers = [
-        EncoderLayer(
-            self_attn=_attention(c, self_attention=True),
-            ffn=FeedForward(c.d_model, c.d_ff, c.activation),
-            self_attn_residual=_residual(c),
-            ffn_residual=_residual(c),
-        )
-        for _ in range(c.num_encoder_layers)
-    ]
-    return Encoder(layers, _final_norm(c))
-
-
-def build_decoder(c: TransformerConfig) -> Decoder:
-    layers = [
-        DecoderLayer(
-            self_attn=_attention(c, self_attention=True),
-            cross_attn=_attention(c),
-            ffn=FeedForward(c.d_model, c.d_ff, c.activation),
-            self_attn_residual=_residual(c),
-            cross_attn_residual=_residual(c),
-            ffn_residual=_residual(c),
-        )
-        for _ in range(c.num_decoder_layers)
-    ]
-    return Decoder(layers, _final_norm(c))
-
-
-# -- decoding state ----------------------------------------------------------------
-
-
-@dataclass
-class EncoderDecoderState:
-    """What decoding carries between steps.
-
-    Attributes:
-        src_mask: ``(B, 1, 1, S)`` which source positions are real.
-        cache: decoder keys/values (cross-attention ones computed once).
-    """
-
-    src_mask: Tensor
-    cache: KVCache | StaticKVCache
-
-    def reorder(self, indices: Tensor) -> EncoderDecoderState:
-        """Keep batch rows ``indices`` ``(B',)``, e.g. to follow beams."""
-        self.cache.reorder(indices)
-        self.src_mask = self.src_mask.index_select(0, indices)
-        return self
-
-    def reorder_beams(self, indices: Tensor, beam_size: int) -> EncoderDecoderState:
-        """``reorder`` for indices that stay within groups of ``beam_size`` rows.
-
-        The rows of a group (one sentence's beams) share their source, so the
-        source mask and cross-attention K/V need not move: the static cache
-        reorders its self-attention K/V only (the growing cache, the
-        reference path, reorders everything).
-        """
-        if not isinstance(self.cache, StaticKVCache):
-            return self.reorder(indices)
-        self.cache.reorder(indices, cross=False)
-        return self
-
-
-# -- the model ---------------------------------------------------------------------
-
-
-# Compiled decode steps, per model, kept off the module (no state_dict/deepcopy impact).
-_COMPILED_STEPS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+from attnkit.models.state import (
+    INITIAL_CAPACITY,
+    CacheFactory,
+    CacheLayout,
+    DecoderState,
+    growing_cache,
+)
 
 
 class EncoderDecoder(nn.Module):
     """The Transformer. Build it from a ``TransformerConfig``."""
-
-    # Decoding speed switches (instance attributes override these defaults).
-    fast_decoding: bool = True  # static KV cache when the search gives max_steps
-    accepts_max_steps = True  # the searches may call start(src_ids, max_steps=...)
 
     def __init__(self, config: TransformerConfig):
         super().__init__()
@@ -152,30 +47,16 @@ class EncoderDecoder(nn.Module):
             if c.share_embeddings == "all"
             else TokenEmbedding(c.tgt_vocab_size, c.d_model)
         )
-        self.src_embed = InputEmbedding(
-            src_tokens, build_positions(c.absolute_positions, c.max_len, c.d_model), c.dropout
-        )
-        self.tgt_embed = InputEmbedding(
-            tgt_tokens, build_positions(c.absolute_positions, c.max_len, c.d_model), c.dropout
-        )
-        self.encoder = build_encoder(c)
-        self.decoder = build_decoder(c)
+        self.src_embed = builders.input_embedding(c, src_tokens)
+        self.tgt_embed = builders.input_embedding(c, tgt_tokens)
+        self.encoder = builders.encoder(c, c.num_encoder_layers)
+        self.decoder = builders.decoder(c, c.num_decoder_layers)
         self.output_proj = nn.Linear(c.d_model, c.tgt_vocab_size, bias=False)
-        if c.share_embeddings in ("decoder", "all"):
+        tied = c.share_embeddings in ("decoder", "all")
+        if tied:
             # §3.4: the pre-softmax projection shares the target embedding matrix.
             self.output_proj.weight = tgt_tokens.weight
-        self._init_weights()
-
-    def _init_weights(self) -> None:
-        # Xavier-uniform for every projection matrix, as in tensor2tensor and
-        # fairseq; embeddings keep their own N(0, D^-0.5) init.
-        for module in self.modules():
-            if isinstance(module, nn.Linear) and module is not self.output_proj:
-                nn.init.xavier_uniform_(module.weight)
-                if module.bias is not None:
-                    nn.init.zeros_(module.bias)
-        if self.config.share_embeddings == "none":
-            nn.init.normal_(self.output_proj.weight, std=self.config.d_model**-0.5)
+        builders.init_weights(self, self.output_proj, tied=tied, d_model=c.d_model)
 
     def num_parameters(self) -> int:
         """Trainable parameters, counting tied matrices once."""
@@ -197,10 +78,7 @@ class EncoderDecoder(nn.Module):
         right. With ``compute_logits=False`` only ``hidden`` is returned, for a
         loss that projects chunk by chunk.
         """
-        src_mask = padding_mask(src_ids, self.pad_id)
-        memory, enc_w = self.encoder(
-            self.src_embed(src_ids), mask=src_mask, need_weights=need_weights
-        )
+        memory, src_mask, enc_w = self._encode(src_ids, need_weights=need_weights)
         if need_weights:
             # Explicit mask so the returned maps never show attention to padding.
             self_mask, is_causal = causal_padding_mask(tgt_ids, self.pad_id), False
@@ -225,191 +103,83 @@ class EncoderDecoder(nn.Module):
             cross_attentions=cross_w,
         )
 
+    def _encode(
+        self, src_ids: Tensor, *, need_weights: bool = False
+    ) -> tuple[Tensor, Tensor, list[Tensor] | None]:
+        src_mask = padding_mask(src_ids, self.pad_id)
+        memory, weights = self.encoder(
+            self.src_embed(src_ids), mask=src_mask, need_weights=need_weights
+        )
+        return memory, src_mask, weights
+
+    def encode(self, src_ids: Tensor) -> tuple[Tensor, Tensor]:
+        """The encoder output ``(B, S, D)`` and the source mask ``(B, 1, 1, S)``."""
+        memory, src_mask, _ = self._encode(src_ids)
+        return memory, src_mask
+
+    def cross_kv(self, memory: Tensor) -> tuple[Tensor, Tensor]:
+        """Every decoder layer's cross-attention keys and values, ``(L, B, h, S, d)`` each."""
+        kv = [layer.cross_attn.project_kv(memory) for layer in self.decoder.decoder_layers()]
+        return torch.stack([k for k, _ in kv]), torch.stack([v for _, v in kv])
+
     # -- incremental decoding (the stepping protocol) ------------------------------
 
-    def encode(
-        self, src_ids: Tensor, *, capacity: int | None = None, static: bool = False
-    ) -> EncoderDecoderState:
-        """Run the encoder once and precompute every layer's cross-attention K/V.
-
-        ``static=True`` gives a ``StaticKVCache`` of ``capacity`` positions
-        (default ``max_len``), pooled across calls when the step is compiled.
-        """
+    def cache_layout(self) -> CacheLayout | None:
+        """The decoder cache's shape; ``None`` when only the growing cache fits
+        (relative positions assume the queries are the newest keys)."""
         c = self.config
-        src_mask = padding_mask(src_ids, self.pad_id)
-        memory, _ = self.encoder(self.src_embed(src_ids), mask=src_mask)
-        kv = [layer.cross_attn.project_kv(memory) for layer in self.decoder.layers]
-        cross_k = torch.stack([k for k, _ in kv])
-        cross_v = torch.stack([v for _, v in kv])
-        if static:
-            compiled = _COMPILED_STEPS.get(self)
-            cache: KVCache | StaticKVCache = StaticKVCache.allocate(
-                c.num_decoder_layers,
-                c.num_heads,
-                c.head_dim,
-                capacity=capacity or c.max_len,
-                cross_k=cross_k,
-                cross_v=cross_v,
-                pool=None if compiled is None else compiled["pool"],
-            )
-            return EncoderDecoderState(src_mask=src_mask, cache=cache)
-        cache = KVCache(
-            c.num_decoder_layers,
-            src_ids.size(0),
-            c.num_heads,
-            c.head_dim,
-            capacity=capacity or min(c.max_len, src_ids.size(1) + 52),
-            dtype=cross_k.dtype,
-            device=src_ids.device,
-        )
-        cache.set_cross(cross_k, cross_v)
-        return EncoderDecoderState(src_mask=src_mask, cache=cache)
-
-    def decode_step(
-        self, tokens: Tensor, state: EncoderDecoderState
-    ) -> tuple[Tensor, EncoderDecoderState]:
-        """Feed the newest target token(s) ``(B,)`` or ``(B, t)``; get logits ``(B, V)``.
-
-        The logits are for the token after the last one fed. The state's
-        cache grows by the number of tokens fed.
-        """
-        if tokens.dim() == 1:
-            tokens = tokens[:, None]
-        cache = state.cache
-        if isinstance(cache, StaticKVCache):
-            return self._static_decode_step(tokens, state, cache), state
-        x = self.tgt_embed(tokens, offset=cache.length)
-        hidden, _, _ = self.decoder(
-            x, None, is_causal=True, memory_mask=state.src_mask, cache=cache
-        )
-        cache.advance(tokens.size(1))
-        return self.output_proj(hidden[:, -1]), state
-
-    # -- the fast path: static cache, optionally compiled --------------------------
-
-    def static_decoding_supported(self, max_steps: int) -> bool:
-        """Whether ``start(..., max_steps=max_steps)`` takes the static cache."""
-        c = self.config
-        return self.fast_decoding and not c.relative_positions and 1 <= max_steps <= c.max_len
-
-    def compile_decoding(
-        self, enabled: bool = True, *, mode: str | None = "auto", fullgraph: bool = True
-    ) -> None:
-        """Compile the static-cache decode step with ``torch.compile`` (or stop doing so).
-
-        ``mode="auto"``: ``"reduce-overhead"`` (CUDA graphs) on CUDA, inductor's
-        default elsewhere. Shapes are static (``dynamic=False``): each new
-        (batch, source length, capacity) compiles once, and past
-        ``torch._dynamo.config.recompile_limit`` shapes torch falls back to
-        eager. A step that fails to compile warns and runs eagerly from then
-        on. Only used while ``fast_decoding`` is on.
-        """
-        if not enabled:
-            _COMPILED_STEPS.pop(self, None)
-            return
-        entry = _COMPILED_STEPS.get(self)
-        if entry is not None and (entry["mode"], entry["fullgraph"]) == (mode, fullgraph):
-            return  # already on: keep the compiled step and its buffers
-        _COMPILED_STEPS[self] = {
-            "mode": mode,
-            "fullgraph": fullgraph,
-            "fn": None,  # compiled lazily, on the first step's device
-            "failed": False,
-            "pool": StaticBufferPool(),
-        }
-
-    def _compiled_step(self, device: torch.device) -> Callable[..., Tensor] | None:
-        """The compiled ``_static_logits`` (called with the model first), or ``None``."""
-        entry = _COMPILED_STEPS.get(self)
-        if entry is None or entry["failed"]:
+        if c.relative_positions:
             return None
-        if entry["fn"] is None:
-            mode = entry["mode"]
-            if mode == "auto":
-                mode = "reduce-overhead" if device.type == "cuda" else None
-            # The plain function, not the bound method: a bound method would
-            # keep the model alive through the weak-keyed table.
-            entry["fn"] = torch.compile(
-                EncoderDecoder._static_logits,
-                mode=mode,
-                fullgraph=entry["fullgraph"],
-                dynamic=False,
-            )
-        return entry["fn"]
+        return CacheLayout(c.num_decoder_layers, c.num_heads, c.head_dim, c.max_len)
 
-    def _static_decode_step(
-        self, tokens: Tensor, state: EncoderDecoderState, cache: StaticKVCache
-    ) -> Tensor:
-        cache.check_room(tokens.size(1))  # host-side: an overflow would be a device error
-        args = (
-            tokens,
-            state.src_mask,
-            cache.self_k,
-            cache.self_v,
-            cache.cross_k,
-            cache.cross_v,
-            cache.pos,
-        )
-        compiled = self._compiled_step(tokens.device)
-        if compiled is None:
-            logits = self._static_logits(*args)
-        else:
-            try:
-                logits = compiled(self, *args)
-            except Exception as err:  # any compiler failure: stay correct, just slower
-                warnings.warn(
-                    f"compile_decoding: the compiled decode step failed "
-                    f"({type(err).__name__}: {err}); decoding eagerly from now on",
-                    RuntimeWarning,
-                    stacklevel=3,
-                )
-                _COMPILED_STEPS[self]["failed"] = True  # keep the pool
-                # Safe to redo: the step only writes this step's keys/values.
-                logits = self._static_logits(*args)
-        cache.advance(tokens.size(1))
-        return logits
-
-    def _static_logits(
+    def start(
         self,
-        tokens: Tensor,
-        src_mask: Tensor,
-        self_k: list[Tensor],
-        self_v: list[Tensor],
-        cross_k: Tensor,
-        cross_v: Tensor,
-        pos: Tensor,
-    ) -> Tensor:
-        """One decode step on static buffers: ``tokens`` ``(B, t)`` at positions ``pos ..``.
+        src_ids: Tensor,
+        *,
+        max_steps: int | None = None,
+        cache: CacheFactory = growing_cache,
+    ) -> DecoderState:
+        """Encode ``src_ids`` ``(B, S)`` and precompute the cross-attention K/V.
 
-        A pure function of tensors (the cache view is rebuilt inside), so that
-        ``torch.compile`` sees the same shapes at every step; it writes the
-        new keys/values into ``self_k``/``self_v`` in place and returns the
-        logits ``(B, V)`` for the next token.
+        ``max_steps`` bounds the ``step`` calls to come (the search's length
+        limit) and sizes the cache, which ``cache`` makes (default: growing).
         """
-        cache = StaticKVCache(self_k, self_v, cross_k, cross_v, pos)
+        c = self.config
+        memory, src_mask = self.encode(src_ids)
+        cross = self.cross_kv(memory)
+        layout = CacheLayout(c.num_decoder_layers, c.num_heads, c.head_dim, c.max_len)
+        positions = min(max_steps or INITIAL_CAPACITY, c.max_len)
+        made = cache(
+            layout,
+            batch_size=src_ids.size(0),
+            positions=positions,
+            dtype=memory.dtype,
+            device=memory.device,
+            cross=cross,
+        )
+        return DecoderState(cache=made, memory_mask=src_mask)
+
+    def decode(self, tokens: Tensor, cache: DecoderCache, memory_mask: Tensor | None) -> Tensor:
+        """Logits ``(B, V)`` after feeding ``tokens`` ``(B, t)`` at the cache's next positions.
+
+        Writes the tokens' keys/values into ``cache``; the caller advances it.
+        """
         t = tokens.size(1)
-        emb = self.tgt_embed
-        # Positions come from the device index, not a Python offset.
-        pe = emb.positions(cache.capacity).index_select(0, cache.positions(t))
-        x = emb.dropout(emb.tokens(tokens) + pe)
+        x = self.tgt_embed(tokens, offset=cache.position_offset())
+        self_mask = cache.self_mask(t)
         hidden, _, _ = self.decoder(
             x,
             None,
-            self_mask=cache.self_mask(t),
-            is_causal=False,
-            memory_mask=src_mask,
+            self_mask=self_mask,
+            is_causal=self_mask is None,
+            memory_mask=memory_mask,
             cache=cache,
         )
         return self.output_proj(hidden[:, -1])
 
-    # The protocol's names (attnkit.decoding.protocol.Stepper).
-    def start(self, src_ids: Tensor, *, max_steps: int | None = None) -> EncoderDecoderState:
-        """Encode ``src_ids`` ``(B, S)``; with ``max_steps``, use the static cache if supported."""
-        if max_steps is not None and self.static_decoding_supported(max_steps):
-            return self.encode(src_ids, capacity=max_steps, static=True)
-        return self.encode(src_ids)
-
-    def step(
-        self, tokens: Tensor, state: EncoderDecoderState
-    ) -> tuple[Tensor, EncoderDecoderState]:
-        return self.decode_step(tokens, state)
+    def step(self, tokens: Tensor, state: DecoderState) -> tuple[Tensor, DecoderState]:
+        """Feed the newest target token(s) ``(B,)`` or ``(B, t)``; logits ``(B, V)`` of the next."""
+        tokens = state.take_input(tokens)
+        logits = self.decode(tokens, state.cache, state.memory_mask)
+        state.cache.advance(tokens.size(1))
+        return logits, state

@@ -22,12 +22,10 @@ import torch
 from torch import Tensor, nn
 
 from attnkit.attention.masks import padding_mask
-from attnkit.blocks import Encoder, EncoderLayer, FeedForward, Residual
 from attnkit.blocks.feedforward import ACTIVATIONS
-from attnkit.models.decoder_only import build_self_attention
-from attnkit.models.embeddings import InputEmbedding, TokenEmbedding
+from attnkit.models import builders
+from attnkit.models.embeddings import TokenEmbedding
 from attnkit.models.lm_config import EncoderOnlyConfig
-from attnkit.positions import build_positions
 
 
 @dataclass
@@ -36,7 +34,8 @@ class EncoderOnlyOutput:
 
     Attributes:
         hidden: ``(B, S, D)`` the encoder output.
-        mlm_logits: ``(B, S, V)`` token scores (``None`` unless ``mlm=True``).
+        mlm_logits: ``(B, S, V)`` token scores, ``(N, V)`` at ``mlm_positions``
+            only, or ``None`` (``mlm=False``).
         class_logits: ``(B, num_labels)`` (``None`` without a classifier or
             unless ``classify=True``).
         attentions: per layer ``(B, h, S, S)``, only on request.
@@ -85,20 +84,6 @@ def pool(hidden: Tensor, real: Tensor, how: str) -> Tensor:
     return (hidden * weights).sum(1) / weights.sum(1).clamp(min=1.0)
 
 
-def build_encoder_stack(c: EncoderOnlyConfig) -> Encoder:
-    layers = [
-        EncoderLayer(
-            self_attn=build_self_attention(c),
-            ffn=FeedForward(c.d_model, c.d_ff, c.activation),
-            self_attn_residual=Residual(c.d_model, c.dropout, c.norm_position),
-            ffn_residual=Residual(c.d_model, c.dropout, c.norm_position),
-        )
-        for _ in range(c.num_layers)
-    ]
-    final_norm = nn.LayerNorm(c.d_model) if c.norm_position == "pre" else None
-    return Encoder(layers, final_norm)
-
-
 class EncoderOnlyModel(nn.Module):
     """A BERT-style encoder. Build it from an ``EncoderOnlyConfig``."""
 
@@ -107,23 +92,14 @@ class EncoderOnlyModel(nn.Module):
         c = self.config = config
         self.pad_id, self.mask_id = c.pad_id, c.mask_id
         tokens = TokenEmbedding(c.vocab_size, c.d_model)
-        self.embed = InputEmbedding(
-            tokens, build_positions(c.absolute_positions, c.max_len, c.d_model), c.dropout
-        )
-        self.encoder = build_encoder_stack(c)
+        self.embed = builders.input_embedding(c, tokens)
+        self.encoder = builders.encoder(c, c.num_layers)
         self.mlm_head = MLMHead(c.d_model, c.vocab_size, c.activation)
         self.mlm_head.output_proj.weight = tokens.weight  # tied, as in BERT
         self.classifier = (
             ClassificationHead(c.d_model, c.num_labels, c.dropout) if c.num_labels else None
         )
-        self._init_weights()
-
-    def _init_weights(self) -> None:
-        for module in self.modules():
-            if isinstance(module, nn.Linear) and module is not self.mlm_head.output_proj:
-                nn.init.xavier_uniform_(module.weight)
-                if module.bias is not None:
-                    nn.init.zeros_(module.bias)
+        builders.init_weights(self, self.mlm_head.output_proj, tied=True, d_model=c.d_model)
 
     def num_parameters(self) -> int:
         """Trainable parameters, counting tied matrices once."""
@@ -136,11 +112,14 @@ class EncoderOnlyModel(nn.Module):
         need_weights: bool = False,
         mlm: bool = True,
         classify: bool = True,
+        mlm_positions: Tensor | None = None,
     ) -> EncoderOnlyOutput:
         """Encode ``ids`` ``(B, S)`` (padded with ``pad_id``) and apply the heads.
 
-        Pass ``mlm=False`` when training on masked positions only: project
-        ``model.mlm_head(out.hidden[labels != -100])`` instead of all ``B*S``.
+        ``mlm_positions`` ``(B, S)`` bool: score only those positions, so
+        ``mlm_logits`` is ``(N, V)`` for the ``N`` selected ones (training on
+        the masked ~15% projects 15% of the ``B*S`` rows). ``mlm=False``: no
+        MLM logits at all.
         """
         real = ids != self.pad_id
         hidden, weights = self.encoder(
@@ -149,9 +128,12 @@ class EncoderOnlyModel(nn.Module):
         class_logits = None
         if classify and self.classifier is not None:
             class_logits = self.classifier(pool(hidden, real, self.config.pooling))
+        mlm_logits = None
+        if mlm:
+            mlm_logits = self.mlm_head(hidden if mlm_positions is None else hidden[mlm_positions])
         return EncoderOnlyOutput(
             hidden=hidden,
-            mlm_logits=self.mlm_head(hidden) if mlm else None,
+            mlm_logits=mlm_logits,
             class_logits=class_logits,
             attentions=weights,
         )

@@ -1,8 +1,11 @@
-"""Named presets, as data (a plain dict: preset name -> field overrides).
+"""Named presets of every family, as data (a plain dict: preset name -> field overrides).
 
 ``base`` and ``big`` are the paper's Table 3 with its 37k shared BPE
 vocabulary (WMT 2014 En-De); ``small`` is a CPU-sized model for tests, the
-quickstart and small corpora like Multi30k.
+quickstart and small corpora like Multi30k. The language-model presets follow
+nanoGPT (``shakespeare_char``), GPT-2 small and BERT-base; their vocabulary is
+left to the tokenizer. The RNN presets follow Bahdanau et al. (2015) and
+Luong et al. (2015).
 """
 
 from __future__ import annotations
@@ -21,5 +24,67 @@ TRANSFORMER_PRESETS: dict[str, dict[str, Any]] = {
         "max_len": 512,
         "src_vocab_size": 8000,
         "tgt_vocab_size": 8000,
+    },
+}
+
+# nanoGPT's config/train_shakespeare_char.py and GPT-2 small (124M). The
+# vocabulary is left to the tokenizer: pass vocab_size=tokenizer.vocab_size.
+DECODER_ONLY_PRESETS: dict[str, dict[str, Any]] = {
+    "small": {"d_model": 128, "num_heads": 4, "d_ff": 512, "num_layers": 4, "max_len": 256},
+    "shakespeare_char": {
+        "d_model": 384,
+        "num_heads": 6,
+        "d_ff": 1536,
+        "num_layers": 6,
+        "max_len": 256,
+        "dropout": 0.2,
+    },
+    "gpt2_small": {
+        "d_model": 768,
+        "num_heads": 12,
+        "d_ff": 3072,
+        "num_layers": 12,
+        "max_len": 1024,
+        "vocab_size": 50257,
+    },
+}
+
+# BERT-base's shape (Devlin et al., 2019); "small" is CPU-sized.
+ENCODER_ONLY_PRESETS: dict[str, dict[str, Any]] = {
+    "small": {"d_model": 128, "num_heads": 4, "d_ff": 512, "num_layers": 4, "max_len": 256},
+    "bert_base": {"d_model": 768, "num_heads": 12, "d_ff": 3072, "num_layers": 12},
+}
+
+RNN_PRESETS: dict[str, dict[str, Any]] = {
+    # CPU-sized: tests, quick experiments, small corpora.
+    "small": {
+        "cell": "gru",
+        "attention": "bahdanau",
+        "embed_dim": 64,
+        "hidden_size": 128,
+        "num_layers": 1,
+        "bidirectional": True,
+        "dropout": 0.1,
+    },
+    # RNNsearch's shape (Bahdanau et al., 2015), halved: biGRU encoder, additive attention.
+    "bahdanau": {
+        "cell": "gru",
+        "attention": "bahdanau",
+        "embed_dim": 256,
+        "hidden_size": 512,
+        "num_layers": 1,
+        "bidirectional": True,
+        "dropout": 0.1,
+    },
+    # Luong et al. (2015)'s global attention with input feeding, at CPU/GPU-friendly width.
+    "luong": {
+        "cell": "lstm",
+        "attention": "luong_general",
+        "embed_dim": 512,
+        "hidden_size": 512,
+        "num_layers": 2,
+        "bidirectional": False,
+        "input_feeding": True,
+        "dropout": 0.2,
     },
 }

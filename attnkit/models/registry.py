@@ -1,52 +1,90 @@
-"""Build a sequence-to-sequence model of either family from plain data.
+"""The one table of model families: ``family -> (config class, model class, kind)``.
 
-Configs carry their family (``to_dict()["family"]``): ``"transformer"``
-(``TransformerConfig`` -> ``EncoderDecoder``) or ``"rnn"``
-(``RNNSeq2SeqConfig`` -> ``RNNSeq2Seq``). A dict without one is a
-Transformer config, as every checkpoint written before the RNN family was.
-The registry is a plain dict, read at the edges (training, checkpoints).
+Config loading, model building, checkpoint loading and the CLI's hints all
+derive from ``FAMILIES``, a plain dict read at the edges (no import-time
+registration). A config's ``to_dict()["family"]`` names its row; a dict
+without one is a Transformer config, as every checkpoint written before the
+other families was.
+
+``kind`` says what a family does, and so which commands apply to it:
+``"seq2seq"`` (translate), ``"causal_lm"`` (generate) or ``"masked_lm"``
+(fill in masked tokens). ``vocab_field`` is the config field that a
+tokenizer's vocabulary must fit into.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Literal
 
 from torch import nn
 
 from attnkit.errors import ConfigError
 from attnkit.models.config import TransformerConfig
+from attnkit.models.config_base import ModelConfig
+from attnkit.models.decoder_only import DecoderOnlyLM
 from attnkit.models.encoder_decoder import EncoderDecoder
+from attnkit.models.encoder_only import EncoderOnlyModel
+from attnkit.models.lm_config import DecoderOnlyConfig, EncoderOnlyConfig
 from attnkit.models.rnn_config import RNNSeq2SeqConfig
 from attnkit.models.rnn_seq2seq import RNNSeq2Seq
 
+ModelKind = Literal["seq2seq", "causal_lm", "masked_lm"]
+KIND_NAMES: dict[str, str] = {
+    "seq2seq": "translation model",
+    "causal_lm": "causal language model",
+    "masked_lm": "masked language model",
+}
+AnyModelConfig = TransformerConfig | RNNSeq2SeqConfig | DecoderOnlyConfig | EncoderOnlyConfig
 Seq2SeqConfig = TransformerConfig | RNNSeq2SeqConfig
 
-SEQ2SEQ_FAMILIES: dict[str, tuple[type[Seq2SeqConfig], type[nn.Module]]] = {
-    "transformer": (TransformerConfig, EncoderDecoder),
-    "rnn": (RNNSeq2SeqConfig, RNNSeq2Seq),
+
+@dataclass(frozen=True)
+class Family:
+    """One row of the registry."""
+
+    name: str
+    config_class: type[ModelConfig]
+    model_class: type[nn.Module]
+    kind: ModelKind
+    vocab_field: str
+
+
+FAMILIES: dict[str, Family] = {
+    f.name: f
+    for f in (
+        Family("transformer", TransformerConfig, EncoderDecoder, "seq2seq", "tgt_vocab_size"),
+        Family("rnn", RNNSeq2SeqConfig, RNNSeq2Seq, "seq2seq", "tgt_vocab_size"),
+        Family("decoder_only", DecoderOnlyConfig, DecoderOnlyLM, "causal_lm", "vocab_size"),
+        Family("encoder_only", EncoderOnlyConfig, EncoderOnlyModel, "masked_lm", "vocab_size"),
+    )
 }
 
 
-def config_class(family: Any) -> type[Seq2SeqConfig]:
-    """The config class of ``family``; ``ConfigError`` naming the field otherwise."""
-    if family not in SEQ2SEQ_FAMILIES:
-        raise ConfigError(f"family: expected one of {', '.join(SEQ2SEQ_FAMILIES)}; got {family!r}")
-    return SEQ2SEQ_FAMILIES[family][0]
+def get_family(name: Any) -> Family:
+    """The registry row of ``name``; ``ConfigError`` naming the field otherwise."""
+    if name not in FAMILIES:
+        raise ConfigError(f"family: expected one of {', '.join(FAMILIES)}; got {name!r}")
+    return FAMILIES[name]
 
 
-def config_from_dict(data: dict[str, Any]) -> Seq2SeqConfig:
+def family_of(config: ModelConfig) -> Family:
+    return get_family(config.family)
+
+
+def config_from_dict(data: dict[str, Any]) -> Any:
     """A config from its ``to_dict()`` form, dispatching on ``family`` (default transformer)."""
-    return config_class(data.get("family", "transformer")).from_dict(data)
+    return get_family(data.get("family", "transformer")).config_class.from_dict(data)
 
 
-def config_from_preset(family: str, name: str, **overrides: Any) -> Seq2SeqConfig:
+def config_from_preset(family: str, name: str, **overrides: Any) -> Any:
     """``from_preset(name, **overrides)`` of the family's config class."""
-    return config_class(family).from_preset(name, **overrides)
+    return get_family(family).config_class.from_preset(name, **overrides)
 
 
-def build_model(config: Seq2SeqConfig) -> nn.Module:
+def build_model(config: ModelConfig) -> nn.Module:
     """The model for ``config`` (randomly initialised)."""
-    for config_cls, model_cls in SEQ2SEQ_FAMILIES.values():
-        if type(config) is config_cls:
-            return model_cls(config)
-    raise ConfigError(f"family: no sequence-to-sequence model for {type(config).__name__}")
+    row = family_of(config)
+    if type(config) is not row.config_class:
+        raise ConfigError(f"family: {type(config).__name__} is not the {row.name!r} config")
+    return row.model_class(config)

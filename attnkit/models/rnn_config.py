@@ -9,54 +9,15 @@ Bad values raise ``ConfigError`` whose message starts with the field name.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
-from typing import Any, ClassVar
+from dataclasses import dataclass
+from typing import Any, ClassVar, Literal
 
-from attnkit.errors import ConfigError
-from attnkit.models.config_base import (
-    ModelConfig,
-    check_choice,
-    check_special_ids,
-    check_type,
-)
+from attnkit.models.config_base import ModelConfig, check_special_ids
+from attnkit.models.presets import RNN_PRESETS
+from attnkit.validation import at_least, check_fields, in_range, require
 
-CELLS = ("lstm", "gru")
-RNN_ATTENTIONS = ("none", "bahdanau", "luong_general", "luong_dot", "luong_location")
-_FIELD_TYPES = {"int": int, "float": float, "str": str, "bool": bool}
-
-RNN_PRESETS: dict[str, dict[str, Any]] = {
-    # CPU-sized: tests, quick experiments, small corpora.
-    "small": {
-        "cell": "gru",
-        "attention": "bahdanau",
-        "embed_dim": 64,
-        "hidden_size": 128,
-        "num_layers": 1,
-        "bidirectional": True,
-        "dropout": 0.1,
-    },
-    # RNNsearch's shape (Bahdanau et al., 2015), halved: biGRU encoder, additive attention.
-    "bahdanau": {
-        "cell": "gru",
-        "attention": "bahdanau",
-        "embed_dim": 256,
-        "hidden_size": 512,
-        "num_layers": 1,
-        "bidirectional": True,
-        "dropout": 0.1,
-    },
-    # Luong et al. (2015)'s global attention with input feeding, at CPU/GPU-friendly width.
-    "luong": {
-        "cell": "lstm",
-        "attention": "luong_general",
-        "embed_dim": 512,
-        "hidden_size": 512,
-        "num_layers": 2,
-        "bidirectional": False,
-        "input_feeding": True,
-        "dropout": 0.2,
-    },
-}
+Cell = Literal["lstm", "gru"]
+RNNAttention = Literal["none", "bahdanau", "luong_general", "luong_dot", "luong_location"]
 
 
 @dataclass(frozen=True)
@@ -72,9 +33,10 @@ class RNNSeq2SeqConfig(ModelConfig):
     """
 
     family: ClassVar[str] = "rnn"
+    presets: ClassVar[dict[str, dict[str, Any]]] = RNN_PRESETS
 
-    cell: str = "gru"
-    attention: str = "bahdanau"
+    cell: Cell = "gru"
+    attention: RNNAttention = "bahdanau"
     embed_dim: int = 256
     hidden_size: int = 512
     num_layers: int = 1
@@ -90,21 +52,15 @@ class RNNSeq2SeqConfig(ModelConfig):
     eos_id: int = 2
 
     def __post_init__(self) -> None:
-        for f in fields(self):
-            # `from __future__ import annotations` makes f.type the string "int" etc.
-            check_type(f.name, getattr(self, f.name), _FIELD_TYPES[f.type])
-        for name in ("embed_dim", "hidden_size", "num_layers", "max_src_len", "max_len"):
-            if getattr(self, name) < 1:
-                raise ConfigError(f"{name}: must be >= 1, got {getattr(self, name)}")
-        if not 0.0 <= self.dropout < 1.0:
-            raise ConfigError(f"dropout: must be in [0, 1), got {self.dropout}")
-        check_choice("cell", self.cell, CELLS)
-        check_choice("attention", self.attention, RNN_ATTENTIONS)
-        if self.input_feeding and not self.is_luong:
-            raise ConfigError(
-                f"input_feeding: only Luong attention feeds its attentional vector back; "
-                f"got attention={self.attention!r}"
-            )
+        check_fields(self)
+        at_least(self, ("embed_dim", "hidden_size", "num_layers", "max_src_len", "max_len"), 1)
+        in_range("dropout", self.dropout, 0.0, 1.0)
+        require(
+            "input_feeding",
+            not self.input_feeding or self.is_luong,
+            "only Luong attention feeds its attentional vector back; "
+            f"got attention={self.attention!r}",
+        )
         check_special_ids(
             {"pad_id": self.pad_id, "bos_id": self.bos_id, "eos_id": self.eos_id},
             {"src_vocab_size": self.src_vocab_size, "tgt_vocab_size": self.tgt_vocab_size},
@@ -123,10 +79,3 @@ class RNNSeq2SeqConfig(ModelConfig):
     def d_model(self) -> int:
         """The decoder's width; what the noam schedule scales by (``d_model^-0.5``)."""
         return self.hidden_size
-
-    # -- presets (serialisation: ModelConfig) -------------------------------------
-
-    @classmethod
-    def preset_table(cls) -> dict[str, dict[str, Any]]:
-        """``"small"`` (CPU-sized), ``"bahdanau"`` or ``"luong"``."""
-        return RNN_PRESETS

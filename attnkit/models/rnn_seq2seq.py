@@ -27,7 +27,7 @@ directions side by side) to the decoder's size: ``tanh(W h)`` for ``h`` and
 
 The interface is ``EncoderDecoder``'s: ``forward`` for teacher forcing
 (attention maps as one "layer" of one "head", ``(B, 1, T, S)``),
-``encode``/``decode_step`` (alias ``start``/``step``) for the searches.
+``start``/``step`` for the searches.
 Source padding must be on the right.
 
 Shapes: ``B`` batch, ``S`` source length, ``T`` target length, ``H``
@@ -39,6 +39,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import partial
+from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -88,8 +89,11 @@ class RNNSeq2SeqState:
     context: Tensor | None = None
     feed: Tensor | None = None
 
-    def reorder(self, indices: Tensor) -> RNNSeq2SeqState:
-        """Keep batch rows ``indices`` ``(B',)``, e.g. to follow beams."""
+    def reorder(self, indices: Tensor, *, group_size: int | None = None) -> RNNSeq2SeqState:
+        """Keep batch rows ``indices`` ``(B',)``, e.g. to follow beams.
+
+        ``group_size`` (beam groups) changes nothing here: every part moves.
+        """
         self.memory = self.memory.index_select(0, indices)
         self.keys = self.keys.index_select(0, indices)
         self.src_mask = self.src_mask.index_select(0, indices)
@@ -205,7 +209,7 @@ class RNNSeq2Seq(nn.Module):
     ) -> tuple[Tensor, Tensor | None]:
         """Context ``(B, Tq, M)`` (and weights ``(B, Tq, S)``) for queries ``(B, Tq, H)``."""
         assert self.score is not None
-        score = self.score
+        score: Any = self.score
         if not isinstance(score, DotScore):  # keys are already projected; dot stays fused
             score = partial(score, projected=True)
         return attend(
@@ -296,16 +300,13 @@ class RNNSeq2Seq(nn.Module):
 
     # -- incremental decoding (the stepping protocol) ------------------------------
 
-    def decode_step(self, tokens: Tensor, state: RNNSeq2SeqState) -> tuple[Tensor, RNNSeq2SeqState]:
+    def start(self, src_ids: Tensor, *, max_steps: int | None = None) -> RNNSeq2SeqState:
+        """Encode ``src_ids`` ``(B, S)``; an RNN's state has no length to size (``max_steps``)."""
+        return self.encode(src_ids)
+
+    def step(self, tokens: Tensor, state: RNNSeq2SeqState) -> tuple[Tensor, RNNSeq2SeqState]:
         """Feed the newest target token(s) ``(B,)`` or ``(B, t)``; get logits ``(B, V)``."""
         if tokens.dim() == 1:
             tokens = tokens[:, None]
         feats, _ = self._decode(tokens, state, need_weights=False)
         return self.output_proj(self.dropout(feats[:, -1])), state
-
-    # The protocol's names (attnkit.decoding.protocol.Stepper).
-    def start(self, src_ids: Tensor) -> RNNSeq2SeqState:
-        return self.encode(src_ids)
-
-    def step(self, tokens: Tensor, state: RNNSeq2SeqState) -> tuple[Tensor, RNNSeq2SeqState]:
-        return self.decode_step(tokens, state)

@@ -22,3 +22,8 @@ class LearnedPositions(nn.Module):
                 f"max_len: sequence of {offset + length} positions exceeds max_len={self.max_len}"
             )
         return self.weight[offset : offset + length]
+
+    def at(self, index: Tensor) -> Tensor:
+        """Encodings ``(t, D)`` of the positions in ``index`` ``(t,)`` (a device tensor,
+        so a compiled decode step never reads a changing Python number)."""
+        return self.weight.index_select(0, index)

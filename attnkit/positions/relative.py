@@ -129,6 +129,8 @@ class NoPositions(nn.Module):
     too-long input.
     """
 
+    zero: Tensor  # a 0-dim buffer
+
     def __init__(self, max_len: int, d_model: int):
         super().__init__()
         self.max_len = max_len
@@ -140,4 +142,8 @@ class NoPositions(nn.Module):
             raise ValueError(
                 f"max_len: sequence of {offset + length} positions exceeds max_len={self.max_len}"
             )
+        return self.zero
+
+    def at(self, index: Tensor) -> Tensor:
+        """A 0-dim zero, whatever the positions (broadcasts against ``(B, T, D)``)."""
         return self.zero

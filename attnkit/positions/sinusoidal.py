@@ -33,6 +33,8 @@ def sinusoidal_table(max_len: int, d_model: int) -> Tensor:
 class SinusoidalPositions(nn.Module):
     """Fixed encodings for positions ``offset .. offset + T - 1``."""
 
+    table: Tensor  # (max_len, D), a non-persistent buffer
+
     def __init__(self, max_len: int, d_model: int):
         super().__init__()
         self.max_len = max_len
@@ -45,3 +47,8 @@ class SinusoidalPositions(nn.Module):
                 f"max_len: sequence of {offset + length} positions exceeds max_len={self.max_len}"
             )
         return self.table[offset : offset + length]
+
+    def at(self, index: Tensor) -> Tensor:
+        """Encodings ``(t, D)`` of the positions in ``index`` ``(t,)`` (a device tensor,
+        so a compiled decode step never reads a changing Python number)."""
+        return self.table.index_select(0, index)

@@ -1,0 +1,187 @@
+"""The fast decoding path: a static KV cache, optionally a compiled step, as a wrapper.
+
+``StaticCacheStepper(model)`` is a ``Stepper`` around any model that declares
+``SupportsStaticCache`` (the encoder-decoder Transformer and the decoder-only
+LM). When a search gives its length bound (``start(..., max_steps=T)``), the
+model's cache is a ``StaticKVCache`` of exactly that capacity, so every step
+has the same shapes; greedy and beam outputs are the same tokens as on the
+model's own growing cache (tested). Without a bound, or for a model whose
+``cache_layout()`` is ``None`` (relative positions), it steps the model
+as it is.
+
+``compile=True`` also compiles the step with ``torch.compile`` (inductor's
+C++ code on the CPU, CUDA graphs on a GPU with ``mode="auto"``). Shapes are
+static (``dynamic=False``): each new (batch, source length, capacity)
+compiles once; past ``torch._dynamo.config.recompile_limit`` shapes torch
+falls back to eager. A step that fails to compile warns once and runs
+eagerly from then on: correct, just slower.
+
+The compiled function is a pure function of tensors (the cache view is
+rebuilt inside), so it never reads a Python counter that changes per step.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable
+from typing import Any, Protocol, runtime_checkable
+
+import torch
+from torch import Tensor
+
+from attnkit.attention.cache import DecoderCache
+from attnkit.attention.static_cache import StaticBufferPool, StaticKVCache
+from attnkit.models.state import CacheFactory, CacheLayout, DecoderState
+
+
+@runtime_checkable
+class SupportsStaticCache(Protocol):
+    """A model whose decode step runs against any ``DecoderCache`` it is given."""
+
+    pad_id: int
+    bos_id: int
+    eos_id: int
+
+    def cache_layout(self) -> CacheLayout | None: ...
+
+    def start(
+        self, src_ids: Tensor, *, max_steps: int | None = None, cache: CacheFactory = ...
+    ) -> DecoderState: ...
+
+    def step(self, tokens: Tensor, state: DecoderState) -> tuple[Tensor, DecoderState]: ...
+
+    def decode(self, tokens: Tensor, cache: DecoderCache, memory_mask: Tensor | None) -> Tensor: ...
+
+
+def _static_logits(
+    model: SupportsStaticCache,
+    tokens: Tensor,
+    memory_mask: Tensor | None,
+    self_k: list[Tensor],
+    self_v: list[Tensor],
+    cross_k: Tensor | None,
+    cross_v: Tensor | None,
+    pos: Tensor,
+) -> Tensor:
+    """One decode step on static buffers (what ``torch.compile`` sees): writes the new
+    keys/values in place at ``pos`` and returns the next-token logits ``(B, V)``."""
+    cache = StaticKVCache(self_k, self_v, cross_k, cross_v, pos)
+    return model.decode(tokens, cache, memory_mask)
+
+
+class StaticCacheStepper:
+    """A ``Stepper`` that decodes ``model`` on a static cache (see the module doc).
+
+    Args:
+        model: a ``SupportsStaticCache`` model, in eval mode.
+        compile: compile the step with ``torch.compile``.
+        mode: ``torch.compile`` mode; ``"auto"`` is ``"reduce-overhead"`` (CUDA
+            graphs) on CUDA and inductor's default elsewhere.
+        fullgraph: refuse graph breaks when compiling.
+    """
+
+    def __init__(
+        self,
+        model: SupportsStaticCache,
+        *,
+        compile: bool = False,
+        mode: str | None = "auto",
+        fullgraph: bool = True,
+    ) -> None:
+        self.model = model
+        self.pad_id, self.bos_id, self.eos_id = model.pad_id, model.bos_id, model.eos_id
+        self.compile, self.mode, self.fullgraph = compile, mode, fullgraph
+        self._compiled: Callable[..., Tensor] | None = None
+        self._failed = False
+        # Compiled steps on CUDA replay on fixed addresses: reuse buffers across calls.
+        self._pool = StaticBufferPool() if compile else None
+
+    def _allocate(
+        self,
+        layout: CacheLayout,
+        *,
+        batch_size: int,
+        positions: int,
+        dtype: torch.dtype,
+        device: torch.device,
+        cross: tuple[Tensor, Tensor] | None = None,
+    ) -> StaticKVCache:
+        return StaticKVCache.allocate(
+            layout.num_layers,
+            batch_size,
+            layout.num_heads,
+            layout.head_dim,
+            capacity=positions,
+            dtype=dtype,
+            device=device,
+            cross_k=None if cross is None else cross[0],
+            cross_v=None if cross is None else cross[1],
+            pool=self._pool,
+        )
+
+    def start(self, src_ids: Tensor, *, max_steps: int | None = None) -> DecoderState:
+        layout = self.model.cache_layout()
+        if max_steps is None or layout is None or not 1 <= max_steps <= layout.max_positions:
+            return self.model.start(src_ids, max_steps=max_steps)  # the growing cache
+        return self.model.start(src_ids, max_steps=max_steps, cache=self._allocate)
+
+    def step(self, tokens: Tensor, state: DecoderState) -> tuple[Tensor, DecoderState]:
+        cache = state.cache
+        if not isinstance(cache, StaticKVCache):
+            return self.model.step(tokens, state)
+        tokens = state.take_input(tokens)
+        cache.check_room(tokens.size(1))  # host-side: an overflow would be a device error
+        args = (tokens, state.memory_mask, cache.self_k, cache.self_v, cache.cross_k,
+                cache.cross_v, cache.pos)  # fmt: skip
+        compiled = self._compiled_step(tokens.device)
+        if compiled is None:
+            logits = _static_logits(self.model, *args)
+        else:
+            try:
+                logits = compiled(self.model, *args)
+            except Exception as err:  # any compiler failure: stay correct, just slower
+                warnings.warn(
+                    f"StaticCacheStepper(compile=True): the compiled decode step failed "
+                    f"({type(err).__name__}: {err}); decoding eagerly from now on",
+                    RuntimeWarning,
+                    stacklevel=2,
+                )
+                self._failed = True
+                # Safe to redo: the step only writes this step's keys/values.
+                logits = _static_logits(self.model, *args)
+        cache.advance(tokens.size(1))
+        return logits, state
+
+    def _compiled_step(self, device: torch.device) -> Callable[..., Tensor] | None:
+        if not self.compile or self._failed:
+            return None
+        if self._compiled is None:  # compiled lazily, on the first step's device
+            mode = self.mode
+            if mode == "auto":
+                mode = "reduce-overhead" if device.type == "cuda" else None
+            self._compiled = torch.compile(
+                _static_logits, mode=mode, fullgraph=self.fullgraph, dynamic=False
+            )
+        return self._compiled
+
+
+DecodePath = str  # "fast" | "compiled" | "reference"
+DECODE_PATHS = ("fast", "compiled", "reference")
+
+
+def stepper_for(model: Any, path: DecodePath = "fast") -> Any:
+    """The ``Stepper`` to decode ``model`` with on ``path``.
+
+    ``"fast"``: the static cache (models that support it; others as they are);
+    ``"compiled"``: the same, compiled (``ValueError`` for a model without a
+    static-cache step); ``"reference"``: the model's own growing cache.
+    """
+    if path not in DECODE_PATHS:
+        raise ValueError(f"path: expected one of {', '.join(DECODE_PATHS)}; got {path!r}")
+    if path == "reference":
+        return model
+    if not isinstance(model, SupportsStaticCache):
+        if path == "compiled":
+            raise ValueError(f"path: {type(model).__name__} has no static-cache step to compile")
+        return model
+    return StaticCacheStepper(model, compile=path == "compiled")

@@ -1,0 +1,120 @@
+"""What a Transformer decoder carries between decoding steps, and how its cache is made.
+
+``DecoderState`` serves both cached families: the encoder-decoder (a source
+mask, cross-attention keys/values in the cache) and the decoder-only LM (a
+prompt token still to be fed). Its ``reorder`` follows beams.
+
+A model's ``start`` builds its cache through a ``CacheFactory``: the default
+makes the growing ``KVCache`` (the reference path); the static-cache wrapper
+in ``attnkit.decoding.static`` passes one that makes a ``StaticKVCache``.
+The model does not know which it got: both implement ``DecoderCache``.
+
+Shapes: ``B`` batch rows, ``S`` source length, ``L`` layers, ``h`` key/value
+heads, ``d`` head dim.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+import torch
+from torch import Tensor
+
+from attnkit.attention.cache import DecoderCache, KVCache
+
+# Growing caches start this deep when the search gives no length bound, then double.
+INITIAL_CAPACITY = 64
+
+
+@dataclass(frozen=True)
+class CacheLayout:
+    """The shape of a model's decoder cache.
+
+    Attributes:
+        num_layers: decoder layers ``L``.
+        num_heads: key/value heads per layer ``h``.
+        head_dim: ``d``.
+        max_positions: the most target positions the model can hold (``max_len``).
+    """
+
+    num_layers: int
+    num_heads: int
+    head_dim: int
+    max_positions: int
+
+
+class CacheFactory(Protocol):
+    """Makes an empty cache for ``batch_size`` rows and (at least) ``positions`` positions."""
+
+    def __call__(
+        self,
+        layout: CacheLayout,
+        *,
+        batch_size: int,
+        positions: int,
+        dtype: torch.dtype,
+        device: torch.device,
+        cross: tuple[Tensor, Tensor] | None = None,
+    ) -> DecoderCache: ...
+
+
+def growing_cache(
+    layout: CacheLayout,
+    *,
+    batch_size: int,
+    positions: int,
+    dtype: torch.dtype,
+    device: torch.device,
+    cross: tuple[Tensor, Tensor] | None = None,
+) -> KVCache:
+    """The reference path's ``KVCache``: ``positions`` deep to start with, then it grows."""
+    cache = KVCache(
+        layout.num_layers,
+        batch_size,
+        layout.num_heads,
+        layout.head_dim,
+        capacity=positions,
+        dtype=dtype,
+        device=device,
+    )
+    if cross is not None:
+        cache.set_cross(*cross)
+    return cache
+
+
+@dataclass
+class DecoderState:
+    """Decoding state of a Transformer decoder.
+
+    Attributes:
+        cache: every layer's keys/values (a ``DecoderCache``).
+        memory_mask: ``(B, 1, 1, S)`` real source positions (encoder-decoder), or ``None``.
+        pending: ``(B,)`` the prompt's last token, fed by the first ``step``
+            (decoder-only; the searches feed BOS there), or ``None``.
+    """
+
+    cache: DecoderCache
+    memory_mask: Tensor | None = None
+    pending: Tensor | None = None
+
+    def reorder(self, indices: Tensor, *, group_size: int | None = None) -> DecoderState:
+        """Keep batch rows ``indices`` ``(B',)``, e.g. to follow beams.
+
+        With ``group_size`` (beam search: rows in groups of that many beams,
+        indices that never leave their group) the source-side parts, identical
+        within a group, stay where they are: only self-attention K/V move.
+        """
+        keep_source = group_size is not None
+        self.cache = self.cache.reorder(indices, cross=not keep_source)
+        if self.memory_mask is not None and not keep_source:
+            self.memory_mask = self.memory_mask.index_select(0, indices)
+        if self.pending is not None:
+            self.pending = self.pending.index_select(0, indices)
+        return self
+
+    def take_input(self, tokens: Tensor) -> Tensor:
+        """The tokens to feed now, ``(B, t)``: the pending prompt token first, else ``tokens``."""
+        if self.pending is not None:
+            tokens, self.pending = self.pending, None
+        return tokens[:, None] if tokens.dim() == 1 else tokens

@@ -1,0 +1,171 @@
+"""The one validator of every config dataclass: model configs and run-config sections.
+
+A config is a dataclass whose fields are plain data (``int``, ``float``,
+``str``, ``bool``, ``None``, tuples and lists of them, ``Literal`` choices).
+Three functions cover what every config needs:
+
+* ``from_mapping(cls, data, prefix)``: build ``cls`` from a mapping (YAML,
+  JSON); an unknown key is named with the closest known one
+  (``train.max_step: unknown key; did you mean 'train.max_steps'?``);
+* ``check_fields(config)``: called from ``__post_init__``, checks every
+  field's value against its annotation (``d_model: expected int, got str 'x'``;
+  a ``Literal`` lists its choices);
+* small range helpers (``at_least``, ``in_range``, ``require``) whose messages
+  start with the field name.
+
+Errors are ``ConfigError`` (a ``ValueError``) whose message starts with the
+field's name; ``from_mapping`` prefixes the section (``model.``, ``train.``).
+``bool`` is an ``int`` subclass in Python, but ``d_model: true`` is a
+mistake, so a bool passes only where ``bool`` is asked for; ints pass as floats.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import types
+import typing
+from collections.abc import Iterable, Mapping
+from typing import Any, Literal, TypeVar
+
+from attnkit.errors import ConfigError
+
+C = TypeVar("C")
+
+
+_HINTS: dict[type, dict[str, Any]] = {}
+
+
+def _hints(cls: type) -> dict[str, Any]:
+    """Resolved field annotations (``from __future__ import annotations`` makes them strings)."""
+    if cls not in _HINTS:
+        _HINTS[cls] = typing.get_type_hints(cls)
+    return _HINTS[cls]
+
+
+def _describe(annotation: Any) -> str:
+    if typing.get_origin(annotation) is Literal:
+        return "one of " + ", ".join(str(a) for a in typing.get_args(annotation))
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        return " or ".join(_describe(a) for a in typing.get_args(annotation))
+    if annotation is type(None):
+        return "null"
+    origin = typing.get_origin(annotation)
+    return getattr(origin or annotation, "__name__", str(annotation))
+
+
+def type_ok(value: Any, annotation: Any) -> bool:
+    """Whether ``value`` fits ``annotation`` (the subset of typing configs use)."""
+    origin = typing.get_origin(annotation)
+    if annotation is Any:
+        return True
+    if origin in (typing.Union, types.UnionType):
+        return any(type_ok(value, a) for a in typing.get_args(annotation))
+    if origin is Literal:
+        return value in typing.get_args(annotation) and not isinstance(value, bool)
+    if annotation is type(None):
+        return value is None
+    if annotation is bool:
+        return isinstance(value, bool)
+    if annotation is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if annotation is float:
+        return isinstance(value, int | float) and not isinstance(value, bool)
+    if annotation is str:
+        return isinstance(value, str)
+    if origin in (tuple, list):
+        container = tuple if origin is tuple else list
+        # YAML and JSON have only lists: a list stands in for a tuple.
+        if not isinstance(value, container | list):
+            return False
+        args = typing.get_args(annotation)
+        if origin is tuple and args and args[-1] is not Ellipsis:
+            return len(value) == len(args) and all(map(type_ok, value, args))
+        return all(type_ok(v, args[0]) for v in value) if args else True
+    if origin is dict or annotation is dict:
+        return isinstance(value, dict)
+    return isinstance(value, annotation) if isinstance(annotation, type) else True
+
+
+def check_value(name: str, value: Any, annotation: Any) -> None:
+    """Raise ``ConfigError`` naming ``name`` unless ``value`` fits ``annotation``."""
+    if type_ok(value, annotation):
+        return
+    if typing.get_origin(annotation) is Literal:
+        raise ConfigError(f"{name}: expected {_describe(annotation)}; got {value!r}")
+    raise ConfigError(
+        f"{name}: expected {_describe(annotation)}, got {type(value).__name__} {value!r}"
+    )
+
+
+def check_fields(config: Any) -> None:
+    """Check every field of dataclass instance ``config`` against its annotation."""
+    hints = _hints(type(config))
+    for f in dataclasses.fields(config):
+        check_value(f.name, getattr(config, f.name), hints[f.name])
+
+
+def choices(annotation: Any) -> tuple[Any, ...]:
+    """The values of a ``Literal`` annotation (for help texts and other checks)."""
+    return typing.get_args(annotation)
+
+
+def from_mapping(cls: type[C], data: Any, prefix: str = "") -> C:
+    """Build dataclass ``cls`` from ``data`` (a mapping or ``None``), naming ``prefix.key``.
+
+    Unknown keys are refused with the nearest known one; values are checked
+    by the class's own ``__post_init__`` (which calls ``check_fields``); any
+    ``ConfigError`` it raises is prefixed with ``prefix.``.
+    """
+    where = f"{prefix}." if prefix else ""
+    if data is None:
+        data = {}
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"{prefix or 'config'}: expected a mapping, got {type(data).__name__}")
+    known = [f.name for f in dataclasses.fields(cls)]  # type: ignore[arg-type]
+    for key in data:
+        if key not in known:
+            raise ConfigError(f"{where}{key}: unknown key{suggest(str(key), known, where)}")
+    hints = _hints(cls)
+    values = {}
+    for key, value in data.items():
+        annotation = hints[key]
+        # A list from YAML/JSON where the field is a tuple comes back as a tuple.
+        if typing.get_origin(annotation) is tuple and isinstance(value, list):
+            value = tuple(value)
+        values[key] = value
+    try:
+        return cls(**values)
+    except ConfigError as e:
+        raise ConfigError(f"{where}{e}") from None
+
+
+def suggest(key: str, known: Iterable[str], prefix: str = "") -> str:
+    """``"; did you mean 'prefix.close'?"`` for the closest known name, or ``""``."""
+    hint = difflib.get_close_matches(key, list(known), n=1)
+    return f"; did you mean '{prefix}{hint[0]}'?" if hint else ""
+
+
+# -- range helpers: messages start with the field name ---------------------------------
+
+
+def require(name: str, ok: bool, message: str) -> None:
+    """Raise ``ConfigError("name: message")`` unless ``ok``."""
+    if not ok:
+        raise ConfigError(f"{name}: {message}")
+
+
+def at_least(config: Any, names: Iterable[str], minimum: int | float) -> None:
+    """Every field in ``names`` is ``>= minimum``."""
+    for name in names:
+        value = getattr(config, name)
+        require(name, value >= minimum, f"must be >= {minimum}, got {value}")
+
+
+def in_range(
+    name: str, value: float, low: float, high: float, *, closed_high: bool = False
+) -> None:
+    """``low <= value < high`` (``<= high`` with ``closed_high``)."""
+    ok = low <= value <= high if closed_high else low <= value < high
+    bracket = "]" if closed_high else ")"
+    require(name, ok, f"must be in [{low:g}, {high:g}{bracket}, got {value}")
