@@ -64,13 +64,16 @@ def mask_tokens(
         raise UsageError("vocab_size: no ordinary token is left to draw random replacements from")
 
     eligible = ~torch.isin(ids, torch.cat([special, special.new_tensor([mask_id])]))
-    draw = torch.rand(ids.shape, generator=generator, device=ids.device)
-    selected = eligible & (draw < prob)
-    # One more uniform draw splits the selected tokens 80/10/10.
-    how = torch.rand(ids.shape, generator=generator, device=ids.device)
+    # All of a row's randomness comes from one draw, rows in order: a batch masks
+    # exactly as its rows would one by one (so splitting a batch for gradient
+    # accumulation or across ranks changes nothing). Per token: select?, how
+    # (80/10/10), which random replacement.
+    u = torch.rand((*ids.shape, 3), generator=generator, device=ids.device)
+    selected = eligible & (u[..., 0] < prob)
+    how = u[..., 1]
     to_mask = selected & (how < 0.8)
     to_random = selected & (how >= 0.8) & (how < 0.9)
-    pick = torch.randint(replacements.numel(), ids.shape, generator=generator, device=ids.device)
+    pick = (u[..., 2] * replacements.numel()).long().clamp(max=replacements.numel() - 1)
     inputs = torch.where(to_mask, torch.full_like(ids, mask_id), ids)
     inputs = torch.where(to_random, replacements[pick], inputs)
     labels = torch.where(selected, ids, torch.full_like(ids, ignore_index))

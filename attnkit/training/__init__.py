@@ -1,22 +1,10 @@
-"""Training pieces: label-smoothed loss, Adam and schedules (§5.3, §5.4), checkpoints.
+"""Training: one trainer (``loop.Trainer``) with task plug-ins (``tasks``), the paper's
+loss, optimizer and schedules (§5.3, §5.4), logging, and data parallelism.
 
-``import attnkit.training`` needs only torch; safetensors is imported when a
-checkpoint is read or written.
+``import attnkit.training`` needs only torch; the trainer's own dependencies
+(tqdm, safetensors, matplotlib) are imported when it runs.
 """
 
-from attnkit.training.checkpoint import (
-    Checkpoint,
-    average_checkpoints,
-    capture_rng_state,
-    checkpoint_dir,
-    latest_checkpoint,
-    load_checkpoint,
-    load_tensors,
-    remove_checkpoint,
-    restore_rng_state,
-    save_checkpoint,
-    save_tensors,
-)
 from attnkit.training.losses import (
     LossOutput,
     chunked_label_smoothed_cross_entropy,
@@ -27,23 +15,12 @@ from attnkit.training.schedules import SCHEDULES, build_scheduler, noam_lr, warm
 
 __all__ = [
     "SCHEDULES",
-    "Checkpoint",
     "LossOutput",
-    "average_checkpoints",
     "build_optimizer",
     "build_scheduler",
-    "capture_rng_state",
-    "checkpoint_dir",
     "chunked_label_smoothed_cross_entropy",
     "decay_parameters",
     "label_smoothed_cross_entropy",
-    "latest_checkpoint",
-    "load_checkpoint",
-    "load_tensors",
     "noam_lr",
-    "remove_checkpoint",
-    "restore_rng_state",
-    "save_checkpoint",
-    "save_tensors",
     "warmup_cosine_lr",
 ]

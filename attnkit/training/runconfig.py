@@ -1,74 +1,49 @@
 """The run configuration of ``attnkit train``: YAML sections as typed dataclasses.
 
 A run file has the sections ``task``, ``data``, ``tokenizer``, ``model``,
-``train`` and ``decode``. Every key is checked: an unknown key names the
-nearest valid one, a wrong type or out-of-range value names the field
-(``train.max_tokens: must be >= 1, got 0``). ``--set train.max_steps=100``
-overrides any key from the command line.
+``train`` and ``decode``. Every key is checked by the one validator
+(``attnkit.validation``): an unknown key names the nearest valid one, a wrong
+type or out-of-range value names the field (``train.max_tokens: must be >= 1,
+got 0``), and a key that does not apply to the run's task is refused, never
+silently ignored (``train.label_smoothing: applies to task translation, not
+lm``). ``--set train.max_steps=100`` overrides any key from the command line.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import json
-import types
-import typing
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from attnkit.errors import ConfigError
+from attnkit.validation import at_least, check_fields, from_mapping, in_range, require, suggest
 
 # translation: an encoder-decoder on parallel text; lm: a decoder-only (GPT-style)
 # causal LM on one text file; mlm: an encoder-only (BERT-style) masked LM on one.
-TASKS = ("translation", "lm", "mlm")
+Task = Literal["translation", "lm", "mlm"]
+TASKS: tuple[str, ...] = ("translation", "lm", "mlm")
+LM_TASKS = ("lm", "mlm")
 
-
-def _type_ok(value: Any, annotation: Any) -> bool:
-    origin = typing.get_origin(annotation)
-    if origin in (typing.Union, types.UnionType):
-        return any(_type_ok(value, a) for a in typing.get_args(annotation))
-    if annotation is type(None):
-        return value is None
-    if annotation is bool:
-        return isinstance(value, bool)
-    if annotation is int:
-        return isinstance(value, int) and not isinstance(value, bool)
-    if annotation is float:
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
-    if annotation is str:
-        return isinstance(value, str)
-    return True
-
-
-def section_from_dict(cls: type, data: Any, prefix: str) -> Any:
-    """Build dataclass ``cls`` from ``data``, naming ``prefix.key`` in every error."""
-    if data is None:
-        data = {}
-    if not isinstance(data, dict):
-        raise ConfigError(f"{prefix}: expected a mapping, got {type(data).__name__}")
-    hints = typing.get_type_hints(cls)
-    known = [f.name for f in fields(cls)]
-    for key, value in data.items():
-        if key not in known:
-            hint = difflib.get_close_matches(str(key), known, n=1)
-            suggestion = f"; did you mean '{prefix}.{hint[0]}'?" if hint else ""
-            raise ConfigError(f"{prefix}.{key}: unknown key{suggestion}")
-        if not _type_ok(value, hints[key]):
-            expected = getattr(hints[key], "__name__", str(hints[key]))
-            raise ConfigError(
-                f"{prefix}.{key}: expected {expected}, got {type(value).__name__} {value!r}"
-            )
-    try:
-        return cls(**data)
-    except ConfigError as e:
-        raise ConfigError(f"{prefix}.{e}") from None
-
-
-def _require(name: str, ok: bool, message: str) -> None:
-    if not ok:
-        raise ConfigError(f"{name}: {message}")
+# Keys that only some tasks read, as "section.key" -> those tasks. A run that sets
+# one for another task is an error naming the key (an unread key is a silent no-op).
+TASK_KEYS: dict[str, tuple[str, ...]] = {
+    "data.src_lang": ("translation",),
+    "data.tgt_lang": ("translation",),
+    "data.train": ("translation",),
+    "data.valid": ("translation",),
+    "data.test": ("translation",),
+    "data.max_len": ("translation",),
+    "data.skip_empty": ("translation",),
+    "data.text": LM_TASKS,
+    "data.valid_fraction": LM_TASKS,
+    "train.label_smoothing": ("translation",),
+    "train.valid_bleu_sentences": ("translation",),
+    "train.eval_blocks": LM_TASKS,
+    "train.mask_prob": ("mlm",),
+    "decode": ("translation",),
+}
 
 
 @dataclass
@@ -92,12 +67,9 @@ class DataConfig:
     valid_fraction: float = 0.1  # lm/mlm: the held-out tail of the text
 
     def __post_init__(self) -> None:
-        _require("max_len", self.max_len >= 1, f"must be >= 1, got {self.max_len}")
-        _require(
-            "valid_fraction",
-            0.0 <= self.valid_fraction < 1.0,
-            f"must be in [0, 1), got {self.valid_fraction}",
-        )
+        check_fields(self)
+        at_least(self, ("max_len",), 1)
+        in_range("valid_fraction", self.valid_fraction, 0.0, 1.0)
 
     def files(self, split: str) -> tuple[Path, ...]:
         """Paths of a split: one TSV file, or a source and a target file."""
@@ -109,12 +81,12 @@ class DataConfig:
 
 @dataclass
 class TokenizerConfig:
-    kind: str = "bpe"  # bpe | char
+    kind: Literal["bpe", "char"] = "bpe"
     vocab_size: int = 8000  # BPE only
 
     def __post_init__(self) -> None:
-        _require("kind", self.kind in ("bpe", "char"), f"expected bpe or char, got {self.kind!r}")
-        _require("vocab_size", self.vocab_size >= 8, f"must be >= 8, got {self.vocab_size}")
+        check_fields(self)
+        at_least(self, ("vocab_size",), 8)
 
 
 @dataclass
@@ -123,74 +95,62 @@ class TrainConfig:
 
     max_steps: int = 100_000
     max_minutes: float | None = None  # stop (and checkpoint) after this wall time
-    max_tokens: int = 4096  # padded tokens per batch and rank (source or target, the longer)
-    grad_accum: int = 1
-    schedule: str = "noam"  # noam | cosine | constant
+    # Padded tokens per batch and rank (translation: source or target, the longer;
+    # lm/mlm: max_tokens // context blocks of the model's context length).
+    max_tokens: int = 4096
+    grad_accum: int = 1  # batches per update
+    schedule: Literal["noam", "cosine", "constant"] = "noam"
     lr: float = 1.0  # noam: the factor in front of d_model^-0.5 * min(...); else the peak lr
     warmup_steps: int = 4000
     min_lr: float = 0.0
     weight_decay: float = 0.0
+    # Adam's betas and eps; null: the task's default (translation: the paper's
+    # (0.9, 0.98), 1e-9; lm/mlm: nanoGPT's (0.9, 0.99), 1e-8).
+    betas: tuple[float, float] | None = None
+    eps: float | None = None
     label_smoothing: float = 0.1
     clip_norm: float = 0.0  # 0 = no clipping
-    precision: str = "auto"  # auto | fp32 | bf16 | fp16 (auto: bf16 on CUDA, fp32 on CPU)
+    precision: Literal["auto", "fp32", "bf16", "fp16"] = "auto"  # auto: bf16 on CUDA, else fp32
     seed: int = 1
     log_every: int = 50
     eval_every: int = 1000
     save_every: int = 1000
-    keep_last: int = 5
-    valid_bleu_sentences: int = 500  # 0 = no BLEU during training
+    keep_last: int = 5  # checkpoints kept on disk (0: all)
+    valid_bleu_sentences: int = 500  # translation: 0 = no BLEU during training
+    eval_blocks: int = 200  # lm/mlm: validation blocks per evaluation
+    mask_prob: float = 0.15  # mlm: the share of tokens selected for prediction
     compile: bool = False  # always compile the training forward (see also fast)
     # auto | on | off: compiled forward, chunked loss, fused Adam (auto: on for CUDA);
     # attnkit/training/fast.py says what each does. `--no-fast` sets off.
     # YAML reads a bare on/off as true/false; both spellings are accepted.
-    fast: str | bool = "auto"
+    fast: Literal["auto", "on", "off"] | bool = "auto"
     # Updates skipped in a row for a non-finite loss or gradient norm before training
     # stops with an error (fp16 overflows, which the loss scaler handles, do not count).
     max_nonfinite: int = 10
-    distributed: str = "ddp"  # under torchrun: ddp | fsdp (FSDP2, sharded); see docs/distributed.md
+    # Under torchrun: ddp | fsdp (FSDP2, sharded); see docs/distributed.md.
+    distributed: Literal["ddp", "fsdp"] = "ddp"
+    # Where metrics go: metrics.jsonl and loss.png always; tensorboard adds event files.
+    log_to: tuple[Literal["jsonl", "tensorboard"], ...] = ("jsonl",)
 
     def __post_init__(self) -> None:
-        for name in ("max_steps", "max_tokens", "grad_accum", "log_every", "eval_every"):
-            _require(name, getattr(self, name) >= 1, f"must be >= 1, got {getattr(self, name)}")
-        for name in (
-            "save_every",
-            "keep_last",
-            "warmup_steps",
-            "valid_bleu_sentences",
-            "max_nonfinite",
-        ):
-            _require(name, getattr(self, name) >= 0, f"must be >= 0, got {getattr(self, name)}")
-        _require(
-            "schedule",
-            self.schedule in ("noam", "cosine", "constant"),
-            f"expected noam, cosine or constant, got {self.schedule!r}",
-        )
-        _require("lr", self.lr > 0, f"must be > 0, got {self.lr}")
-        _require(
-            "label_smoothing",
-            0.0 <= self.label_smoothing < 1.0,
-            f"must be in [0, 1), got {self.label_smoothing}",
-        )
-        _require("clip_norm", self.clip_norm >= 0, f"must be >= 0, got {self.clip_norm}")
-        _require(
-            "precision",
-            self.precision in ("auto", "fp32", "bf16", "fp16"),
-            f"expected auto, fp32, bf16 or fp16, got {self.precision!r}",
-        )
-        if self.max_minutes is not None:
-            _require("max_minutes", self.max_minutes > 0, f"must be > 0, got {self.max_minutes}")
+        check_fields(self)
         if isinstance(self.fast, bool):
             self.fast = "on" if self.fast else "off"
-        _require(
-            "fast",
-            self.fast in ("auto", "on", "off"),
-            f"expected auto, on or off, got {self.fast!r}",
-        )
-        _require(
-            "distributed",
-            self.distributed in ("ddp", "fsdp"),
-            f"expected ddp or fsdp, got {self.distributed!r}",
-        )
+        at_least(self, ("max_steps", "max_tokens", "grad_accum", "log_every", "eval_every"), 1)
+        at_least(self, ("eval_blocks",), 1)
+        keys = ("save_every", "keep_last", "warmup_steps", "valid_bleu_sentences")
+        at_least(self, (*keys, "max_nonfinite"), 0)
+        require("lr", self.lr > 0, f"must be > 0, got {self.lr}")
+        in_range("label_smoothing", self.label_smoothing, 0.0, 1.0)
+        require("clip_norm", self.clip_norm >= 0, f"must be >= 0, got {self.clip_norm}")
+        if self.max_minutes is not None:
+            require("max_minutes", self.max_minutes > 0, f"must be > 0, got {self.max_minutes}")
+        if self.betas is not None:
+            for beta in self.betas:
+                in_range("betas", beta, 0.0, 1.0)
+        if self.eps is not None:
+            require("eps", self.eps > 0, f"must be > 0, got {self.eps}")
+        require("mask_prob", 0.0 < self.mask_prob < 1.0, f"must be in (0, 1), got {self.mask_prob}")
 
 
 @dataclass
@@ -201,9 +161,17 @@ class DecodeConfig:
     bleu_tokenize: str = "13a"  # sacreBLEU tokenizer for validation BLEU ("char" for compounds)
 
     def __post_init__(self) -> None:
-        _require("beam", self.beam >= 1, f"must be >= 1, got {self.beam}")
-        _require("alpha", self.alpha >= 0, f"must be >= 0, got {self.alpha}")
-        _require("max_len_b", self.max_len_b >= 1, f"must be >= 1, got {self.max_len_b}")
+        check_fields(self)
+        at_least(self, ("beam", "max_len_b"), 1)
+        require("alpha", self.alpha >= 0, f"must be >= 0, got {self.alpha}")
+
+
+SECTIONS: dict[str, type] = {
+    "data": DataConfig,
+    "tokenizer": TokenizerConfig,
+    "train": TrainConfig,
+    "decode": DecodeConfig,
+}
 
 
 @dataclass
@@ -217,34 +185,49 @@ class RunConfig:
 
     @classmethod
     def from_dict(cls, data: Any) -> RunConfig:
+        """Validate a raw mapping (YAML after ``--set``) into a run config."""
         if not isinstance(data, dict):
             raise ConfigError("config: expected a mapping at the top level")
-        sections = {
-            "data": DataConfig,
-            "tokenizer": TokenizerConfig,
-            "train": TrainConfig,
-            "decode": DecodeConfig,
-        }
-        known = ["task", "model", *sections]
+        known = ["task", "model", *SECTIONS]
         for key in data:
             if key not in known:
-                hint = difflib.get_close_matches(str(key), known, n=1)
-                suggestion = f"; did you mean '{hint[0]}'?" if hint else ""
-                raise ConfigError(f"{key}: unknown section{suggestion}")
+                raise ConfigError(f"{key}: unknown section{suggest(str(key), known)}")
         task = data.get("task", "translation")
         if task not in TASKS:
             raise ConfigError(f"task: expected one of {', '.join(TASKS)}, got {task!r}")
         model = data.get("model") or {"preset": "small"}
         if not isinstance(model, dict):
             raise ConfigError("model: expected a mapping")
-        built = {k: section_from_dict(c, data.get(k), k) for k, c in sections.items()}
+        built: dict[str, Any] = {k: from_mapping(c, data.get(k), k) for k, c in SECTIONS.items()}
+        _check_task_keys(task, data)
         return cls(task=task, model=dict(model), **built)
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        """Every key that applies to the task (so a run's ``run.json`` reloads as a config)."""
+        data = dataclasses.asdict(self)
+        for name, tasks in TASK_KEYS.items():
+            if self.task not in tasks:
+                section, _, key = name.partition(".")
+                if key:
+                    data[section].pop(key, None)
+                else:
+                    data.pop(section, None)
+        return data
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2)
+
+
+def _check_task_keys(task: str, data: dict[str, Any]) -> None:
+    """Refuse keys that the run's task never reads (see ``TASK_KEYS``)."""
+    for name, tasks in TASK_KEYS.items():
+        section, _, key = name.partition(".")
+        given = data.get(section)
+        present = given is not None and (not key or (isinstance(given, dict) and key in given))
+        if present and task not in tasks:
+            raise ConfigError(
+                f"{name}: applies to task {' or '.join(tasks)}, not {task}; remove it"
+            )
 
 
 def parse_override(text: str) -> tuple[list[str], Any]:

@@ -12,6 +12,7 @@ Being callable dataclasses rather than closures, their parameters appear in
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -123,7 +124,7 @@ def build_scheduler(
     if name == "cosine":
         if total_steps is None or total_steps < 1:
             raise ConfigError(f"total_steps: the cosine schedule needs >= 1, got {total_steps}")
-        lambdas = [
+        lambdas: list[Callable[[int], float]] = [
             CosineMultiplier(warmup_steps, total_steps, min_lr / _base_lr(group))
             for group in optimizer.param_groups
         ]

@@ -9,7 +9,7 @@
   a tuple ``{"__tuple__": [...]}``, so tuples come back as tuples.
 * Text and JSON written with fsync, and read only under a size limit.
 
-Nothing here unpickles. ``attnkit.training.checkpoint`` builds checkpoint
+Nothing here unpickles. ``attnkit.checkpoints.files`` builds checkpoint
 directories out of these files.
 """
 

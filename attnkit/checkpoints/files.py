@@ -1,0 +1,231 @@
+"""Safe, atomic checkpoint directories: safetensors for tensors, JSON for everything else.
+
+A checkpoint is a directory::
+
+    model.safetensors          model state (tied tensors stored once)
+    config.json                the model config (enough to rebuild the model)
+    tokenizer.json             optional
+    trainer_state.json         optional: step, scheduler, RNG, ... (JSON tree)
+    trainer_state.safetensors  the tensors of that tree (e.g. torch RNG states)
+    optimizer.json             optional: param_groups and non-tensor state
+    optimizer.safetensors      per-parameter state, keys ``state.{idx}.{name}``
+
+Loading never unpickles (principle 11): no ``torch.load``, no ``pickle``. The
+files are read and written by ``attnkit.checkpoints.safe_files``, which refuses
+a pickle or ``torch.save`` zip unread, caps a safetensors header at
+``MAX_HEADER_BYTES`` and stores nested state (trainer, optimizer) as JSON trees
+with tensor leaves. Each JSON file here has a size limit (``MAX_JSON_BYTES``)
+checked before it is read. A pickle-format file (``pytorch_model.bin``,
+``model.pt``) found in place of ``model.safetensors`` is named and never opened.
+
+Crash safety: a checkpoint is written into a hidden ``.step_N.tmp-*``
+directory, every file and the directory are fsynced, and only then is it
+renamed to ``step_N`` (and the parent fsynced), so ``step_N`` never names a
+half-written checkpoint, whenever the process dies. Where checkpoints live
+in a run, and tidying what a killed run left, is ``attnkit.checkpoints.rundir``.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from torch import Tensor
+
+from attnkit.checkpoints import safe_files
+from attnkit.checkpoints.safe_files import load_tensors, save_tensors
+from attnkit.errors import CheckpointError
+
+MODEL_FILE = "model.safetensors"
+CONFIG_FILE = "config.json"
+TOKENIZER_FILE = "tokenizer.json"
+TRAINER_FILE = "trainer_state"  # .json + .safetensors
+OPTIMIZER_FILE = "optimizer"  # .json + .safetensors
+
+# Size limits of the JSON files, checked before reading: real ones are far smaller
+# (a config ~1 KB, a 37k BPE vocabulary ~2 MB, trainer state ~30 KB).
+MAX_JSON_BYTES = {
+    CONFIG_FILE: 1 << 20,
+    TOKENIZER_FILE: 64 << 20,
+    f"{TRAINER_FILE}.json": 16 << 20,
+    f"{OPTIMIZER_FILE}.json": 16 << 20,
+}
+_DEFAULT_JSON_LIMIT = 16 << 20
+
+
+def _json_limit(path: Path) -> int:
+    return MAX_JSON_BYTES.get(path.name, _DEFAULT_JSON_LIMIT)
+
+
+def _read_json(path: Path) -> Any:
+    return safe_files.read_json(path, _json_limit(path))
+
+
+def _read_tree(directory: Path, stem: str) -> dict[str, Any] | None:
+    return safe_files.read_tree(directory, stem, _json_limit(directory / f"{stem}.json"))
+
+
+@dataclass
+class Checkpoint:
+    """A loaded checkpoint directory. Tensors are on the CPU."""
+
+    directory: Path
+    model_state: dict[str, Tensor]
+    config: dict[str, Any]
+    tokenizer_json: str | None = None
+    trainer_state: dict[str, Any] | None = None
+    optimizer_state: dict[str, Any] | None = None
+
+
+def _optimizer_to_tree(state: Mapping[str, Any]) -> dict[str, Any]:
+    # torch keys per-parameter state by int index; JSON keys must be strings.
+    return {
+        "state": {str(idx): s for idx, s in state["state"].items()},
+        "param_groups": state["param_groups"],
+    }
+
+
+def _optimizer_from_tree(tree: dict[str, Any], file: Path) -> dict[str, Any]:
+    try:
+        return {
+            "state": {int(idx): s for idx, s in tree["state"].items()},
+            "param_groups": tree["param_groups"],
+        }
+    except (KeyError, ValueError, AttributeError) as e:
+        raise CheckpointError(f"{file}: not an optimizer state ({e})") from e
+
+
+def _swap_into_place(tmp: Path, target: Path) -> None:
+    """Rename the finished ``tmp`` directory to ``target``.
+
+    Crash windows (power loss; a Python error is rolled back):
+    - before the first rename: ``target`` untouched, a stale ``.NAME.tmp-*`` remains;
+    - old renamed away, new not yet in: ``target`` is missing, the previous
+      checkpoint is complete at ``.NAME.old-*`` and the new one at ``.NAME.tmp-*``
+      (``latest_checkpoint`` then finds the previous step;
+      ``remove_stale_temporaries`` renames the old copy back);
+    - after the second rename: ``target`` is the new checkpoint, a stale
+      ``.NAME.old-*`` may remain.
+    ``target`` never names a half-written directory. Stale dot-directories
+    are never picked up by ``latest_checkpoint``.
+    """
+    parent = target.parent
+    if not target.exists():
+        os.rename(tmp, target)
+        safe_files.fsync_dir(parent)
+        return
+    old = parent / f".{target.name}.old-{uuid.uuid4().hex[:8]}"
+    os.rename(target, old)
+    try:
+        os.rename(tmp, target)
+    except BaseException:
+        os.rename(old, target)
+        raise
+    safe_files.fsync_dir(parent)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def save_checkpoint(
+    directory: str | Path,
+    *,
+    model_state: Mapping[str, Tensor],
+    config: Mapping[str, Any],
+    tokenizer_json: str | None = None,
+    trainer_state: Mapping[str, Any] | None = None,
+    optimizer_state: Mapping[str, Any] | None = None,
+    during_write: Callable[[], None] | None = None,
+) -> Path:
+    """Write a checkpoint to ``directory`` atomically (replacing one already there).
+
+    Everything is written and fsynced in a hidden temporary directory beside
+    ``directory`` (same filesystem), which is then renamed into place; on any
+    error the temporary directory is removed and ``directory`` keeps its
+    previous contents. ``trainer_state`` may hold tensors (e.g. from
+    ``capture_rng_state()``); ``optimizer_state`` is ``optimizer.state_dict()``.
+    ``during_write`` is called half-way (weights and config written, the rest
+    not), for tests that crash a write there. Returns the directory.
+    """
+    target = Path(directory)
+    try:
+        created = not target.parent.is_dir()
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if created:  # make the new checkpoints/ entry itself durable
+            safe_files.fsync_dir(target.parent.parent)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
+    except OSError as e:
+        raise CheckpointError(f"{target}: cannot create checkpoint directory: {e}") from e
+    try:
+        save_tensors(tmp / MODEL_FILE, model_state)
+        safe_files.write_json(tmp / CONFIG_FILE, dict(config))
+        if during_write is not None:  # crash tests kill the process here
+            during_write()
+        if tokenizer_json is not None:
+            safe_files.write_text(tmp / TOKENIZER_FILE, tokenizer_json)
+        if trainer_state is not None:
+            safe_files.write_tree(tmp, TRAINER_FILE, trainer_state)
+        if optimizer_state is not None:
+            safe_files.write_tree(tmp, OPTIMIZER_FILE, _optimizer_to_tree(optimizer_state))
+        safe_files.fsync_dir(tmp)
+        _swap_into_place(tmp, target)
+    except OSError as e:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise CheckpointError(f"{target}: could not write checkpoint: {e}") from e
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return target
+
+
+def load_checkpoint(directory: str | Path, *, load_optimizer: bool = True) -> Checkpoint:
+    """Read a checkpoint written by ``save_checkpoint``; tensors land on the CPU.
+
+    ``load_optimizer=False`` skips the optimizer state (about twice the model
+    size) when only decoding. Raises ``CheckpointError`` naming the bad file.
+    """
+    directory = Path(directory)
+    if not directory.is_dir():
+        raise CheckpointError(f"{directory}: checkpoint directory not found")
+    if not (directory / CONFIG_FILE).exists():
+        raise CheckpointError(
+            f"{directory / CONFIG_FILE}: file not found; every checkpoint directory holds "
+            "the config.json it was saved with (is this an attnkit checkpoint?)"
+        )
+    config = _read_json(directory / CONFIG_FILE)
+    if not isinstance(config, dict):
+        raise CheckpointError(f"{directory / CONFIG_FILE}: expected a JSON object")
+    model_state = load_tensors(directory / MODEL_FILE)
+    tokenizer_path = directory / TOKENIZER_FILE
+    tokenizer_json = None
+    if tokenizer_path.exists():
+        tokenizer_json = safe_files.read_text(tokenizer_path, _json_limit(tokenizer_path))
+        safe_files.parse_json(tokenizer_json, tokenizer_path)  # validate; keep the text as written
+    optimizer_state = None
+    if load_optimizer:
+        tree = _read_tree(directory, OPTIMIZER_FILE)
+        if tree is not None:
+            optimizer_state = _optimizer_from_tree(tree, directory / f"{OPTIMIZER_FILE}.json")
+    return Checkpoint(
+        directory=directory,
+        model_state=model_state,
+        config=config,
+        tokenizer_json=tokenizer_json,
+        trainer_state=_read_tree(directory, TRAINER_FILE),
+        optimizer_state=optimizer_state,
+    )
+
+
+def remove_checkpoint(directory: str | Path) -> None:
+    """Delete a checkpoint directory: renamed away first, so a crash mid-delete
+    never leaves a partial checkpoint under its name. Refuses non-checkpoints."""
+    directory = Path(directory)
+    if not (directory / CONFIG_FILE).is_file() or not (directory / MODEL_FILE).is_file():
+        raise CheckpointError(f"{directory}: not a checkpoint directory; not deleting it")
+    trash = directory.parent / f".{directory.name}.del-{uuid.uuid4().hex[:8]}"
+    os.rename(directory, trash)
+    shutil.rmtree(trash, ignore_errors=True)

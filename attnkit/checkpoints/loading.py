@@ -1,0 +1,131 @@
+"""Trained models back from disk: a checkpoint (or a run's latest) -> model + tokenizer.
+
+The one loader of every family: the family registry (``attnkit.models.FAMILIES``)
+names the config class and the model class from ``config.json``'s ``family``.
+``attnkit translate``, ``evaluate``, ``attention``, ``generate``,
+``fill-mask`` (and the server) load through here; nothing here touches
+training state (the optimizer files are never read). Every failure is a
+``CheckpointError`` naming the file; a checkpoint of a family the caller
+cannot use is a ``WrongFamilyError`` that says which family it is.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from attnkit.checkpoints.files import CONFIG_FILE, MODEL_FILE, TOKENIZER_FILE, load_checkpoint
+from attnkit.checkpoints.rundir import latest_checkpoint, resolve_checkpoint
+from attnkit.data.tokenizers import Tokenizer, tokenizer_from_json
+from attnkit.device import resolve_device
+from attnkit.errors import CheckpointError, ConfigError
+from attnkit.models.registry import KIND_NAMES, Family, ModelKind, get_family
+
+
+class WrongFamilyError(CheckpointError):
+    """The checkpoint is fine, but of a family the caller does not decode."""
+
+    def __init__(self, message: str, family: Family) -> None:
+        super().__init__(message)
+        self.family = family
+
+
+@dataclass
+class LoadedModel:
+    """A model in eval mode with everything needed to feed it text."""
+
+    model: Any  # the family's model class (EncoderDecoder, DecoderOnlyLM, ...)
+    tokenizer: Tokenizer
+    family: Family
+    directory: Path
+
+    @property
+    def config(self) -> Any:
+        return self.model.config
+
+
+def load_model_state(model: nn.Module, state: Mapping[str, Tensor], *, source: Path) -> None:
+    """Strictly load ``state`` into ``model``; a mismatch raises ``CheckpointError``.
+
+    A vocabulary or width mismatch shows up as a shape difference; a checkpoint
+    of another architecture as missing/unexpected keys.
+    """
+    expected = model.state_dict()
+    missing = sorted(set(expected) - set(state))
+    unexpected = sorted(set(state) - set(expected))
+    if missing or unexpected:
+        raise CheckpointError(
+            f"{source}: does not fit the model its {CONFIG_FILE} describes: missing "
+            f"{missing[:4]}, unexpected {unexpected[:4]}; the weights and {CONFIG_FILE} "
+            "come from different models"
+        )
+    for key, value in state.items():
+        if value.shape != expected[key].shape:
+            raise CheckpointError(
+                f"{source}: {key} has shape {tuple(value.shape)} but the model built from "
+                f"{CONFIG_FILE} expects {tuple(expected[key].shape)}; the weights and "
+                f"{CONFIG_FILE} come from different models (another size or vocabulary)"
+            )
+    model.load_state_dict(state, strict=True)
+
+
+def load_tokenizer(run_or_checkpoint: str | Path) -> Tokenizer | None:
+    """The tokenizer saved in a checkpoint or a run's latest one (None if there is none)."""
+    path = Path(run_or_checkpoint)
+    directory = path if (path / TOKENIZER_FILE).exists() else latest_checkpoint(path)
+    if directory is None:
+        return None
+    text = load_checkpoint(directory, load_optimizer=False).tokenizer_json
+    return None if text is None else tokenizer_from_json(text)
+
+
+def load_model(
+    path: str | Path,
+    device: str | torch.device | None = None,
+    *,
+    kinds: Collection[ModelKind] | None = None,
+) -> LoadedModel:
+    """The model of a checkpoint (or of a run's latest checkpoint), in eval mode.
+
+    ``kinds`` limits the families accepted (``"seq2seq"``, ``"causal_lm"``,
+    ``"masked_lm"``); another family raises ``WrongFamilyError``.
+    """
+    directory = resolve_checkpoint(path)
+    state = load_checkpoint(directory, load_optimizer=False)
+    config_file = directory / CONFIG_FILE
+    try:
+        family = get_family(state.config.get("family", "transformer"))
+    except ConfigError as e:
+        raise CheckpointError(f"{config_file}: {e}") from None
+    if kinds is not None and family.kind not in kinds:
+        wanted = " or ".join(KIND_NAMES[kind] for kind in kinds)
+        raise WrongFamilyError(
+            f"{config_file}: this is a {family.name} checkpoint (a {KIND_NAMES[family.kind]}), "
+            f"not a {wanted}",
+            family,
+        )
+    try:
+        config = family.config_class.from_dict(state.config)
+    except ConfigError as e:
+        raise CheckpointError(f"{config_file}: {e}") from None
+    if state.tokenizer_json is None:
+        raise CheckpointError(f"{directory / TOKENIZER_FILE}: missing; cannot read text")
+    tokenizer = tokenizer_from_json(state.tokenizer_json)
+    # A model may have more rows than the tokenizer has ids (its vocabulary size set
+    # larger in the run config, or an MLM's mask id), never fewer.
+    model_vocab = getattr(config, family.vocab_field)
+    if tokenizer.vocab_size > model_vocab:
+        raise CheckpointError(
+            f"{directory / TOKENIZER_FILE}: vocabulary of {tokenizer.vocab_size} does not "
+            f"fit the model's {family.vocab_field}={model_vocab}; the tokenizer and the weights "
+            "come from different runs (use the tokenizer.json saved with them)"
+        )
+    model = family.model_class(config)
+    load_model_state(model, state.model_state, source=directory / MODEL_FILE)
+    model = model.to(resolve_device(device)).eval()
+    return LoadedModel(model=model, tokenizer=tokenizer, family=family, directory=directory)

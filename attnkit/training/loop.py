@@ -1,0 +1,400 @@
+"""The trainer: one loop for every task (``attnkit.training.tasks``).
+
+``Trainer(run, task, out_dir)`` owns one run directory::
+
+    OUT/
+      metrics.jsonl           one JSON record per log/eval event (attnkit.training.logging)
+      loss.png                the loss curve, redrawn at every evaluation
+      tensorboard/            with train.log_to: [jsonl, tensorboard]
+      checkpoints/step_00001000/
+        model.safetensors  config.json  tokenizer.json  trainer_state.json
+        optimizer.safetensors  (...)
+
+Every checkpoint is complete on its own (``attnkit translate --checkpoint``
+takes either the run directory or one checkpoint directory).
+
+What every task gets: Adam/AdamW and the schedule (``train.schedule``),
+gradient accumulation (``train.grad_accum`` batches per update, the update
+normalised by the token count of all of them), clipping, precision
+(``train.precision``: bf16/fp16 autocast, a ``GradScaler`` for fp16), the
+fast paths (``train.fast``/``train.compile``: ``attnkit/training/fast.py``),
+data parallelism under ``torchrun`` (``attnkit.training.distributed``: each
+rank trains on its share of every global batch; only rank 0 writes),
+checkpoints every ``train.save_every`` steps with the newest ``keep_last``
+kept, and a bit-exact ``resume``.
+
+Numerical guards: an update whose loss or gradient norm is NaN/inf is skipped
+(no optimizer or schedule step, gradients zeroed), logged and counted; more
+than ``train.max_nonfinite`` such updates in a row stop training with a
+``TrainingError``, and weights holding NaN/inf are never saved. fp16 overflow
+skips are the loss scaler's business and do not count.
+
+``callbacks`` (``(event, step) -> None``) are called at two moments, for
+tests that crash a run there: ``"train_step"`` after the backward pass and
+before the update, and ``"checkpoint_write"`` half-way through writing a
+checkpoint.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+import warnings
+from collections.abc import Callable, Sequence
+from contextlib import nullcontext
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from attnkit.checkpoints import files as ckpt_files
+from attnkit.checkpoints import rundir
+from attnkit.checkpoints.loading import load_model_state
+from attnkit.device import resolve_device
+from attnkit.errors import ConfigError, TrainingError
+from attnkit.training import distributed as dist_util
+from attnkit.training import distributed_state as dist_state
+from attnkit.training import rng
+from attnkit.training.distributed import DistContext
+from attnkit.training.fast import fast_enabled, naming_compile_failures
+from attnkit.training.logging import RunLog
+from attnkit.training.optim import build_optimizer
+from attnkit.training.runconfig import RunConfig
+from attnkit.training.schedules import build_scheduler
+from attnkit.training.tasks.base import Task, TaskContext, autocast_dtype
+from attnkit.training.trainer_state import STATE_FORMAT, upgrade_state
+
+Callback = Callable[[str, int], None]
+
+
+class Trainer:
+    """Trains ``task``'s model under ``run.train`` into ``out_dir`` (see the module doc)."""
+
+    def __init__(
+        self,
+        run: RunConfig,
+        task: Task,
+        out_dir: str | Path,
+        *,
+        device: str | torch.device | None = None,
+        progress: bool = True,
+        distributed: DistContext | None = None,
+        callbacks: Sequence[Callback] = (),
+    ) -> None:
+        self.run, self.cfg, self.task = run, run.train, task
+        self.out_dir = Path(out_dir)
+        self.device = distributed.device if distributed is not None else resolve_device(device)
+        self.dist = distributed if distributed is not None else DistContext(device=self.device)
+        self.progress, self.callbacks = progress, list(callbacks)
+        cfg = self.cfg
+        if self.dist.enabled and cfg.distributed == "fsdp" and cfg.precision == "fp16":
+            raise ConfigError(
+                "train.precision: fp16 is not supported with train.distributed=fsdp; use bf16"
+            )
+        self.amp_dtype = autocast_dtype(cfg.precision, self.device)
+        # train.fast (attnkit/training/fast.py): fused Adam everywhere it is on;
+        # the compiled forward (and a task's faster loss) in single-process runs only.
+        self.fast = fast_enabled(str(cfg.fast), self.device)
+        task.setup(TaskContext(self.device, self.dist, self.fast, self.amp_dtype))
+        torch.manual_seed(cfg.seed)  # the initial weights follow train.seed
+        self.model = task.build_model().to(self.device)
+        # DDP: a wrapper around self.model; FSDP2: self.model itself, sharded in place
+        # (so the optimizer below sees the sharded parameters).
+        self._train_model = dist_util.wrap_model(self.model, self.dist, cfg.distributed)
+        if self.dist.rank > 0:  # same initial weights (seeded above), own dropout masks
+            torch.manual_seed(cfg.seed + self.dist.rank)
+        self.compiled = cfg.compile or (self.fast and not self.dist.enabled)
+        self.optimizer = build_optimizer(
+            self.model,
+            lr=cfg.lr,
+            betas=cfg.betas or task.betas,
+            eps=cfg.eps or task.eps,
+            weight_decay=cfg.weight_decay,
+            fused=None if self.fast else False,
+        )
+        self.scheduler = build_scheduler(
+            self.optimizer,
+            cfg.schedule,
+            d_model=task.model_config.d_model,
+            warmup_steps=cfg.warmup_steps,
+            factor=cfg.lr,
+            total_steps=cfg.max_steps,
+            min_lr=cfg.min_lr,
+        )
+        # fp16 needs loss scaling (bf16 does not); GradScaler works on CUDA and the CPU.
+        self.scaler = torch.amp.GradScaler(
+            self.device.type, enabled=self.amp_dtype == torch.float16
+        )
+        self.step = 0
+        self.nonfinite_streak = 0  # updates skipped in a row for a NaN/inf loss or norm
+        self.skipped_steps = 0  # all skipped updates (fp16 overflows included)
+        self.log: RunLog | None = None
+
+    def _emit(self, event: str, step: int) -> None:
+        for callback in self.callbacks:
+            callback(event, step)
+
+    # -- one optimisation step -----------------------------------------------------
+
+    def train_step(self) -> dict[str, Any]:
+        """One update from ``grad_accum`` batches (this rank's shares of global batches).
+
+        The update is skipped (weights, optimizer and schedule untouched,
+        gradients zeroed) when the loss or the gradient norm is not finite;
+        ``stats["skipped"]`` then names why. Raises ``TrainingError`` after
+        more than ``train.max_nonfinite`` such skips in a row.
+        """
+        model = self._train_model
+        model.train()
+        loss_sum = nll_sum = 0.0
+        n_tokens = 0
+        ddp = isinstance(model, torch.nn.parallel.DistributedDataParallel)
+        for i in range(self.cfg.grad_accum):
+            batch, real = self.task.next_batch()
+            # DDP all-reduces the gradients once, in the last micro-batch's backward.
+            last = i == self.cfg.grad_accum - 1
+            with nullcontext() if last or not ddp else model.no_sync():  # type: ignore[operator]
+                with naming_compile_failures(self.compiled):
+                    sums = self.task.loss(model, batch)
+                loss, nll, n = sums.loss, sums.nll, sums.tokens
+                if not real:  # a stand-in batch: join the all-reduce, add nothing
+                    loss, nll, n = loss * 0.0, nll * 0.0, 0
+                self.scaler.scale(loss).backward()
+            loss_sum += float(loss.detach())
+            nll_sum += float(nll.detach())
+            n_tokens += n
+        self._emit("train_step", self.step + 1)
+        loss_sum, nll_sum, total = self.dist.sum([loss_sum, nll_sum, n_tokens])
+        n_tokens = int(total)
+        # Losses are sums and DDP/FSDP average gradients over the ranks, so scaling
+        # by world_size / (global token count) makes the update a per-token mean
+        # over the global batch, however it was split across ranks and micro-batches.
+        factor = self.dist.world_size / max(n_tokens, 1)
+        self.scaler.unscale_(self.optimizer)
+        params = [p for p in self.model.parameters() if p.grad is not None]
+        for p in params:
+            p.grad.mul_(factor)  # type: ignore[union-attr]
+        if self.cfg.clip_norm > 0:
+            norm = dist_util.clip_grad_norm(params, self.cfg.clip_norm)
+        else:
+            norm = dist_util.grad_norm(params)
+        skipped = ""
+        if math.isfinite(loss_sum) and math.isfinite(norm):
+            self.scaler.step(self.optimizer)  # optimizer.step() unless fp16 overflowed
+            self.scaler.update()
+            self.scheduler.step()
+            self.nonfinite_streak = 0
+        else:
+            self.scaler.update()  # fp16: lowers the loss scale; otherwise a no-op
+            self.skipped_steps += 1
+            if math.isfinite(loss_sum) and self.scaler.is_enabled():
+                skipped = "fp16 gradient overflow (loss scale lowered)"
+            else:
+                what = "loss" if not math.isfinite(loss_sum) else "gradient norm"
+                skipped = f"non-finite {what}"
+                self.nonfinite_streak += 1
+        self.optimizer.zero_grad(set_to_none=True)
+        self.step += 1
+        if self.nonfinite_streak and skipped.startswith("non-finite"):
+            self._check_nonfinite(skipped)
+        return {
+            "loss": loss_sum / max(n_tokens, 1),
+            "nll": nll_sum / max(n_tokens, 1),
+            "tokens": n_tokens,
+            "lr": self.optimizer.param_groups[0]["lr"],
+            "grad_norm": norm,
+            "skipped": skipped,
+        }
+
+    def _check_nonfinite(self, what: str) -> None:
+        """Warn about a skipped update, or stop once too many were skipped in a row."""
+        limit = self.cfg.max_nonfinite
+        if self.nonfinite_streak > limit:
+            latest = rundir.latest_checkpoint(self.out_dir) or "none (no checkpoint yet)"
+            raise TrainingError(
+                f"step {self.step}: {what}, {self.nonfinite_streak} updates in a row "
+                f"(more than train.max_nonfinite={limit}); training diverged and was stopped "
+                f"without saving; the last good checkpoint is {latest}; "
+                "try a lower train.lr, train.precision=fp32 or train.clip_norm=1.0"
+            )
+        warnings.warn(
+            f"step {self.step}: {what}; update skipped "
+            f"({self.nonfinite_streak} in a row, train.max_nonfinite={limit})",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+
+    def evaluate(self) -> dict[str, float]:
+        """The task's validation metrics, in eval mode (the same on every rank)."""
+        metrics = self.task.evaluate(self.model)
+        self.model.train()
+        return metrics
+
+    # -- checkpoints ---------------------------------------------------------------
+
+    def trainer_state(self) -> dict[str, Any]:
+        """Everything besides weights and optimizer that an exact resume needs.
+
+        Under torchrun a collective (every rank's RNG state is gathered).
+        """
+        state: dict[str, Any] = {
+            "format": STATE_FORMAT,
+            "task": self.task.name,
+            "step": self.step,
+            "task_state": self.task.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+            "scaler": self.scaler.state_dict(),  # fp16 loss scale and growth tracker
+            "nonfinite_streak": self.nonfinite_streak,
+            "skipped_steps": self.skipped_steps,
+            "world_size": self.dist.world_size,
+            "rng": rng.capture_rng_state(),
+            "run": self.run.to_dict(),
+        }
+        if self.dist.enabled:  # each rank's own dropout stream (torch RNGs: small tensors)
+            own = {k: v for k, v in state["rng"].items() if k in ("torch", "cuda")}
+            state["rng_ranks"] = self.dist.gather(own)
+        return state
+
+    def save(self) -> Path:
+        """Write ``checkpoints/step_N`` (rank 0; the other ranks wait for it), then prune
+        to the newest ``train.keep_last``. Refuses (``TrainingError``) to write weights
+        holding NaN or inf, so the last checkpoint on disk is always a good one."""
+        directory = rundir.checkpoint_dir(self.out_dir, self.step)
+        if not dist_util.all_finite(list(self.model.parameters()), self.dist):
+            latest = rundir.latest_checkpoint(self.out_dir)
+            raise TrainingError(
+                f"step {self.step}: the weights hold NaN or inf; not writing a checkpoint; "
+                f"the last good checkpoint is {latest or 'none'}; try a lower train.lr, "
+                "train.precision=fp32 or train.clip_norm=1.0"
+            )
+        # FSDP: collectives gathering full tensors onto rank 0 (the single-process format).
+        model_state = dist_state.full_model_state(self.model)
+        optimizer_state = dist_state.full_optimizer_state(self.model, self.optimizer)
+        trainer_state = self.trainer_state()
+        if self.dist.is_main:
+            step = self.step
+            ckpt_files.save_checkpoint(
+                directory,
+                model_state=model_state,
+                config=self.task.model_config.to_dict(),
+                tokenizer_json=self.task.tokenizer.to_json(),
+                trainer_state=trainer_state,
+                optimizer_state=optimizer_state,
+                during_write=lambda: self._emit("checkpoint_write", step),
+            )
+            rundir.prune_checkpoints(self.out_dir, self.cfg.keep_last)
+        self.dist.barrier()
+        return directory
+
+    def resume(self) -> bool:
+        """Continue from the latest checkpoint in the run directory, if there is one.
+
+        Hidden leftovers of a killed run (a half-written checkpoint) are removed
+        first; ``metrics.jsonl`` is cut back to the checkpoint's step (a torn
+        last line is dropped). Under torchrun every rank loads the same checkpoint.
+        """
+        if self.dist.is_main:
+            rundir.remove_stale_temporaries(self.out_dir)
+        self.dist.barrier()
+        latest = rundir.latest_checkpoint(self.out_dir)
+        if latest is None:
+            return False
+        state = ckpt_files.load_checkpoint(latest)
+        ts = upgrade_state(state.trainer_state or {}, self.task.name, latest)
+        if dist_util.is_fsdp(self.model):
+            dist_state.load_full_model_state(self.model, state.model_state)
+        else:
+            load_model_state(self.model, state.model_state, source=latest / ckpt_files.MODEL_FILE)
+        if state.optimizer_state is not None:
+            if dist_util.is_fsdp(self.model):
+                dist_state.load_full_optimizer_state(
+                    self.model, self.optimizer, state.optimizer_state
+                )
+            else:
+                self.optimizer.load_state_dict(state.optimizer_state)
+        self.step = int(ts["step"])
+        self.task.load_state_dict(ts["task_state"])
+        self.nonfinite_streak = int(ts.get("nonfinite_streak", 0))
+        self.skipped_steps = int(ts.get("skipped_steps", 0))
+        self.scheduler.load_state_dict(ts["scheduler"])
+        if ts.get("scaler") and self.scaler.is_enabled():
+            self.scaler.load_state_dict(ts["scaler"])
+        rng_ranks = ts.get("rng_ranks") or []
+        if self.dist.enabled and len(rng_ranks) == self.dist.world_size:
+            rng.restore_rng_state({**ts["rng"], **rng_ranks[self.dist.rank]})
+        else:
+            rng.restore_rng_state(ts["rng"])
+            if self.dist.rank > 0:  # saved with another world size: fresh dropout masks
+                torch.manual_seed(self.cfg.seed + self.dist.rank + self.step)
+        self.log = RunLog(
+            self.out_dir, self.cfg.log_to, enabled=self.dist.is_main, resume_step=self.step
+        )
+        return True
+
+    # -- the loop ------------------------------------------------------------------
+
+    def fit(self, stop_when: Callable[[dict[str, float]], bool] | None = None) -> dict[str, Any]:
+        """Train until ``max_steps``, ``max_minutes`` or ``stop_when(valid metrics)``.
+
+        Returns the final step, whether training stopped early, and the last
+        validation metrics.
+        """
+        from tqdm.auto import tqdm
+
+        cfg, main = self.cfg, self.dist.is_main
+        if main:
+            self.out_dir.mkdir(parents=True, exist_ok=True)
+        if self.log is None:
+            self.log = RunLog(self.out_dir, cfg.log_to, enabled=main)
+        log = self.log
+        if self.compiled:  # only the training forward; self.model keeps its state-dict names
+            self._train_model = torch.compile(self._train_model)  # type: ignore[assignment]
+        start = time.perf_counter()
+        bar = tqdm(total=cfg.max_steps, initial=self.step, disable=not (self.progress and main),
+                   unit="step", dynamic_ncols=True)  # fmt: skip
+        window_tokens, window_start = 0, time.perf_counter()
+        last_valid: dict[str, float] = {}
+        stopped_early = False
+        while self.step < cfg.max_steps:
+            stats = self.train_step()
+            window_tokens += stats["tokens"]
+            bar.update(1)
+            if stats["skipped"]:
+                log.log({"split": "skipped", "step": self.step, "reason": stats["skipped"]})
+            out_of_time = cfg.max_minutes is not None and self.dist.from_main(
+                time.perf_counter() - start >= 60.0 * cfg.max_minutes
+            )  # rank 0's clock decides, so every rank stops at the same step
+            last = self.step == cfg.max_steps or out_of_time
+            if self.step % cfg.log_every == 0 or last:
+                tok_s = window_tokens / max(time.perf_counter() - window_start, 1e-9)
+                window_tokens, window_start = 0, time.perf_counter()
+                log.log({"split": "train", "step": self.step, **self.task.progress(),
+                         "loss": stats["loss"], "nll": stats["nll"], "lr": stats["lr"],
+                         "grad_norm": stats["grad_norm"], "tokens": stats["tokens"],
+                         "tokens_per_s": tok_s})  # fmt: skip
+                bar.set_postfix(loss=f"{stats['loss']:.3f}", lr=f"{stats['lr']:.2e}",
+                                tok_s=f"{tok_s:,.0f}")  # fmt: skip
+            if self.step % cfg.eval_every == 0 or last:
+                last_valid = self.evaluate()
+                if self.dist.from_main(
+                    stop_when is not None and bool(last_valid) and stop_when(last_valid)
+                ):
+                    out_of_time = last = True  # reached the goal: save and stop
+                if last_valid and main:
+                    log.log({"split": "valid", "step": self.step, **last_valid})
+                    bar.write(
+                        f"step {self.step}: "
+                        + ", ".join(f"valid {k} {v:.4g}" for k, v in last_valid.items())
+                    )
+                log.on_eval()
+            if (cfg.save_every and self.step % cfg.save_every == 0) or last:
+                self.save()
+            if out_of_time:
+                stopped_early = True
+                if main and cfg.max_minutes is not None and self.step < cfg.max_steps:
+                    bar.write(f"stopping at step {self.step}: train.max_minutes reached")
+                break
+        bar.close()
+        log.close()
+        return {"step": self.step, "stopped_early": stopped_early, "valid": last_valid,
+                "skipped_steps": self.skipped_steps}  # fmt: skip

@@ -1,0 +1,68 @@
+"""Training tasks: a plain table ``task name -> task class``, and building one from a run.
+
+``translation`` (encoder-decoder on parallel text), ``lm`` (decoder-only
+causal LM) and ``mlm`` (encoder-only masked LM) each implement the protocol
+in ``tasks/base.py``; ``attnkit.training.loop.Trainer`` trains any of them.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from attnkit.data.tokenizers import Tokenizer
+from attnkit.errors import ConfigError
+from attnkit.training.runconfig import RunConfig
+from attnkit.training.tasks.base import LossSums, Task, TaskContext
+from attnkit.training.tasks.language_model import CausalLMTask, MaskedLMTask
+from attnkit.training.tasks.translation import TranslationTask, build_tokenizer, load_parallel
+
+TASK_CLASSES: dict[str, type[Any]] = {
+    "translation": TranslationTask,
+    "lm": CausalLMTask,
+    "mlm": MaskedLMTask,
+}
+
+
+def task_from_run(run: RunConfig, tokenizer: Tokenizer | None = None) -> Task:
+    """Read the run's data and build its task; a given ``tokenizer`` (a resumed run's) is
+    used as it is, otherwise one is trained on the training data.
+
+    Raises ``DataError``/``ConfigError`` naming the file or field before anything is written.
+    """
+    data = run.data
+    if run.task == "translation":
+        train = load_parallel(data, data.train)
+        valid = load_parallel(data, data.valid) if data.valid else None
+        tokenizer = tokenizer or build_tokenizer(run.tokenizer, list(train))
+        valid_pairs = list(valid) if valid is not None else None
+        return TranslationTask(
+            run, tokenizer, list(train), valid_pairs, dropped_empty=train.dropped_empty
+        )
+    from attnkit.data.lm import load_lm_corpus
+
+    if data.text is None:
+        raise ConfigError(
+            f"data.text: the {run.task} task reads one text file; "
+            "set data.text (a path relative to data.dir)"
+        )
+    corpus = load_lm_corpus(
+        Path(data.dir) / data.text,
+        tokenizer,
+        kind=run.tokenizer.kind,
+        vocab_size=run.tokenizer.vocab_size if run.tokenizer.kind == "bpe" else None,
+        valid_fraction=data.valid_fraction,
+    )
+    return TASK_CLASSES[run.task](run, corpus)
+
+
+__all__ = [
+    "TASK_CLASSES",
+    "CausalLMTask",
+    "LossSums",
+    "MaskedLMTask",
+    "Task",
+    "TaskContext",
+    "TranslationTask",
+    "task_from_run",
+]

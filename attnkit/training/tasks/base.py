@@ -1,0 +1,162 @@
+"""The task protocol: what the one trainer (``attnkit.training.loop``) needs from a task.
+
+A task owns its data and its objective; the trainer owns everything else
+(optimizer, schedule, precision, gradient accumulation, the non-finite
+guard, checkpoints, resume, logging, data parallelism). A task:
+
+* builds its model (``build_model``, from the run's ``model`` section and its
+  tokenizer);
+* hands the trainer this rank's share of the next global batch
+  (``next_batch``), on the task's device, with ``real=False`` for a stand-in
+  when the share is empty (a global batch smaller than the world), so that
+  every rank still joins the gradient all-reduce;
+* computes the loss of a batch as sums (``loss``), so that the trainer can
+  normalise by the token count of the whole global batch however it was split;
+* evaluates (``evaluate``: validation metrics);
+* saves and restores the position of its data stream and its own RNGs
+  (``state_dict``/``load_state_dict``), for a bit-exact resume.
+
+Tasks: ``translation`` (``tasks/translation.py``), ``lm`` and ``mlm``
+(``tasks/language_model.py``).
+"""
+
+from __future__ import annotations
+
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Protocol
+
+import torch
+from torch import Tensor, nn
+
+from attnkit.data.tokenizers import Tokenizer
+from attnkit.errors import ConfigError
+from attnkit.models import config_from_preset
+from attnkit.training.distributed import DistContext
+from attnkit.training.runconfig import RunConfig
+
+
+def autocast_dtype(precision: str, device: torch.device) -> torch.dtype | None:
+    """The autocast dtype for ``train.precision`` (None = plain fp32)."""
+    if precision == "auto":
+        return torch.bfloat16 if device.type == "cuda" else None
+    return {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}[precision]
+
+
+@dataclass
+class TaskContext:
+    """Where and how a task runs, set by the trainer.
+
+    Attributes:
+        device: this rank's device.
+        dist: the data-parallel context (a single process by default).
+        fast: ``train.fast`` resolved for the device (a task may take a faster loss).
+        amp_dtype: the autocast dtype of forward passes (``None``: plain fp32).
+    """
+
+    device: torch.device = field(default_factory=lambda: torch.device("cpu"))
+    dist: DistContext = field(default_factory=DistContext)
+    fast: bool = False
+    amp_dtype: torch.dtype | None = None
+
+    def precision(self) -> AbstractContextManager[Any]:
+        """The autocast context of forward passes (a no-op for fp32)."""
+        return torch.autocast(
+            self.device.type,
+            dtype=self.amp_dtype or torch.float32,
+            enabled=self.amp_dtype is not None,
+        )
+
+
+@dataclass
+class LossSums:
+    """A batch's loss as sums over its scored tokens.
+
+    Attributes:
+        loss: the training objective, summed (a scalar with a graph).
+        nll: the negative log-likelihood, summed (for perplexity).
+        tokens: how many predictions were scored.
+    """
+
+    loss: Tensor
+    nll: Tensor
+    tokens: int
+
+
+class Task(Protocol):
+    """A training objective with its data (see the module doc)."""
+
+    name: ClassVar[str]
+    model_config: Any  # the validated config of the model the task builds
+    # Adam's defaults for this task when train.betas / train.eps are not set.
+    betas: ClassVar[tuple[float, float]]
+    eps: ClassVar[float]
+    tokenizer: Tokenizer
+
+    def setup(self, context: TaskContext) -> None:
+        """Receive the device, the data-parallel context and the precision."""
+        ...
+
+    def build_model(self) -> nn.Module:
+        """A freshly initialised model (the trainer seeds the RNG first)."""
+        ...
+
+    def next_batch(self) -> tuple[Any, bool]:
+        """This rank's share of the next global batch and whether it is real."""
+        ...
+
+    def loss(self, model: nn.Module, batch: Any) -> LossSums:
+        """Forward ``batch`` through ``model`` (maybe compiled or wrapped)."""
+        ...
+
+    def evaluate(self, model: nn.Module) -> dict[str, float]:
+        """Validation metrics (``{}`` when there is no validation data)."""
+        ...
+
+    def describe(self) -> str:
+        """One line about the data and vocabulary, printed when training starts."""
+        ...
+
+    def progress(self) -> dict[str, Any]:
+        """Extra fields for the training log records (e.g. the epoch)."""
+        ...
+
+    def state_dict(self) -> dict[str, Any]:
+        """Where the data stream stands and the task's own RNG states."""
+        ...
+
+    def load_state_dict(self, state: dict[str, Any]) -> None: ...
+
+
+def model_config_from_run(
+    run: RunConfig, *, families: tuple[str, ...], defaults: dict[str, Any]
+) -> Any:
+    """The ``model`` section (``family``, a ``preset``, overrides) as a validated config.
+
+    ``families``: the families this task trains (the first is the default);
+    ``defaults``: fields the section may leave out (vocabulary sizes and
+    special ids, which follow the tokenizer). Errors name ``model.<field>``.
+    """
+    fields = dict(run.model)
+    family = fields.pop("family", families[0])
+    if family not in families:
+        raise ConfigError(
+            f"model.family: task {run.task} trains {' or '.join(families)}, got {family!r}"
+        )
+    preset = fields.pop("preset", "small")
+    for name, value in defaults.items():
+        fields.setdefault(name, value)
+    try:
+        return config_from_preset(family, preset, **fields)
+    except ConfigError as e:
+        raise ConfigError(f"model.{e}") from None
+
+
+def check_vocab_fits(config: Any, fields: tuple[str, ...], tokenizer: Tokenizer) -> None:
+    """Refuse a model vocabulary smaller than the tokenizer's (an id past the table crashes)."""
+    for name in fields:
+        if getattr(config, name) < tokenizer.vocab_size:
+            raise ConfigError(
+                f"model.{name}: {getattr(config, name)} is smaller than the tokenizer's "
+                f"vocabulary of {tokenizer.vocab_size}; leave it out (it follows the tokenizer)"
+            )

@@ -1,0 +1,181 @@
+"""The language-model tasks on one text file: causal LM (GPT) and masked LM (BERT).
+
+Data (both): the file's token ids, split 90/10 (``data.valid_fraction``),
+cut into blocks of the model's context length (``model.max_len``) at random
+offsets, ``train.max_tokens // context`` blocks per batch and rank, drawn
+from a seeded CPU generator whose state is saved for resume (nanoGPT's
+recipe). Under torchrun every rank draws the same global batch and keeps its
+rows ``rank, rank + N, ...``.
+
+* ``lm`` (``CausalLMTask``, a ``DecoderOnlyLM``): next-token cross-entropy.
+* ``mlm`` (``MaskedLMTask``, an ``EncoderOnlyModel``): 15% of the tokens
+  selected (``train.mask_prob``), 80/10/10 mask/random/keep
+  (``attnkit.data.mlm``), cross-entropy at the selected positions only. The
+  masks are drawn for the global batch before it is shared out, from a
+  generator saved for resume; validation masks come from a fixed seed, so
+  two evaluations of the same weights give the same number.
+
+Validation: the mean loss per scored token and the perplexity over the first
+``train.eval_blocks`` non-overlapping blocks of the validation split.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import torch
+from torch import Tensor, nn
+
+from attnkit.data.lm import LMBlocks, LMCorpus
+from attnkit.data.mlm import mask_tokens, mlm_vocab
+from attnkit.evaluation.perplexity import (
+    causal_lm_nll,
+    masked_lm_nll,
+    mlm_special_ids,
+    text_perplexity,
+)
+from attnkit.models import build_model
+from attnkit.training.runconfig import RunConfig
+from attnkit.training.tasks.base import (
+    LossSums,
+    TaskContext,
+    check_vocab_fits,
+    model_config_from_run,
+)
+
+Batch = tuple[Tensor, Tensor]
+
+
+class _BlockTask:
+    """What both language-model tasks share: blocks of one token stream."""
+
+    name: ClassVar[str]
+    betas: ClassVar[tuple[float, float]] = (0.9, 0.99)  # nanoGPT's
+    eps: ClassVar[float] = 1e-8
+    family: ClassVar[str]
+
+    def __init__(self, run: RunConfig, corpus: LMCorpus) -> None:
+        self.run, self.cfg, self.tokenizer = run, run.train, corpus.tokenizer
+        self.corpus = corpus
+        self.model_config = model_config_from_run(
+            run, families=(self.family,), defaults=self._model_defaults()
+        )
+        check_vocab_fits(self.model_config, ("vocab_size",), self.tokenizer)
+        block = self.model_config.max_len
+        self.train_blocks = LMBlocks(corpus.train, block, name="train split")
+        self.batch_size = max(1, self.cfg.max_tokens // block)  # blocks per batch and rank
+        self.batch_rng = torch.Generator().manual_seed(self.cfg.seed)
+        self.context = TaskContext()
+
+    def _model_defaults(self) -> dict[str, Any]:
+        tok = self.tokenizer
+        return {"vocab_size": tok.vocab_size, "pad_id": tok.pad_id, "bos_id": tok.bos_id,
+                "eos_id": tok.eos_id}  # fmt: skip
+
+    def setup(self, context: TaskContext) -> None:
+        self.context = context
+
+    def build_model(self) -> nn.Module:
+        return build_model(self.model_config)
+
+    def describe(self) -> str:
+        return (
+            f"{self.corpus.train.numel()} training tokens, {self.corpus.valid.numel()} "
+            f"validation tokens, vocabulary {self.tokenizer.vocab_size}, {self.batch_size} "
+            f"blocks of {self.model_config.max_len} tokens per batch"
+        )
+
+    def _global_batch(self) -> Batch:
+        world = self.context.dist.world_size
+        return self.train_blocks.sample(self.batch_size * world, self.batch_rng)
+
+    def _share(self, *tensors: Tensor) -> tuple[Tensor, ...]:
+        """This rank's rows of the global batch, on its device."""
+        dist = self.context.dist
+        rows = torch.tensor(dist.shard(range(tensors[0].size(0))), dtype=torch.long)
+        return tuple(t.index_select(0, rows.to(t.device)).to(self.context.device) for t in tensors)
+
+    def evaluate(self, model: nn.Module) -> dict[str, float]:
+        if self.corpus.valid.numel() <= self.model_config.max_len:
+            return {}  # shorter than one block
+        metrics = text_perplexity(
+            model,
+            self.corpus.valid,
+            masked=self.name == "mlm",
+            batch_size=self.batch_size,
+            max_blocks=self.cfg.eval_blocks,
+            mask_prob=self.cfg.mask_prob,
+            seed=self.cfg.seed,  # the same masks every time
+        )
+        return {"loss": metrics["loss"], "ppl": metrics["ppl"]}
+
+    def progress(self) -> dict[str, Any]:
+        return {}
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"batch_rng": self.batch_rng.get_state()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.batch_rng.set_state(state["batch_rng"].to("cpu", torch.uint8))
+
+
+class CausalLMTask(_BlockTask):
+    """Next-token prediction with a ``DecoderOnlyLM``."""
+
+    name: ClassVar[str] = "lm"
+    family: ClassVar[str] = "decoder_only"
+
+    def next_batch(self) -> tuple[Batch, bool]:
+        x, y = self._share(*self._global_batch())
+        return (x, y), True
+
+    def loss(self, model: nn.Module, batch: Batch) -> LossSums:
+        with self.context.precision():
+            nll, count = causal_lm_nll(model, *batch)
+        return LossSums(nll, nll.detach(), count)
+
+
+class MaskedLMTask(_BlockTask):
+    """Masked-token prediction with an ``EncoderOnlyModel`` (no classification head)."""
+
+    name: ClassVar[str] = "mlm"
+    family: ClassVar[str] = "encoder_only"
+
+    def __init__(self, run: RunConfig, corpus: LMCorpus) -> None:
+        super().__init__(run, corpus)
+        self.special_ids = mlm_special_ids(self.model_config)
+        self.mask_rng = torch.Generator().manual_seed(self.cfg.seed + 1)
+
+    def _model_defaults(self) -> dict[str, Any]:
+        # One more id than the tokenizer has, for the mask token; no classifier.
+        vocab_size, mask_id = mlm_vocab(self.tokenizer)
+        return {**super()._model_defaults(), "vocab_size": vocab_size, "mask_id": mask_id,
+                "num_labels": 0}  # fmt: skip
+
+    def _mask(self, x: Tensor, generator: torch.Generator) -> Batch:
+        c = self.model_config
+        return mask_tokens(
+            x,
+            vocab_size=c.vocab_size,
+            mask_id=c.mask_id,
+            special_ids=self.special_ids,
+            prob=self.cfg.mask_prob,
+            generator=generator,
+        )
+
+    def next_batch(self) -> tuple[Batch, bool]:
+        x, _ = self._global_batch()
+        inputs, labels = self._share(*self._mask(x, self.mask_rng))
+        return (inputs, labels), True
+
+    def loss(self, model: nn.Module, batch: Batch) -> LossSums:
+        with self.context.precision():
+            nll, count = masked_lm_nll(model, *batch)
+        return LossSums(nll, nll.detach(), count)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {**super().state_dict(), "mask_rng": self.mask_rng.get_state()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        super().load_state_dict(state)
+        self.mask_rng.set_state(state["mask_rng"].to("cpu", torch.uint8))
