@@ -1,10 +1,12 @@
-"""Draw the cross-attention heatmap of one translation.
+"""Draw an attention heatmap.
 
-The sentence is translated (beam search), then scored once more with the
-attention weights kept: each row is an output token, each column a source
-token, and the colour is how much that output looked at that source token.
-Choose a decoder layer (--layer, default the last) and a head (--head, default
-the mean of all heads).
+Translation checkpoints: the sentence is translated (beam search), then
+scored once more with the attention weights kept: each row is an output
+token, each column a source token, and the colour is how much that output
+looked at that source token (cross-attention). Language-model checkpoints
+(decoder-only, encoder-only): the self-attention over the text. Choose a
+layer (--layer, default the last) and a head (--head, default the mean of
+all heads).
 
 Example:
   attnkit attention --checkpoint quickstart-out --text "three hundred forty-two" --out a.png
@@ -14,49 +16,62 @@ from __future__ import annotations
 
 import argparse
 
-from attnkit.cli.common import add_device_argument
+from attnkit.cli.common import add_device_argument, load_for
 from attnkit.errors import UsageError
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--checkpoint", required=True, help="checkpoint or run directory")
-    parser.add_argument("--text", required=True, help="the source sentence")
+    parser.add_argument("--text", required=True, help="the source sentence (or text)")
     parser.add_argument("--out", required=True, help="PNG file to write")
-    parser.add_argument("--layer", type=int, default=-1, help="decoder layer (default: last)")
+    parser.add_argument("--layer", type=int, default=-1, help="layer (default: last)")
     parser.add_argument("--head", type=int, default=None, help="head (default: mean of heads)")
     parser.add_argument("--beam", type=int, default=4, help="beam size (default: 4)")
     add_device_argument(parser)
 
 
 def run(args: argparse.Namespace) -> int:
-    from attnkit.training.loading import load_translation_model
-    from attnkit.visualize.attention import attention_for_translation, plot_attention
+    from attnkit.visualize.attention import (
+        attention_for_text,
+        attention_for_translation,
+        plot_attention,
+    )
 
     if args.beam < 1:
         raise UsageError(f"--beam must be >= 1, got {args.beam}")
     if not args.out.lower().endswith(".png"):
         raise UsageError(f"--out must name a .png file, got {args.out}")
-    model, tokenizer = load_translation_model(args.checkpoint, args.device)
-    config = model.config
+    loaded = load_for("attention", args.checkpoint, args.device)
+    model, tokenizer, config = loaded.model, loaded.tokenizer, loaded.config
     if getattr(config, "attention", None) == "none":
         raise UsageError(
             f"{args.checkpoint}: this RNN model has no attention (model.attention: none); "
             "there is no map to draw"
         )
+    seq2seq = loaded.family.kind == "seq2seq"
     # An RNN decoder has one attention (one "layer", one "head").
-    layers = getattr(config, "num_decoder_layers", 1)
+    layers = getattr(config, "num_decoder_layers" if seq2seq else "num_layers", 1)
     if not -layers <= args.layer < layers:
         raise UsageError(f"--layer must be in [{-layers}, {layers - 1}], got {args.layer}")
     heads = getattr(config, "num_heads", 1)
     if args.head is not None and not 0 <= args.head < heads:
         raise UsageError(f"--head must be in [0, {heads - 1}], got {args.head}")
-    weights, src_tokens, out_tokens = attention_for_translation(
-        model, tokenizer, args.text, layer=args.layer, head=args.head, beam=args.beam
-    )
-    layer = args.layer % layers
+    if seq2seq:
+        weights, keys, queries = attention_for_translation(
+            model, tokenizer, args.text, layer=args.layer, head=args.head, beam=args.beam
+        )
+        what = "cross-attention"
+    else:
+        try:
+            weights, keys, queries = attention_for_text(
+                model, tokenizer, args.text, layer=args.layer, head=args.head
+            )
+        except ValueError as e:
+            raise UsageError(f"--{e}") from None
+        what = "self-attention"
     which = "mean of heads" if args.head is None else f"head {args.head}"
     path = plot_attention(
-        weights, src_tokens, out_tokens, args.out, title=f"cross-attention, layer {layer}, {which}"
+        weights, keys, queries, args.out, title=f"{what}, layer {args.layer % layers}, {which}"
     )
     print(f"wrote {path}")
     return 0

@@ -25,14 +25,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from attnkit.training import checkpoint as ckpt
+    from attnkit.checkpoints import average_checkpoints, list_checkpoints
+    from attnkit.checkpoints.files import load_checkpoint, save_checkpoint
 
     if bool(args.checkpoints) == bool(args.run):
         raise UsageError("give either --checkpoints DIR... or --run DIR")
     if args.run:
         if args.last < 1:
             raise UsageError(f"--last must be >= 1, got {args.last}")
-        found = sorted((Path(args.run) / "checkpoints").glob("step_*"))
+        found = list_checkpoints(args.run)
         if not found:
             raise UsageError(f"{args.run}: holds no checkpoints/step_* directories")
         dirs = found[-args.last :]
@@ -41,9 +42,9 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.out)
     if out.exists() and not args.overwrite:
         raise UsageError(f"{out}: already exists; pass --overwrite to replace it")
-    averaged = ckpt.average_checkpoints(dirs)
-    newest = ckpt.load_checkpoint(dirs[-1])
-    ckpt.save_checkpoint(
+    averaged = average_checkpoints(dirs)
+    newest = load_checkpoint(dirs[-1], load_optimizer=False)
+    save_checkpoint(
         out,
         model_state=averaged,
         config=newest.config,

@@ -6,8 +6,33 @@ import argparse
 import shutil
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from attnkit.errors import UsageError
+
+if TYPE_CHECKING:
+    from attnkit.checkpoints.loading import LoadedModel
+
+# Which commands read a checkpoint of each kind of model (attnkit.models.FAMILIES's
+# `kind`): the loader refuses other kinds, and its error names the right commands.
+KIND_COMMANDS: dict[str, tuple[str, ...]] = {
+    "seq2seq": ("translate", "evaluate", "attention"),
+    "causal_lm": ("generate", "evaluate", "attention"),
+    "masked_lm": ("fill-mask", "evaluate", "attention"),
+}
+
+
+def load_for(command: str, path: str | Path, device: str | None = None) -> LoadedModel:
+    """Load the checkpoint at ``path`` for ``attnkit command``: a family that command
+    does not read is a one-line error naming the commands that do."""
+    from attnkit.checkpoints.loading import WrongFamilyError, load_model
+
+    kinds: list[Any] = [kind for kind, commands in KIND_COMMANDS.items() if command in commands]
+    try:
+        return load_model(path, device, kinds=kinds)
+    except WrongFamilyError as e:
+        others = [f"attnkit {c}" for c in KIND_COMMANDS[e.family.kind]]
+        raise type(e)(f"{e}; use {', '.join(others[:-1])} or {others[-1]}", e.family) from None
 
 
 def add_device_argument(parser: argparse.ArgumentParser) -> None:
@@ -30,7 +55,7 @@ def check_out_dir(out: Path, *, resume: bool = False, overwrite: bool = False) -
     if out.exists() and not out.is_dir():
         raise UsageError(f"{out}: exists and is not a directory; choose another --out")
     if resume:
-        from attnkit.training.checkpoint import latest_checkpoint
+        from attnkit.checkpoints.rundir import latest_checkpoint
 
         if latest_checkpoint(out) is None:
             also = "" if not out.is_dir() or not any(out.iterdir()) else " and --overwrite"

@@ -47,11 +47,13 @@ def check_arguments(args: argparse.Namespace) -> None:
 def run(args: argparse.Namespace) -> int:
     import torch
 
+    from attnkit.cli.common import load_for
     from attnkit.decoding.generate import stream
-    from attnkit.training.loading import load_decoder_only
+    from attnkit.decoding.static import stepper_for
 
     check_arguments(args)
-    model, tokenizer = load_decoder_only(args.checkpoint, getattr(args, "device", None))
+    loaded = load_for("generate", args.checkpoint, getattr(args, "device", None))
+    model, tokenizer = loaded.model, loaded.tokenizer
     prompt = tokenizer.encode(args.prompt)
     if not prompt:
         raise UsageError("--prompt must hold at least one token, got an empty prompt")
@@ -75,6 +77,7 @@ def run(args: argparse.Namespace) -> int:
         top_k=args.top_k,
         top_p=args.top_p,
         generator=generator,
+        stepper=stepper_for(model),  # the static cache
     ):
         ids.append(int(token[0]))
         text = tokenizer.decode(ids)

@@ -11,6 +11,7 @@ import difflib
 import importlib
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
 
 from attnkit import __version__
 from attnkit.errors import AttnkitError
@@ -22,15 +23,16 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "quickstart": ("attnkit.cli.quickstart", "train a small Transformer on an embedded task"),
     "train": ("attnkit.cli.train", "train a model from a YAML config"),
     "translate": ("attnkit.cli.translate", "translate text with a trained checkpoint"),
-    "evaluate": ("attnkit.cli.evaluate", "score a checkpoint with sacreBLEU/chrF"),
-    "attention": ("attnkit.cli.attention", "draw a cross-attention heatmap"),
+    "evaluate": ("attnkit.cli.evaluate", "score a checkpoint (BLEU/chrF, or perplexity)"),
+    "attention": ("attnkit.cli.attention", "draw an attention heatmap"),
     "average": ("attnkit.cli.average", "average the weights of several checkpoints"),
     "generate": ("attnkit.cli.generate", "continue a prompt with a decoder-only checkpoint"),
+    "fill-mask": ("attnkit.cli.fill_mask", "fill in [MASK] tokens with a masked-LM checkpoint"),
 }
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # exit code 2, one line, no usage dump
+    def error(self, message: str) -> NoReturn:  # exit code 2, one line, no usage dump
         self.exit(2, f"{self.prog}: error: {message}\n")
 
 

@@ -106,10 +106,11 @@ def run(args: argparse.Namespace) -> int:
     from attnkit.data.synthetic import number_splits
     from attnkit.data.tokenizers import BPETokenizer
     from attnkit.decoding.text import translate_texts
+    from attnkit.device import resolve_device
     from attnkit.evaluation.bleu import corpus_scores
-    from attnkit.training.loading import resolve_device
+    from attnkit.training.loop import Trainer
     from attnkit.training.runconfig import RunConfig, apply_overrides
-    from attnkit.training.translation import TranslationTrainer
+    from attnkit.training.tasks import TranslationTask
 
     _check_args(args)
     out = Path(args.out)
@@ -135,16 +136,9 @@ def run(args: argparse.Namespace) -> int:
     tokenizer = BPETokenizer.train(
         [s for s, _ in train] + [t for _, t in train], vocab_size=run_config.tokenizer.vocab_size
     )
-    trainer = TranslationTrainer(
-        run_config,
-        out,
-        tokenizer=tokenizer,
-        train_pairs=train,
-        valid_pairs=valid,
-        device=device,
-        progress=not args.no_progress,
-    )
-    n_params = trainer.model.num_parameters()
+    task = TranslationTask(run_config, tokenizer, train, valid)
+    trainer = Trainer(run_config, task, out, device=device, progress=not args.no_progress)
+    n_params = sum(p.numel() for p in trainer.model.parameters())
     print(f"model: {n_params / 1e6:.2f}M parameters on {device}; training for at most "
           f"{args.minutes:g} min (stops at valid exact match >= {args.target:g})")  # fmt: skip
     t0 = time.perf_counter()

@@ -67,15 +67,18 @@ def check_decoding_arguments(args: argparse.Namespace) -> None:
         raise UsageError(f"--max-len-b must be >= 1, got {args.max_len_b}")
 
 
-def configure_decoding(model, args: argparse.Namespace) -> None:
-    """Apply ``--compile`` / ``--no-fast`` to a loaded model (RNNs have one path only)."""
-    if not hasattr(model, "fast_decoding"):
-        if args.compile:
-            raise UsageError("--compile: only Transformer checkpoints have a compiled decode step")
-        return
-    model.fast_decoding = not args.no_fast
-    if args.compile:
-        model.compile_decoding()
+def decode_path(args: argparse.Namespace) -> str:
+    """``--compile`` / ``--no-fast`` as a decoding path (``attnkit.decoding.stepper_for``)."""
+    return "compiled" if args.compile else "reference" if args.no_fast else "fast"
+
+
+def stepper_from_args(model, args: argparse.Namespace):
+    """The ``Stepper`` that ``--compile`` / ``--no-fast`` ask for (RNNs have one path only)."""
+    from attnkit.decoding.static import SupportsStaticCache, stepper_for
+
+    if args.compile and not isinstance(model, SupportsStaticCache):
+        raise UsageError("--compile: only Transformer checkpoints have a compiled decode step")
+    return stepper_for(model, decode_path(args))
 
 
 def truncate_sources(
@@ -100,8 +103,8 @@ def truncate_sources(
 def run(args: argparse.Namespace) -> int:
     import torch
 
+    from attnkit.cli.common import load_for
     from attnkit.decoding.text import decode_ids
-    from attnkit.training.loading import load_translation_model
 
     check_decoding_arguments(args)
     if not 1 <= args.nbest <= args.beam:
@@ -115,8 +118,9 @@ def run(args: argparse.Namespace) -> int:
 
     # A bad --input fails before the model loads; stdin is read once the model is ready.
     lines = read_lines(args.input) if args.input is not None else None
-    model, tokenizer = load_translation_model(args.checkpoint, args.device)
-    configure_decoding(model, args)
+    loaded = load_for("translate", args.checkpoint, args.device)
+    model, tokenizer = loaded.model, loaded.tokenizer
+    stepper = stepper_from_args(model, args)
     if lines is None:
         lines = read_lines(None)
     device = next(model.parameters()).device
@@ -133,7 +137,7 @@ def run(args: argparse.Namespace) -> int:
     beam = 1 if args.greedy else args.beam
     with torch.no_grad():
         results = decode_ids(
-            model,
+            stepper,
             src,
             beam=beam,
             alpha=args.alpha,

@@ -28,7 +28,7 @@ compute the same function (``permute_dims``):
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor
@@ -103,7 +103,7 @@ def hf_marian_config(c: TransformerConfig, attn_implementation: str = "sdpa") ->
         )
     # HF ties lm_head to the decoder embedding only when tie_word_embeddings, and
     # shares encoder/decoder embeddings only when both flags are set.
-    return MarianConfig(
+    return MarianConfig(  # type: ignore[call-arg]  # attn_implementation goes to the base
         vocab_size=c.src_vocab_size,
         decoder_vocab_size=c.tgt_vocab_size,
         share_encoder_decoder_embeddings=c.share_embeddings == "all",
@@ -159,11 +159,12 @@ def to_hf_marian(
                 mapped[key] = value[perm]
     for side, embed in (("encoder", model.src_embed), ("decoder", model.tgt_embed)):
         key = f"model.{side}.embed_positions.weight"
-        mapped[key] = hf_state[key] if permute_dims else embed.positions.table
+        positions: Any = embed.positions  # sinusoidal (checked above)
+        mapped[key] = hf_state[key] if permute_dims else positions.table
     mapped["final_logits_bias"] = torch.zeros_like(hf_state["final_logits_bias"])
 
     check_keys(set(hf_state), set(mapped))
     with torch.no_grad():
         hf.load_state_dict(mapped, strict=True)
     first = next(model.parameters())
-    return hf.to(device=first.device, dtype=first.dtype).train(model.training)
+    return hf.to(device=first.device, dtype=first.dtype).train(model.training)  # type: ignore[call-arg]

@@ -8,6 +8,8 @@ reference stacks with ``norm=None``.
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import nn
 
@@ -49,7 +51,7 @@ def to_torch_nn_transformer(model: EncoderDecoder) -> nn.Transformer:
     """An ``nn.Transformer`` (batch-first) holding a copy of ``model``'s stacks."""
     c = model.config
     pre = c.norm_position == "pre"
-    common = dict(
+    common: dict[str, Any] = dict(
         d_model=c.d_model,
         nhead=c.num_heads,
         dim_feedforward=c.d_ff,
