@@ -1,14 +1,32 @@
+"""The two caches behind one protocol: each layer writes through its own view."""
+
 import pytest
 import torch
 
-from attnkit.attention import KVCache, StaticBufferPool, StaticKVCache
+from attnkit.attention import (
+    DecoderCache,
+    KVCache,
+    LayerCache,
+    StaticBufferPool,
+    StaticKVCache,
+)
+
+
+def test_both_caches_implement_the_protocol():
+    growing = KVCache(2, 1, 1, 2)
+    static = StaticKVCache.allocate(2, 1, 1, 2, capacity=3, dtype=torch.float32, device="cpu")
+    for cache in (growing, static):
+        assert isinstance(cache, DecoderCache)
+        assert len(cache.layers()) == 2
+        assert all(isinstance(view, LayerCache) for view in cache.layers())
+        assert all(view.cross is None for view in cache.layers())  # a decoder-only cache
 
 
 def test_reorder_permutes_exactly():
     cache = KVCache(2, 3, 1, 2, capacity=4)
     k = torch.arange(3, dtype=torch.float32).view(3, 1, 1, 1).expand(3, 1, 1, 2)
     for layer in range(2):
-        cache.update(layer, k + 10 * layer, -(k + 10 * layer))
+        cache.layers()[layer].update(k + 10 * layer, -(k + 10 * layer))
     cache.set_cross(
         torch.arange(3.0).view(1, 3, 1, 1, 1).expand(2, 3, 1, 5, 2).clone(),
         torch.arange(3.0).view(1, 3, 1, 1, 1).expand(2, 3, 1, 5, 2).clone(),
@@ -17,17 +35,21 @@ def test_reorder_permutes_exactly():
     idx = torch.tensor([2, 2, 0])
     cache.reorder(idx)
     for layer in range(2):
-        k_all, v_all = cache.update(layer, torch.zeros(3, 1, 1, 2), torch.zeros(3, 1, 1, 2))
+        k_all, v_all = cache.layers()[layer].update(
+            torch.zeros(3, 1, 1, 2), torch.zeros(3, 1, 1, 2)
+        )
         assert k_all[:, 0, 0, 0].tolist() == [2 + 10 * layer, 2 + 10 * layer, 10 * layer]
         assert v_all[:, 0, 0, 0].tolist() == [-(2 + 10 * layer), -(2 + 10 * layer), -10 * layer]
-        ck, _ = cache.cross(layer)
+        ck, _ = cache.layers()[layer].cross
         assert ck[:, 0, 0, 0].tolist() == [2.0, 2.0, 0.0]
 
 
 def test_update_grows_past_capacity_and_keeps_contents():
     cache = KVCache(1, 1, 1, 1, capacity=1)
     for t in range(5):
-        k_all, _ = cache.update(0, torch.full((1, 1, 1, 1), float(t)), torch.zeros(1, 1, 1, 1))
+        k_all, _ = cache.layers()[0].update(
+            torch.full((1, 1, 1, 1), float(t)), torch.zeros(1, 1, 1, 1)
+        )
         cache.advance()
     assert k_all.flatten().tolist() == [0, 1, 2, 3, 4]
     assert cache.capacity >= 5
@@ -40,8 +62,9 @@ def _static(batch: int, capacity: int = 3, pool=None) -> StaticKVCache:
     rows = torch.arange(float(batch)).view(1, batch, 1, 1, 1)
     cross = rows.expand(2, batch, 1, 4, 2).clone()
     return StaticKVCache.allocate(
-        2, 1, 2, capacity=capacity, cross_k=cross, cross_v=-cross, pool=pool
-    )
+        2, batch, 1, 2, capacity=capacity, dtype=torch.float32, device="cpu",
+        cross_k=cross, cross_v=-cross, pool=pool,
+    )  # fmt: skip
 
 
 def _fill(cache: StaticKVCache, batch: int) -> None:
@@ -49,7 +72,7 @@ def _fill(cache: StaticKVCache, batch: int) -> None:
     for t in range(2):
         for layer in range(2):
             k = (100 * t + 10 * layer + torch.arange(float(batch))).view(batch, 1, 1, 1)
-            cache.update(layer, k.expand(batch, 1, 1, 2), -k.expand(batch, 1, 1, 2))
+            cache.layers()[layer].update(k.expand(batch, 1, 1, 2), -k.expand(batch, 1, 1, 2))
         cache.advance()
 
 
@@ -57,7 +80,7 @@ def test_static_update_writes_at_pos_and_masks_the_rest():
     cache = _static(2, capacity=4)
     _fill(cache, 2)
     assert cache.length == 2 and cache.pos.tolist() == [2]
-    k, v = cache.update(1, torch.full((2, 1, 1, 2), 7.0), torch.zeros(2, 1, 1, 2))
+    k, v = cache.layers()[1].update(torch.full((2, 1, 1, 2), 7.0), torch.zeros(2, 1, 1, 2))
     assert k.shape == (2, 1, 4, 2)  # the whole capacity, every step
     assert k[:, 0, :, 0].tolist() == [[10, 110, 7, 0], [11, 111, 7, 0]]
     assert cache.self_mask(1).tolist() == [[[[True, True, True, False]]]]
@@ -78,7 +101,7 @@ def test_static_reorder_permutes_exactly(pooled):
         k, v = cache.self_k[layer][:, 0, :2, 0], cache.self_v[layer][:, 0, :2, 0]
         assert k.tolist() == [[100 * t + 10 * layer + b for t in range(2)] for b in (2, 2, 0)]
         assert torch.equal(v, -k)
-        ck, cv = cache.cross(layer)
+        ck, cv = cache.layers()[layer].cross
         assert ck[:, 0, 0, 0].tolist() == [2.0, 2.0, 0.0] and torch.equal(cv, -ck)
     assert (cache.self_k[1].data_ptr() == address) == pooled  # pooled: copied in place
     cache.reorder(torch.tensor([0, 0, 1, 1, 2, 2]))  # a batch-size change (beam expansion)

@@ -57,7 +57,7 @@ def test_cached_self_attention_equals_full_causal():
     cache = KVCache(1, 2, 4, 4, capacity=2, dtype=torch.float64)  # forces growth
     steps = []
     for t in range(5):
-        out, _ = ours(x[:, t : t + 1], is_causal=True, cache=cache, layer=0)
+        out, _ = ours(x[:, t : t + 1], is_causal=True, cache=cache.layers()[0])
         cache.advance()
         steps.append(out)
     torch.testing.assert_close(torch.cat(steps, 1), full)

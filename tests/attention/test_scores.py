@@ -217,8 +217,8 @@ def test_transformer_with_a_score_decodes_like_its_forward(score):
     m = EncoderDecoder(config).double().eval()
     src, tgt = torch.randint(3, 20, (2, 5)), torch.randint(3, 20, (2, 4))
     full = m(src, tgt).logits
-    state = m.encode(src)
-    steps = [m.decode_step(tgt[:, t], state)[0] for t in range(4)]
+    state = m.start(src)
+    steps = [m.step(tgt[:, t], state)[0] for t in range(4)]
     torch.testing.assert_close(torch.stack(steps, 1), full)
 
 

@@ -7,13 +7,13 @@ import argparse
 import pytest
 import torch
 
+from attnkit.checkpoints import checkpoint_dir, save_checkpoint
 from attnkit.cli import generate as cli
 from attnkit.data.tokenizers import CharTokenizer
 from attnkit.decoding.generate import generate
 from attnkit.errors import CheckpointError, UsageError
 from attnkit.models.decoder_only import DecoderOnlyLM
 from attnkit.models.lm_config import DecoderOnlyConfig
-from attnkit.training.checkpoint import checkpoint_dir, save_checkpoint
 
 TEXT = "to be or not to be, that is the question\n"
 
@@ -113,7 +113,7 @@ def test_missing_or_foreign_checkpoints_are_refused(checkpoint, tmp_path):
         config={"family": "transformer", "d_model": 32},
         tokenizer_json=tok.to_json(),
     )
-    with pytest.raises(CheckpointError, match="family"):
+    with pytest.raises(CheckpointError, match="this is a transformer checkpoint"):
         cli.run(parse("--checkpoint", str(tmp_path / "mt")))
 
 

@@ -1,11 +1,12 @@
 """``attnkit train`` with ``task: lm`` and ``task: mlm`` end to end on a tiny text."""
 
 import json
+from pathlib import Path
 
 import pytest
 
+from attnkit import checkpoints as ckpt
 from attnkit.cli.main import main
-from attnkit.training import checkpoint as ckpt
 
 CONFIG = """
 task: {task}
@@ -91,10 +92,11 @@ def test_a_killed_language_model_run_resumes_to_the_same_weights(tmp_path, task)
     assert main(["train", "--config", str(config), "--out", str(whole), "--no-progress",
                  *sets]) == 0  # fmt: skip
     # SIGKILL mid-step 6; one thread, as in this process (conftest), for the same float sums
-    env = {**os.environ, ckpt.KILL_AT_ENV: "train_step:6", "OMP_NUM_THREADS": "1"}
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    runner = Path(__file__).parents[1] / "training" / "kill_runner.py"
     killed = subprocess.run(
-        [sys.executable, "-m", "attnkit", "train", "--config", str(config), "--out", str(broken),
-         "--no-progress", *sets],
+        [sys.executable, str(runner), "train_step:6", "--config", str(config), "--out",
+         str(broken), "--no-progress", *sets],
         env=env, capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert killed.returncode != 0
@@ -117,3 +119,50 @@ def test_lm_resume_with_nothing_to_resume_changes_nothing(tmp_path, capsys):
     assert main(["train", "--config", str(config), "--out", str(out), "--resume"]) == 2
     assert "nothing to resume" in capsys.readouterr().err
     assert list(out.iterdir()) == []
+
+
+@pytest.fixture(scope="module")
+def mlm_run(tmp_path_factory):
+    root = tmp_path_factory.mktemp("mlm")
+    config = _write(root, "mlm", steps=150, max_tokens=1024)
+    out = root / "run"
+    assert main(["train", "--config", str(config), "--out", str(out), "--no-progress"]) == 0
+    return root, out
+
+
+def test_an_mlm_checkpoint_opens_in_every_command_that_applies(mlm_run, tmp_path, capsys):
+    root, out = mlm_run
+    capsys.readouterr()
+    assert main(["fill-mask", "--checkpoint", str(out), "--text", "sat on the m[MASK]t",
+                 "--top-k", "3"]) == 0  # fmt: skip
+    filled, candidates = capsys.readouterr().out.splitlines()
+    assert filled == "sat on the mat"  # learned from "... on the mat."
+    assert candidates.startswith("mask 1: 'a' ")
+    assert main(["evaluate", "--checkpoint", str(out), "--text", str(root / "tiny.txt"),
+                 "--json"]) == 0  # fmt: skip
+    result = json.loads(capsys.readouterr().out)
+    assert result["objective"] == "masked_lm" and 1.0 <= result["perplexity"] < 5.0
+    png = tmp_path / "map.png"
+    assert main(["attention", "--checkpoint", str(out), "--text", "the dog sat",
+                 "--out", str(png)]) == 0  # fmt: skip
+    assert png.read_bytes()[:4] == b"\x89PNG"
+
+
+@pytest.mark.parametrize(
+    ("command", "extra"),
+    [("translate", []), ("generate", ["--max-new-tokens", "2"])],
+)
+def test_commands_that_do_not_apply_name_the_ones_that_do(mlm_run, capsys, command, extra):
+    _, out = mlm_run
+    capsys.readouterr()
+    assert main([command, "--checkpoint", str(out), *extra]) == 1
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1
+    assert "encoder_only checkpoint (a masked language model)" in err
+    assert "attnkit fill-mask" in err
+
+
+def test_fill_mask_refuses_text_without_a_mask_by_name(mlm_run, capsys):
+    _, out = mlm_run
+    assert main(["fill-mask", "--checkpoint", str(out), "--text", "no mask here"]) == 2
+    assert "[MASK]" in capsys.readouterr().err

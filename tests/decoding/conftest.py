@@ -23,7 +23,7 @@ class ToyState:
     fed: Tensor  # (B, t) every token fed so far, following reorders
     steps: int = 0
 
-    def reorder(self, indices: Tensor) -> ToyState:
+    def reorder(self, indices: Tensor, *, group_size: int | None = None) -> ToyState:
         # Not in place: callers must use the returned object.
         return ToyState(
             self.bias.index_select(0, indices), self.fed.index_select(0, indices), self.steps
@@ -46,7 +46,7 @@ class MarkovStepper:
         self.calls: list[Tensor] = []
         self.last_state: ToyState | None = None
 
-    def start(self, src_ids: Tensor) -> ToyState:
+    def start(self, src_ids: Tensor, *, max_steps: int | None = None) -> ToyState:
         self.calls = []
         if self.src_table is None:
             bias = self.table.new_zeros(src_ids.size(0), self.table.size(1))

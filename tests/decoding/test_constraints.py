@@ -12,7 +12,7 @@ class AlwaysEOS:
 
     pad_id, bos_id, eos_id = 0, 1, 2
 
-    def start(self, src_ids):
+    def start(self, src_ids, *, max_steps=None):
         return _State()
 
     def step(self, tokens, state):
@@ -23,7 +23,7 @@ class AlwaysEOS:
 
 
 class _State:
-    def reorder(self, indices):
+    def reorder(self, indices, *, group_size=None):
         return self
 
 

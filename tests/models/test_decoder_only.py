@@ -189,11 +189,12 @@ class EosAfter:
     """A stub stepper: token 5 for ``k`` steps, then EOS (2) for ever."""
 
     pad_id, bos_id, eos_id = 0, 1, 2
+    context_length = 100
 
     def __init__(self, k: int):
         self.k = k
 
-    def start(self, prompt_ids):
+    def start(self, prompt_ids, *, max_steps=None):
         return {"fed": 0, "rows": prompt_ids.size(0)}
 
     def step(self, tokens, state):

@@ -80,10 +80,10 @@ def test_cached_decoding_equals_full_forward(overrides):
     src, tgt = _ids(3, 6), _ids(3, 7, bos=True)
     src[1, 4:] = 0  # padded source row
     full = m(src, tgt).logits
-    state = m.encode(src, capacity=2)  # small capacity: exercises growth too
+    state = m.start(src, max_steps=2)  # small capacity: exercises growth too
     steps = []
     for t in range(tgt.size(1)):
-        logits, state = m.decode_step(tgt[:, t], state)
+        logits, state = m.step(tgt[:, t], state)
         steps.append(logits)
     torch.testing.assert_close(torch.stack(steps, 1), full)
 
@@ -92,10 +92,10 @@ def test_cached_chunk_prefill_equals_full_forward():
     m = _model()
     src, tgt = _ids(2, 5), _ids(2, 6, bos=True)
     full = m(src, tgt).logits
-    state = m.encode(src)
-    last, state = m.decode_step(tgt[:, :4], state)
+    state = m.start(src)
+    last, state = m.step(tgt[:, :4], state)
     torch.testing.assert_close(last, full[:, 3])
-    nxt, _ = m.decode_step(tgt[:, 4], state)
+    nxt, _ = m.step(tgt[:, 4], state)
     torch.testing.assert_close(nxt, full[:, 4])
 
 
@@ -104,10 +104,10 @@ def test_state_reorder_follows_beams():
     src, tgt = _ids(3, 5), _ids(3, 4, bos=True)
     full = m(src, tgt).logits
     idx = torch.tensor([2, 0, 0, 1])
-    state = m.encode(src)
-    _, state = m.decode_step(tgt[:, :2], state)
+    state = m.start(src)
+    _, state = m.step(tgt[:, :2], state)
     state = state.reorder(idx)
-    logits, _ = m.decode_step(tgt[idx, 2], state)
+    logits, _ = m.step(tgt[idx, 2], state)
     torch.testing.assert_close(logits, full[idx, 2])
 
 

@@ -86,7 +86,7 @@ def test_config_round_trips_through_json_and_presets():
     big = RNNSeq2SeqConfig.from_preset("bahdanau")
     assert (big.embed_dim, big.hidden_size, big.cell, big.bidirectional) == (256, 512, "gru", True)
     assert big.encoder_dim == 1024 and big.d_model == 512
-    with pytest.raises(ConfigError, match="^hiden_size: unknown field; did you mean 'hidden_size'"):
+    with pytest.raises(ConfigError, match="^hiden_size: unknown key; did you mean 'hidden_size'"):
         RNNSeq2SeqConfig.from_dict({"hiden_size": 3})
     with pytest.raises(ConfigError, match="^preset:"):
         RNNSeq2SeqConfig.from_preset("huge")
@@ -139,11 +139,11 @@ def test_stepwise_decoding_equals_teacher_forcing(variant):
     full = m(src, tgt).logits
     state = m.start(src)
     steps = [m.step(tgt[:, t], state)[0] for t in range(4)]
-    steps.append(m.decode_step(tgt[:, 4:5], state)[0])  # a (B, 1) feed works too
+    steps.append(m.step(tgt[:, 4:5], state)[0])  # a (B, 1) feed works too
     torch.testing.assert_close(torch.stack(steps, dim=1), full)
     # Feeding several tokens at once gives the last one's logits.
-    state = m.encode(src)
-    torch.testing.assert_close(m.decode_step(tgt, state)[0], full[:, -1])
+    state = m.start(src)
+    torch.testing.assert_close(m.step(tgt, state)[0], full[:, -1])
 
 
 @pytest.mark.parametrize("attention", ATTENTIONS)
@@ -152,10 +152,10 @@ def test_state_reorder_permutes_rows_exactly(attention):
     m = _model(attention=attention, cell="lstm", num_layers=2, input_feeding=feeding)
     src, tgt = _ids(3, 5), _ids(3, 3, bos=True)
     src[2, 2:] = 0
-    state = m.encode(src)
+    state = m.start(src)
     for t in range(2):
         m.step(tgt[:, t], state)
-    other = m.encode(src)
+    other = m.start(src)
     for t in range(2):
         m.step(tgt[:, t], other)
     perm = torch.tensor([2, 0, 1, 1])  # a permutation plus a duplicate, as beams do

@@ -168,18 +168,18 @@ def test_cached_decoding_equals_full_forward(norm_position, positions):
     src, tgt = _ids(3, 6), _ids(3, 8, bos=True)
     src[1, 4:] = 0  # padded source row
     full = m(src, tgt).logits
-    state = m.encode(src, capacity=2)  # small capacity: exercises growth too
+    state = m.start(src, max_steps=2)  # small capacity: exercises growth too
     steps = []
     for t in range(tgt.size(1)):
-        logits, state = m.decode_step(tgt[:, t], state)
+        logits, state = m.step(tgt[:, t], state)
         steps.append(logits)
     torch.testing.assert_close(torch.stack(steps, 1), full)
     # A chunk prefill, a beam reorder, then one more step.
     idx = torch.tensor([2, 0, 0])
-    state = m.encode(src)
-    last, state = m.decode_step(tgt[:, :5], state)
+    state = m.start(src)
+    last, state = m.step(tgt[:, :5], state)
     torch.testing.assert_close(last, full[:, 4])
-    nxt, _ = m.decode_step(tgt[idx, 5], state.reorder(idx))
+    nxt, _ = m.step(tgt[idx, 5], state.reorder(idx))
     torch.testing.assert_close(nxt, full[idx, 5])
 
 

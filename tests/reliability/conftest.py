@@ -8,10 +8,10 @@ import pytest
 import torch
 from reliability_helpers import TrainedRun, cli, lines, write_config, write_corpus, write_lines
 
+from attnkit import checkpoints as ckpt
 from attnkit.data.tokenizers import CharTokenizer
 from attnkit.models.decoder_only import DecoderOnlyLM
 from attnkit.models.lm_config import DecoderOnlyConfig
-from attnkit.training import checkpoint as ckpt
 
 
 @pytest.fixture(scope="session")

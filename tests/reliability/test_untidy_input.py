@@ -6,8 +6,11 @@ Also: ``--debug`` turns the one-line errors back into tracebacks.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
-from reliability_helpers import cli, lines, write_lines
+from reliability_helpers import cli, lines, snapshot, write_config, write_lines
+
+from attnkit.cli.main import main
 
 
 def test_training_data_with_crlf_and_bom_is_read_clean(trained):
@@ -26,7 +29,7 @@ def test_overlong_training_pairs_are_dropped_and_counted(trained):
 
 
 def test_empty_pairs_are_skipped_and_counted_with_skip_empty(trained):
-    assert "skipped 1 training pairs with an empty side (data.skip_empty)" in trained.stdout
+    assert "1 with an empty side skipped (data.skip_empty)" in trained.stdout
 
 
 def test_translate_strips_crlf_and_bom_from_its_input(trained, tmp_path):
@@ -76,3 +79,30 @@ def test_debug_shows_the_traceback(trained, tmp_path):
         assert result.returncode != 0
         assert "Traceback (most recent call last)" in result.stderr
         assert "CheckpointError" in result.stderr and "nope" in result.stderr
+
+
+def test_an_unreadable_data_file_is_one_line_and_changes_nothing(
+    trained, tmp_path, monkeypatch, capsys
+):
+    """Permission denied (root reads any file, so the denial is simulated in-process)."""
+    data = tmp_path / "data"
+    data.mkdir()
+    for name in ("train.en", "train.de", "valid.en", "valid.de"):
+        (data / name).write_bytes((trained.data / name).read_bytes())
+    config = write_config(tmp_path / "tiny.yaml", data, max_len=64, skip_empty=True)
+    denied = data / "train.en"
+    real = Path.read_bytes
+
+    def read_bytes(self):
+        if self == denied:
+            raise PermissionError(13, "Permission denied", str(self))
+        return real(self)
+
+    before = snapshot(tmp_path)
+    monkeypatch.setattr(Path, "read_bytes", read_bytes)
+    code = main(["train", "--config", str(config), "--out", str(tmp_path / "out"), "--no-progress"])
+    monkeypatch.undo()
+    err = capsys.readouterr().err
+    assert code == 1 and err.count("\n") == 1, err
+    assert f"{denied}: permission denied" in err and "permissions" in err
+    assert snapshot(tmp_path) == before

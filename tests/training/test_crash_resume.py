@@ -1,9 +1,9 @@
 """Crash safety: ``attnkit train`` killed with SIGKILL, then ``--resume``d, ends bit-identical.
 
 Each run is the real CLI in a subprocess (``python -m attnkit train``) on tiny
-data. Deterministic crash points come from the test hook in
-``attnkit.training.checkpoint.kill_point`` (``ATTNKIT_TEST_KILL_AT``); one
-more kill lands wherever the run happens to be after its first checkpoint.
+data. Deterministic crash points come from a trainer callback that
+``kill_runner.py`` injects (the library carries no test hook); one more kill
+lands wherever the run happens to be after its first checkpoint.
 After each crash: no half-written checkpoint is listed, every listed one
 loads, and resuming to the same final step gives the same weights, bit for
 bit, as a run that was never interrupted (dropout on, so RNG state matters).
@@ -22,8 +22,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from attnkit import checkpoints as ckpt
 from attnkit.data.synthetic import number_splits
-from attnkit.training import checkpoint as ckpt
 
 pytestmark = pytest.mark.skipif(
     sys.platform == "win32", reason="SIGKILL and directory fsync are POSIX"
@@ -51,23 +51,25 @@ def config(tmp_path_factory) -> Path:
     return path
 
 
-def _command(config: Path, out: Path, *extra: str) -> list[str]:
-    return [sys.executable, "-m", "attnkit", "train", "--config", str(config),
-            "--out", str(out), "--no-progress", *extra]  # fmt: skip
+KILL_RUNNER = Path(__file__).with_name("kill_runner.py")
 
 
-def _env(kill_at: str | None = None) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k != ckpt.KILL_AT_ENV}
-    env["OMP_NUM_THREADS"] = "1"  # every run computes with the same thread count
-    if kill_at is not None:
-        env[ckpt.KILL_AT_ENV] = kill_at
-    return env
+def _command(config: Path, out: Path, *extra: str, kill_at: str | None = None) -> list[str]:
+    start = [sys.executable, "-m", "attnkit", "train"]
+    if kill_at is not None:  # the same command, with a trainer callback that SIGKILLs
+        start = [sys.executable, str(KILL_RUNNER), kill_at]
+    return [*start, "--config", str(config), "--out", str(out), "--no-progress", *extra]
+
+
+def _env() -> dict[str, str]:
+    return {**os.environ, "OMP_NUM_THREADS": "1"}  # the same thread count in every run
 
 
 def _train(config: Path, out: Path, *extra: str, kill_at: str | None = None) -> int:
     result = subprocess.run(
-        _command(config, out, *extra), env=_env(kill_at), capture_output=True, text=True
-    )
+        _command(config, out, *extra, kill_at=kill_at), env=_env(), capture_output=True,
+        text=True,
+    )  # fmt: skip
     if kill_at is None:
         assert result.returncode == 0, result.stderr[-2000:]
     return result.returncode
@@ -191,8 +193,9 @@ def test_leftovers_of_a_killed_run_are_tidied(tmp_path):
 
 def test_a_torn_last_metrics_line_is_dropped_on_resume(tmp_path):
     from attnkit.data.tokenizers import CharTokenizer
+    from attnkit.training.loop import Trainer
     from attnkit.training.runconfig import RunConfig
-    from attnkit.training.translation import TranslationTrainer
+    from attnkit.training.tasks import TranslationTask
 
     pairs = number_splits(40, 0, 0, low=1, high=999, seed=0)["train"]
     run = RunConfig.from_dict(
@@ -205,9 +208,7 @@ def test_a_torn_last_metrics_line_is_dropped_on_resume(tmp_path):
     tokenizer = CharTokenizer.train([s for s, _ in pairs] + [t for _, t in pairs])
 
     def trainer():
-        return TranslationTrainer(
-            run, tmp_path, tokenizer=tokenizer, train_pairs=pairs, progress=False
-        )
+        return Trainer(run, TranslationTask(run, tokenizer, pairs), tmp_path, progress=False)
 
     trainer().fit()
     metrics = tmp_path / "metrics.jsonl"

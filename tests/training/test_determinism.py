@@ -6,8 +6,9 @@ import torch
 
 from attnkit.data.synthetic import number_splits
 from attnkit.data.tokenizers import CharTokenizer
+from attnkit.training.loop import Trainer
 from attnkit.training.runconfig import RunConfig
-from attnkit.training.translation import TranslationTrainer
+from attnkit.training.tasks import TranslationTask
 
 PAIRS = number_splits(80, 0, 0, low=1, high=999, seed=0)["train"]
 
@@ -22,8 +23,8 @@ def _train(tmp_path, seed: int) -> dict[str, torch.Tensor]:
         }
     )  # fmt: skip
     texts = [s for s, _ in PAIRS] + [t for _, t in PAIRS]
-    trainer = TranslationTrainer(
-        run, tmp_path, tokenizer=CharTokenizer.train(texts), train_pairs=PAIRS, progress=False
+    trainer = Trainer(
+        run, TranslationTask(run, CharTokenizer.train(texts), PAIRS), tmp_path, progress=False
     )
     trainer.fit()  # dropout 0.1 is on: the RNG stream matters too
     return {k: v.clone() for k, v in trainer.model.state_dict().items()}

@@ -28,12 +28,12 @@ from pathlib import Path
 import pytest
 import torch
 
+from attnkit import checkpoints as ckpt
+from attnkit.checkpoints import load_model
 from attnkit.cli.main import main
 from attnkit.data.synthetic import number_splits
 from attnkit.errors import ConfigError
-from attnkit.training import checkpoint as ckpt
 from attnkit.training.distributed import DistContext
-from attnkit.training.loading import load_translation_model
 from attnkit.training.runconfig import RunConfig
 
 pytestmark = pytest.mark.skipif(
@@ -185,8 +185,53 @@ def test_fsdp_two_ranks_match_one_process_in_the_single_process_format(setup, si
     _assert_matches(out, single, 6)
     assert _writes(root, "fsdp_a", 1) == [] and _writes(root, "fsdp_b", 1) == []
     # A gathered checkpoint loads into a plain, unsharded model.
-    model, _ = load_translation_model(out)
+    model = load_model(out).model
     assert sum(p.numel() for p in model.parameters()) == model.num_parameters()
+
+
+LM_CONFIG = """
+task: {task}
+data: {{dir: {dir}, text: tiny.txt}}
+tokenizer: {{kind: char}}
+model: {{preset: small, d_model: 32, num_heads: 2, d_ff: 64, num_layers: 1, max_len: 16,
+        dropout: 0.0}}
+train: {{max_steps: 4, max_tokens: {max_tokens}, schedule: constant, lr: 0.003,
+        warmup_steps: 1, log_every: 1, eval_every: 100, save_every: 4}}
+"""
+
+
+@pytest.mark.parametrize("task", ["lm", "mlm"])
+@pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
+def test_language_model_tasks_train_data_parallel_like_one_process(setup, task, strategy):
+    """Every task gets torchrun: 2 ranks x 4 blocks equal 1 process x 8 blocks (fp64)."""
+    root, _, _ = setup
+    work = root / f"{task}_{strategy}"
+    work.mkdir()
+    (work / "tiny.txt").write_text("the cat sat on the mat. the dog sat on the log. " * 30)
+    configs = {}
+    for name, blocks in (("single", 8), ("ranks", 4)):
+        configs[name] = work / f"{name}.yaml"
+        configs[name].write_text(
+            LM_CONFIG.format(task=task, dir=work, max_tokens=16 * blocks), encoding="utf-8"
+        )
+    single = work / "single"
+    dtype = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        assert main(["train", "--config", str(configs["single"]), "--out", str(single),
+                     "--no-progress"]) == 0  # fmt: skip
+    finally:
+        torch.set_default_dtype(dtype)
+    out = work / "ranks"
+    _, _, wrapper = setup
+    launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
+    command = [*launcher, str(wrapper), str(out), str(work / "report"), "train", "--config",
+               str(configs["ranks"]), "--out", str(out), "--no-progress", "--set",
+               f"train.distributed={strategy}"]  # fmt: skip
+    result = subprocess.run(command, env={**os.environ, "OMP_NUM_THREADS": "1"},
+                            capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    _assert_matches(out, single, 4)
 
 
 def test_every_rank_takes_a_disjoint_share_whose_union_is_the_global_batch():
@@ -198,5 +243,7 @@ def test_every_rank_takes_a_disjoint_share_whose_union_is_the_global_batch():
 
 
 def test_the_strategy_is_validated_by_name():
-    with pytest.raises(ConfigError, match="train.distributed: expected ddp or fsdp, got 'zero'"):
+    with pytest.raises(
+        ConfigError, match="train.distributed: expected one of ddp, fsdp; got 'zero'"
+    ):
         RunConfig.from_dict({"train": {"distributed": "zero"}})

@@ -116,8 +116,9 @@ def test_compiled_forward_and_loss_give_eager_loss_and_gradients(chunked):
 def _trainer(tmp_path, fast: str, **train):
     from attnkit.data.synthetic import number_splits
     from attnkit.data.tokenizers import CharTokenizer
+    from attnkit.training.loop import Trainer
     from attnkit.training.runconfig import RunConfig
-    from attnkit.training.translation import TranslationTrainer
+    from attnkit.training.tasks import TranslationTask
 
     pairs = number_splits(60, 0, 0, low=1, high=999, seed=0)["train"]
     run = RunConfig.from_dict(
@@ -130,33 +131,32 @@ def _trainer(tmp_path, fast: str, **train):
         }
     )  # fmt: skip
     texts = [s for s, _ in pairs] + [t for _, t in pairs]
-    return TranslationTrainer(
-        run, tmp_path, tokenizer=CharTokenizer.train(texts), train_pairs=pairs, progress=False
+    return Trainer(
+        run, TranslationTask(run, CharTokenizer.train(texts), pairs), tmp_path, progress=False
     )
 
 
 def test_fast_auto_is_off_on_cpu_and_on_turns_on_the_chunked_loss_and_compile(tmp_path):
     auto = _trainer(tmp_path / "auto", "auto")
-    assert (auto.fast, auto.chunked_loss, auto.compiled) == (False, False, False)
+    assert (auto.fast, auto.task.chunked, auto.compiled) == (False, False, False)
     on = _trainer(tmp_path / "on", "on")
-    assert (on.fast, on.chunked_loss, on.compiled) == (True, True, True)
+    assert (on.fast, on.task.chunked, on.compiled) == (True, True, True)
     forced = _trainer(tmp_path / "forced", "off", compile=True)
-    assert (forced.fast, forced.chunked_loss, forced.compiled) == (False, False, True)
+    assert (forced.fast, forced.task.chunked, forced.compiled) == (False, False, True)
 
 
 def test_fast_trainer_steps_match_the_plain_trainer(tmp_path):
     plain = _trainer(tmp_path / "plain", "off")
     fast = _trainer(tmp_path / "fast", "on")
     fast.compiled = False  # the compiled step is checked above; here the chunked loss
-    plain_batches, fast_batches = plain._batches(), fast._batches()
     for _ in range(3):
-        a, b = plain.train_step(plain_batches), fast.train_step(fast_batches)
+        a, b = plain.train_step(), fast.train_step()
         assert a["tokens"] == b["tokens"]
         assert b["loss"] == pytest.approx(a["loss"], rel=1e-5)
     for (name, p), q in zip(plain.model.state_dict().items(), fast.model.state_dict().values()):
         torch.testing.assert_close(q, p, rtol=1e-4, atol=1e-5, msg=name)
     # and it is really a different code path: the chunked loss was used
-    assert fast.chunked_loss and not plain.chunked_loss
+    assert fast.task.chunked and not plain.task.chunked
 
 
 def test_a_failing_compile_is_one_error_that_names_the_way_out(tmp_path, monkeypatch):

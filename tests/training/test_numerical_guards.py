@@ -8,46 +8,51 @@ import json
 import pytest
 import torch
 
+from attnkit import checkpoints as ckpt
 from attnkit.cli.main import main
 from attnkit.data.synthetic import number_splits
 from attnkit.data.tokenizers import CharTokenizer
 from attnkit.errors import ConfigError, TrainingError
-from attnkit.training import checkpoint as ckpt
+from attnkit.training.loop import Trainer
 from attnkit.training.runconfig import RunConfig
-from attnkit.training.translation import TranslationTrainer
+from attnkit.training.tasks import LossSums, TranslationTask
 
 PAIRS = number_splits(80, 0, 0, low=1, high=999, seed=0)["train"]
 MODEL = {"preset": "small", "d_model": 32, "num_heads": 2, "d_ff": 64,
          "num_encoder_layers": 1, "num_decoder_layers": 1, "max_len": 96}  # fmt: skip
 
 
-def _trainer(tmp_path, **train) -> TranslationTrainer:
+def _trainer(tmp_path, **train) -> Trainer:
     train = {"max_tokens": 400, "warmup_steps": 3, "log_every": 1, "eval_every": 1000,
              "save_every": 0, **train}  # fmt: skip
     run = RunConfig.from_dict({"model": MODEL, "train": train})
     texts = [s for s, _ in PAIRS] + [t for _, t in PAIRS]
-    return TranslationTrainer(
-        run, tmp_path, tokenizer=CharTokenizer.train(texts), train_pairs=PAIRS, progress=False
+    return Trainer(
+        run, TranslationTask(run, CharTokenizer.train(texts), PAIRS), tmp_path, progress=False
     )
 
 
 def _poison_loss(monkeypatch, bad_steps, on_first=None):
-    """Make the training loss NaN at the given (1-based) steps; ``on_first`` runs once."""
-    original = TranslationTrainer._loss
+    """Make the training loss NaN at the given (1-based) steps; ``on_first(model)`` runs once.
+
+    The task's loss is called once per step (grad_accum 1; evaluation scores on its own).
+    """
+    original = TranslationTask.loss
+    calls: dict[int, int] = {}
     seen = []
 
-    def loss(self, batch, model=None):
-        step = self.step + 1
-        bad = self.model.training and step in bad_steps
+    def loss(self, model, batch):
+        step = calls[id(self)] = calls.get(id(self), 0) + 1
+        bad = step in bad_steps
         if bad and on_first is not None and not seen:
-            on_first(self)
-        out = original(self, batch, model)
+            on_first(model)
+        out = original(self, model, batch)
         if bad:
             seen.append(step)
-            return (out[0] * float("nan"), *out[1:])
+            return LossSums(out.loss * float("nan"), out.nll * float("nan"), out.tokens)
         return out
 
-    monkeypatch.setattr(TranslationTrainer, "_loss", loss)
+    monkeypatch.setattr(TranslationTask, "loss", loss)
     return seen
 
 
@@ -62,14 +67,13 @@ def _digest(directory) -> dict[str, str]:
 def test_a_nonfinite_loss_skips_the_update_with_a_warning(tmp_path, monkeypatch):
     trainer = _trainer(tmp_path, max_steps=6, max_nonfinite=2)
     _poison_loss(monkeypatch, {3, 4})
-    batches = trainer._batches()
-    trainer.train_step(batches)
-    trainer.train_step(batches)
+    trainer.train_step()
+    trainer.train_step()
     before = _snapshot(trainer)
     adam_step = float(trainer.optimizer.state_dict()["state"][0]["step"])
     for step in (3, 4):
         with pytest.warns(RuntimeWarning, match=f"step {step}: non-finite loss; update skipped"):
-            stats = trainer.train_step(batches)
+            stats = trainer.train_step()
         assert stats["skipped"] == "non-finite loss"
         # No update at all: weights, Adam state and schedule stay; gradients are gone.
         after = _snapshot(trainer)
@@ -78,7 +82,7 @@ def test_a_nonfinite_loss_skips_the_update_with_a_warning(tmp_path, monkeypatch)
         assert trainer.scheduler.last_epoch == 2
         assert all(p.grad is None for p in trainer.model.parameters())
     assert trainer.nonfinite_streak == 2
-    stats = trainer.train_step(batches)  # finite again: trains, and the streak resets
+    stats = trainer.train_step()  # finite again: trains, and the streak resets
     assert not stats["skipped"] and trainer.nonfinite_streak == 0
     assert trainer.scheduler.last_epoch == 3 and trainer.skipped_steps == 2
     assert any(not torch.equal(before[k], v) for k, v in _snapshot(trainer).items())
@@ -116,9 +120,9 @@ def test_weights_holding_nan_are_never_checkpointed(tmp_path, monkeypatch):
     trainer = _trainer(tmp_path, max_steps=20, save_every=4, max_nonfinite=10)
     good = ckpt.checkpoint_dir(tmp_path, 4)
 
-    def diverge(t):  # weights go bad (as after an unguarded update)
+    def diverge(model):  # weights go bad (as after an unguarded update)
         with torch.no_grad():
-            next(t.model.parameters()).fill_(float("nan"))
+            next(model.parameters()).fill_(float("nan"))
 
     _poison_loss(monkeypatch, {5}, on_first=diverge)
     with pytest.warns(RuntimeWarning), pytest.raises(TrainingError, match="step 8: the weights"):
@@ -186,7 +190,7 @@ def test_fp16_overflows_are_skipped_by_the_scaler_and_not_counted(tmp_path, recw
     # halved it enough. Those skips are loss-scale calibration, not divergence.
     trainer.scaler = torch.amp.GradScaler("cpu", init_scale=2.0**24)
     before = _snapshot(trainer)
-    stats = trainer.train_step(trainer._batches())
+    stats = trainer.train_step()
     assert stats["skipped"].startswith("fp16 gradient overflow")
     assert trainer.scaler.get_scale() == 2.0**23
     assert all(torch.equal(before[k], v) for k, v in _snapshot(trainer).items())
@@ -204,10 +208,9 @@ def test_fp16_with_fsdp_is_refused_by_name(tmp_path):
     )
     texts = [s for s, _ in PAIRS] + [t for _, t in PAIRS]
     with pytest.raises(ConfigError, match="train.precision: fp16 .*train.distributed=fsdp"):
-        TranslationTrainer(
+        Trainer(
             run,
+            TranslationTask(run, CharTokenizer.train(texts), PAIRS),
             tmp_path,
-            tokenizer=CharTokenizer.train(texts),
-            train_pairs=PAIRS,
             distributed=DistContext(rank=0, world_size=2),  # refused before any collective
         )

@@ -2,13 +2,15 @@
 
 import json
 
+import pytest
 import torch
 
+from attnkit.checkpoints import load_model
 from attnkit.data.synthetic import number_splits
 from attnkit.data.tokenizers import CharTokenizer
-from attnkit.training.loading import load_translation_model
+from attnkit.training.loop import Trainer
 from attnkit.training.runconfig import RunConfig
-from attnkit.training.translation import TranslationTrainer
+from attnkit.training.tasks import TranslationTask
 
 PAIRS = number_splits(200, 20, 0, low=1, high=999, seed=0)
 
@@ -24,16 +26,11 @@ def _run(**train) -> RunConfig:
     )  # fmt: skip
 
 
-def _trainer(tmp_path, **train) -> TranslationTrainer:
+def _trainer(tmp_path, **train) -> Trainer:
     texts = [s for s, _ in PAIRS["train"]] + [t for _, t in PAIRS["train"]]
-    return TranslationTrainer(
-        _run(**train),
-        tmp_path,
-        tokenizer=CharTokenizer.train(texts),
-        train_pairs=PAIRS["train"],
-        valid_pairs=PAIRS["valid"],
-        progress=False,
-    )
+    run = _run(**train)
+    task = TranslationTask(run, CharTokenizer.train(texts), PAIRS["train"], PAIRS["valid"])
+    return Trainer(run, task, tmp_path, progress=False)
 
 
 def _params(model):
@@ -76,7 +73,7 @@ def test_loss_goes_down_and_outputs_are_written(tmp_path):
     valid = [r for r in records if r["split"] == "valid"][-1]
     assert {"loss", "ppl", "bleu", "exact_match"} <= valid.keys()
     assert (tmp_path / "loss.png").stat().st_size > 1000
-    model, tokenizer = load_translation_model(tmp_path)
+    model = load_model(tmp_path).model
     for k, v in trainer.model.state_dict().items():
         assert torch.equal(model.state_dict()[k], v.cpu()), k
 
@@ -96,9 +93,34 @@ def test_a_model_vocabulary_larger_than_the_tokenizer_trains_and_loads(tmp_path)
     tokenizer = CharTokenizer.train(texts)
     run = _run(max_steps=3)
     run.model.update(src_vocab_size=128, tgt_vocab_size=128, share_embeddings="all")
-    trainer = TranslationTrainer(
-        run, tmp_path, tokenizer=tokenizer, train_pairs=PAIRS["train"], progress=False
+    trainer = Trainer(
+        run, TranslationTask(run, tokenizer, PAIRS["train"]), tmp_path, progress=False
     )
     trainer.fit()
-    model, loaded = load_translation_model(tmp_path, "cpu")
-    assert model.config.tgt_vocab_size == 128 and loaded.vocab_size == tokenizer.vocab_size < 128
+    loaded = load_model(tmp_path, "cpu")
+    assert loaded.config.tgt_vocab_size == 128
+    assert loaded.tokenizer.vocab_size == tokenizer.vocab_size < 128
+
+
+def test_checkpoints_of_the_previous_trainer_state_format_still_resume(tmp_path):
+    """attnkit 0.1.0 kept the translation stream's position at the top of trainer_state."""
+    from attnkit.checkpoints import checkpoint_dir
+    from attnkit.checkpoints.files import load_checkpoint, save_checkpoint
+    from attnkit.errors import CheckpointError
+    from attnkit.training.trainer_state import upgrade_state
+
+    first = _trainer(tmp_path, max_steps=3, save_every=3)
+    first.fit()
+    directory = checkpoint_dir(tmp_path, 3)
+    state = load_checkpoint(directory)
+    old = dict(state.trainer_state)
+    old.update(old.pop("task_state"))  # back to format 1: epoch, batch_in_epoch at the top
+    del old["format"], old["task"]
+    save_checkpoint(directory, model_state=state.model_state, config=state.config,
+                    tokenizer_json=state.tokenizer_json, trainer_state=old,
+                    optimizer_state=state.optimizer_state)  # fmt: skip
+    resumed = _trainer(tmp_path, max_steps=5)
+    assert resumed.resume() and resumed.step == 3
+    assert resumed.task.state_dict() == first.task.state_dict()
+    with pytest.raises(CheckpointError, match="cannot resume a lm run"):
+        upgrade_state({"step": 3}, "lm", directory)

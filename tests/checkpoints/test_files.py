@@ -10,8 +10,9 @@ import pytest
 import torch
 from torch import nn
 
+from attnkit import checkpoints as ckpt
 from attnkit.errors import CheckpointError
-from attnkit.training import checkpoint as ckpt
+from attnkit.training import rng
 from attnkit.training.optim import build_optimizer
 from attnkit.training.schedules import build_scheduler
 
@@ -59,7 +60,7 @@ def test_resume_is_bit_exact(tmp_path):
     model, opt, sched = _fresh()
     _train(model, opt, sched, 3)
     random.random(), np.random.rand()  # advance the other RNGs too
-    trainer_state = {"step": 3, "scheduler": sched.state_dict(), "rng": ckpt.capture_rng_state()}
+    trainer_state = {"step": 3, "scheduler": sched.state_dict(), "rng": rng.capture_rng_state()}
     _save(
         tmp_path / "c",
         model,
@@ -77,7 +78,7 @@ def test_resume_is_bit_exact(tmp_path):
     model2.load_state_dict(loaded.model_state)
     opt2.load_state_dict(loaded.optimizer_state)
     sched2.load_state_dict(loaded.trainer_state["scheduler"])
-    ckpt.restore_rng_state(loaded.trainer_state["rng"])
+    rng.restore_rng_state(loaded.trainer_state["rng"])
     _train(model2, opt2, sched2, 3)
 
     assert (random.random(), np.random.rand()) == after
@@ -214,7 +215,7 @@ def test_malicious_pickle_is_never_unpickled(tmp_path, protocol):
 
 
 def _fail_on_second_json(monkeypatch):
-    from attnkit.training import safe_files
+    from attnkit.checkpoints import safe_files
 
     real = safe_files.write_json
     calls = []

@@ -1,4 +1,5 @@
-"""The fast decoding path (static KV cache, optionally compiled) against the reference path."""
+"""The fast decoding path (``StaticCacheStepper``: a static KV cache, optionally compiled)
+against the reference path (the model's own growing cache)."""
 
 from __future__ import annotations
 
@@ -8,11 +9,25 @@ import pytest
 import torch
 
 from attnkit.attention import KVCache, StaticKVCache
-from attnkit.decoding import beam_search, greedy_search, sample, start_decoding
+from attnkit.decoding import (
+    StaticCacheStepper,
+    SupportsStaticCache,
+    beam_search,
+    greedy_search,
+    sample,
+    stepper_for,
+)
 from attnkit.decoding.common import CHECK_EVERY_ACCELERATOR, resolve_check_every
 from attnkit.decoding.constraints import MinLength
 from attnkit.errors import UsageError
-from attnkit.models import EncoderDecoder, TransformerConfig
+from attnkit.models import (
+    DecoderOnlyConfig,
+    DecoderOnlyLM,
+    EncoderDecoder,
+    RNNSeq2Seq,
+    RNNSeq2SeqConfig,
+    TransformerConfig,
+)
 
 LIMIT = 10
 
@@ -55,10 +70,7 @@ def search(model, src, beam: int):
 
 
 def both_paths(model, src, beam: int):
-    model.fast_decoding = False
-    reference = search(model, src, beam)
-    model.fast_decoding = True
-    return reference, search(model, src, beam)
+    return search(model, src, beam), search(StaticCacheStepper(model), src, beam)
 
 
 @pytest.mark.parametrize("norm", ["post", "pre"])
@@ -80,55 +92,81 @@ def test_fast_path_in_float32_and_with_sampling():
     reference, fast = both_paths(model, src, 4)
     assert fast.tokens == reference.tokens
     draws = []
-    for fast_on in (False, True):
-        model.fast_decoding = fast_on
+    for stepper in (model, StaticCacheStepper(model)):
         g = torch.Generator().manual_seed(3)
-        draws.append(sample(model, src, generator=g, max_len=LIMIT).tokens)
+        draws.append(sample(stepper, src, generator=g, max_len=LIMIT).tokens)
     assert draws[0] == draws[1]
 
 
-def test_start_picks_the_cache_by_flag_and_support():
+def test_start_picks_the_cache_by_bound_and_support():
     model, src = tiny(), batch()
-    assert isinstance(start_decoding(model, src, LIMIT).cache, StaticKVCache)
-    assert start_decoding(model, src, LIMIT).cache.capacity == LIMIT
-    assert isinstance(model.start(src).cache, KVCache)  # no bound given: growing cache
-    model.fast_decoding = False
-    assert isinstance(start_decoding(model, src, LIMIT).cache, KVCache)
-    model.fast_decoding = True
+    fast = StaticCacheStepper(model)
+    assert isinstance(fast.start(src, max_steps=LIMIT).cache, StaticKVCache)
+    assert fast.start(src, max_steps=LIMIT).cache.capacity == LIMIT
+    assert isinstance(fast.start(src).cache, KVCache)  # no bound given: growing cache
+    assert isinstance(model.start(src, max_steps=LIMIT).cache, KVCache)  # the model's own
     too_long = model.config.max_len + 1  # past the position table: the reference path
-    assert isinstance(start_decoding(model, src, too_long).cache, KVCache)
-    relative = tiny(positions="relative")
-    assert isinstance(start_decoding(relative, src, LIMIT).cache, KVCache)
+    assert isinstance(fast.start(src, max_steps=too_long).cache, KVCache)
+    relative = tiny(positions="relative")  # relative positions need the growing cache
+    assert relative.cache_layout() is None
+    assert isinstance(StaticCacheStepper(relative).start(src, max_steps=LIMIT).cache, KVCache)
+
+
+def test_capabilities_are_declared_not_probed():
+    rnn = RNNSeq2Seq(RNNSeq2SeqConfig.from_preset("small", src_vocab_size=24, tgt_vocab_size=24))
+    assert isinstance(tiny(), SupportsStaticCache)
+    assert not isinstance(rnn, SupportsStaticCache)
+    assert stepper_for(rnn) is rnn  # fast = the only path an RNN has
+    assert isinstance(stepper_for(tiny()), StaticCacheStepper)
+    assert stepper_for(rnn, "reference") is rnn
+    with pytest.raises(ValueError, match="no static-cache step"):
+        stepper_for(rnn, "compiled")
 
 
 def test_min_length_passes_max_steps_through():
     model, src = tiny(), batch()
-    forced = MinLength(model, LIMIT)
-    assert forced.accepts_max_steps
-    assert isinstance(start_decoding(forced, src, LIMIT).cache, StaticKVCache)
+    forced = MinLength(StaticCacheStepper(model), LIMIT)
+    assert isinstance(forced.start(src, max_steps=LIMIT).cache, StaticKVCache)
     out = greedy_search(forced, src, max_len=LIMIT)
     assert [len(t) for t in out.tokens] == [LIMIT] * src.size(0)
-    model.fast_decoding = False
-    assert greedy_search(forced, src, max_len=LIMIT).tokens == out.tokens
+    assert greedy_search(MinLength(model, LIMIT), src, max_len=LIMIT).tokens == out.tokens
 
 
 def test_static_step_refuses_to_overflow_its_capacity():
     model, src = tiny(), batch()
-    state = start_decoding(model, src, 2)
+    fast = StaticCacheStepper(model)
+    state = fast.start(src, max_steps=2)
     tokens = torch.full((src.size(0),), model.bos_id)
     for _ in range(2):
-        _, state = model.step(tokens, state)
+        _, state = fast.step(tokens, state)
     with pytest.raises(ValueError, match="capacity"):
-        model.step(tokens, state)
+        fast.step(tokens, state)
 
 
 def test_prefix_of_several_tokens_matches_the_reference():
     model, src = tiny(), batch()
+    fast = StaticCacheStepper(model)
     prefix = torch.tensor([[model.bos_id, 5, 6]] * src.size(0))
-    want, _ = model.decode_step(prefix, model.start(src))
-    got, state = model.decode_step(prefix, model.start(src, max_steps=6))
+    want, _ = model.step(prefix, model.start(src))
+    got, state = fast.step(prefix, fast.start(src, max_steps=6))
     torch.testing.assert_close(got, want)
     assert state.cache.length == 3 and state.cache.pos.tolist() == [3]
+
+
+@pytest.mark.parametrize("positions", ["learned", "sinusoidal"])
+def test_decoder_only_static_path_gives_the_reference_tokens(positions):
+    config = DecoderOnlyConfig.from_preset(
+        "small", d_model=32, num_heads=4, d_ff=64, num_layers=2, vocab_size=24, max_len=40,
+        dropout=0.0, positions=positions,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    lm = DecoderOnlyLM(config).double().eval()
+    prompt = torch.randint(3, 24, (3, 5), generator=torch.Generator().manual_seed(2))
+    for search_fn in (greedy_search, lambda m, p, **kw: beam_search(m, p, beam_size=3, **kw)):
+        want = search_fn(lm, prompt, max_len_a=0.0, max_len_b=12)
+        got = search_fn(StaticCacheStepper(lm), prompt, max_len_a=0.0, max_len_b=12)
+        assert got.tokens == want.tokens
+        assert got.scores == pytest.approx(want.scores, abs=1e-9)
 
 
 def test_check_every_defaults_by_device():
@@ -150,14 +188,13 @@ def test_a_failing_compiler_falls_back_to_eager_with_a_warning(monkeypatch):
         return run
 
     monkeypatch.setattr(torch, "compile", broken)
-    model.compile_decoding()
-    with pytest.warns(RuntimeWarning, match="compile_decoding"):
-        fast = search(model, src, 1)
+    compiled = StaticCacheStepper(model, compile=True)
+    with pytest.warns(RuntimeWarning, match="compiled decode step failed"):
+        fast = search(compiled, src, 1)
     assert fast.tokens == reference.tokens
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # warned once; eager from then on
-        assert search(model, src, 1).tokens == reference.tokens
-    model.compile_decoding(False)
+        assert search(compiled, src, 1).tokens == reference.tokens
 
 
 @pytest.mark.slow
@@ -166,19 +203,14 @@ def test_compiled_decode_step_gives_the_same_tokens():
     from torch._dynamo.utils import counters
 
     model, src = tiny(dtype=torch.float32, layers=1), batch()
-    model.fast_decoding = False
     want = {k: search(model, src, k) for k in (1, 4)}
-    model.fast_decoding = True
-    model.compile_decoding()
-    try:
-        with warnings.catch_warnings():
-            warnings.filterwarnings("error", message="compile_decoding")  # no silent fallback
-            for k in (1, 4):
-                got = search(model, src, k)
-                assert got.tokens == want[k].tokens
-                assert got.scores == pytest.approx(want[k].scores, abs=1e-4)
-            graphs = counters["stats"]["unique_graphs"]
-            assert search(model, src, 4).tokens == want[4].tokens  # same shapes: no recompile
-            assert counters["stats"]["unique_graphs"] == graphs
-    finally:
-        model.compile_decoding(False)
+    compiled = StaticCacheStepper(model, compile=True)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message=".*compiled decode step")  # no silent fallback
+        for k in (1, 4):
+            got = search(compiled, src, k)
+            assert got.tokens == want[k].tokens
+            assert got.scores == pytest.approx(want[k].scores, abs=1e-4)
+        graphs = counters["stats"]["unique_graphs"]
+        assert search(compiled, src, 4).tokens == want[4].tokens  # same shapes: no recompile
+        assert counters["stats"]["unique_graphs"] == graphs
