@@ -6,11 +6,11 @@ random source sentences, forced to exactly ``new`` output tokens (EOS
 suppressed until then: ``MinLength`` for attnkit, ``min_new_tokens`` for HF;
 the length cap ends every output there). Decoders:
 
-* ``attnkit_ref``      -- ``fast_decoding = False``: the growing KV cache, and
+* ``attnkit_ref``      -- the model itself (the reference path): the growing KV cache, and
   the "all finished?" test every step (one host-device sync per step);
 * ``attnkit_fast``     -- the static KV cache, beams reordered without moving
   the source side, the finished-test every 8 steps on GPU (1 on CPU);
-* ``attnkit_compiled`` -- ``attnkit_fast`` with ``compile_decoding()``
+* ``attnkit_compiled`` -- ``attnkit_fast`` compiled (``StaticCacheStepper(model, compile=True)``)
   (``torch.compile(mode="reduce-overhead")``: CUDA graphs; inductor on CPU).
   Default: on with CUDA, off on CPU (``--compile`` / ``--no-compile``);
 * ``hf``               -- ``MarianMTModel.generate`` (sdpa), when transformers is installed;
@@ -29,7 +29,6 @@ Timing is round-robin (``common.round_robin``).
 from __future__ import annotations
 
 import argparse
-import copy
 import importlib.util
 import json
 from collections.abc import Callable
@@ -49,7 +48,7 @@ from common import (
     sync,
 )
 
-from attnkit.decoding import beam_search, greedy_search
+from attnkit.decoding import StaticCacheStepper, Stepper, beam_search, greedy_search
 from attnkit.decoding.constraints import MinLength
 from attnkit.models import EncoderDecoder, TransformerConfig
 
@@ -122,17 +121,13 @@ def main() -> None:
         hf = to_hf_marian(model).to(device, dtype).eval()
         hf.generation_config.forced_eos_token_id = None
     model.to(device, dtype)
-    compiled_model = None
-    if use_compile:
-        compiled_model = copy.deepcopy(model)
-        compiled_model.compile_decoding()
+    compiled = StaticCacheStepper(model, compile=True) if use_compile else None
 
-    def ours(m: EncoderDecoder, k: int, fast: bool, check: int | None = 1) -> Callable[[], object]:
+    def ours(m: Stepper, k: int, check: int | None = 1) -> Callable[[], object]:
         """``check``: the finished-test interval (1 for the reference; None: the default)."""
         forced = MinLength(m, new)  # EOS forbidden until `new` tokens; max_len ends them there
 
         def run():
-            m.fast_decoding = fast
             if k == 1:
                 return greedy_search(forced, src, max_len=new, check_every=check)
             return beam_search(forced, src, beam_size=k, alpha=0.6, max_len=new, check_every=check)
@@ -149,12 +144,12 @@ def main() -> None:
     decoders: dict[tuple[str, int], Callable[[], object]] = {}
     for k in beams:
         if not args.no_ref:
-            decoders[("attnkit_ref", k)] = ours(model, k, fast=False)
-        decoders[("attnkit_fast", k)] = ours(model, k, fast=True, check=None)
+            decoders[("attnkit_ref", k)] = ours(model, k)
+        decoders[("attnkit_fast", k)] = ours(StaticCacheStepper(model), k, check=None)
         if args.sync_row:
-            decoders[("attnkit_fast_sync1", k)] = ours(model, k, fast=True, check=1)
-        if compiled_model is not None:
-            decoders[("attnkit_compiled", k)] = ours(compiled_model, k, fast=True, check=None)
+            decoders[("attnkit_fast_sync1", k)] = ours(StaticCacheStepper(model), k, check=1)
+        if compiled is not None:
+            decoders[("attnkit_compiled", k)] = ours(compiled, k, check=None)
         if hf is not None:
             decoders[("hf", k)] = theirs(k)
 

@@ -74,12 +74,15 @@ def attention_for_translation(
     """
     import torch
 
+    from attnkit.decoding.static import stepper_for
     from attnkit.decoding.text import decode_ids
 
     model.eval()
     device = next(model.parameters()).device
     src = tokenizer.encode(text)[: model.config.max_len - 1] + [tokenizer.eos_id]
-    out = decode_ids(model, [src], beam=beam, max_len=model.config.max_len - 2, device=device)
+    out = decode_ids(
+        stepper_for(model), [src], beam=beam, max_len=model.config.max_len - 2, device=device
+    )
     hyp = out[0].tokens[0] + [tokenizer.eos_id]
     with torch.no_grad():
         result = model(
@@ -89,6 +92,34 @@ def attention_for_translation(
         )
     weights = select_heads(result.cross_attentions, layer=layer, head=head)[0]
     return weights, token_strings(tokenizer, src), token_strings(tokenizer, hyp)
+
+
+def attention_for_text(
+    model: Any,
+    tokenizer: Any,
+    text: str,
+    *,
+    layer: int = -1,
+    head: int | None = None,
+) -> tuple[Tensor, list[str], list[str]]:
+    """The self-attention of a language model (decoder-only or encoder-only) over ``text``.
+
+    Returns ``(weights (T, T), tokens, tokens)``: row ``i`` is where token
+    ``i`` looked (a causal model only looks back). The text is cut to the
+    model's context.
+    """
+    import torch
+
+    model.eval()
+    device = next(model.parameters()).device
+    ids = tokenizer.encode(text)[: model.config.max_len]
+    if not ids:
+        raise ValueError("text: holds no token")
+    with torch.no_grad():
+        result = model(torch.tensor([ids], device=device), need_weights=True)
+    weights = select_heads(result.attentions, layer=layer, head=head)[0]
+    labels = token_strings(tokenizer, ids)
+    return weights, labels, labels
 
 
 def token_strings(tokenizer: Any, ids: Sequence[int]) -> list[str]:
