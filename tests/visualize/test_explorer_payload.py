@@ -10,6 +10,7 @@ import re
 import numpy as np
 import pytest
 import torch
+from explorer_examples import seq2seq_example, softmax
 
 from attnkit.visualize.explorer import (
     AttentionGroup,
@@ -20,7 +21,6 @@ from attnkit.visualize.explorer import (
     render_page,
 )
 from attnkit.visualize.explorer.summaries import head_summaries, rollout
-from tests.visualize.conftest import seq2seq_example, softmax
 
 
 def _random_maps(rng: np.random.Generator, layers: int, heads: int, tq: int, tk: int) -> list:

@@ -167,6 +167,8 @@ AK.buildSVG = function (spec, geo) {
     out.push(`<image x="${left}" y="${top}" width="${Tk * c}" height="${Tq * c}" ` +
       `preserveAspectRatio="none" style="image-rendering:pixelated" href="${png}"/>`);
   }
+  out.push(`<rect x="${left - 0.5}" y="${top - 0.5}" width="${Tk * c + 1}" height="${Tq * c + 1}" ` +
+    `fill="none" stroke="#c6d0db"/>`);
   if (geo.labels) {
     const fs = geo.fs;
     qTok.forEach((t, i) => out.push(`<text x="${left - 5}" y="${top + (i + 0.5) * c}" ` +

@@ -92,6 +92,10 @@ AK.highlight = function (own, ownIdx, other, vals) {
     if (w < 0.6) els[i].classList.add("faint");
     els[i].style.setProperty("--w", (0.25 + 0.75 * w).toFixed(2));
   }
+  // Long strips scroll: bring the strongest token into view (the strip only, not the page).
+  const box = $(other), top = idx.length ? els[idx[0]] : null;
+  if (top && (top.offsetTop < box.scrollTop || top.offsetTop + top.offsetHeight > box.scrollTop + box.clientHeight))
+    box.scrollTop = top.offsetTop - box.clientHeight / 2;
   return idx;
 };
 AK.hoverQuery = function (i) {
@@ -134,7 +138,7 @@ AK.renderStep = function () {
   rows.push(["average", avg.row(0, i), "avg"]);
   let top = 0;
   for (const r of rows) for (const v of r[1]) top = Math.max(top, v);
-  const bw = Math.max(1, Math.min(14, Math.floor(600 / k.length)));
+  const bw = Math.max(1, Math.min(28, Math.floor(600 / k.length)));
   $("step-label").textContent = `query ${i} of ${q.length}: "${q[i]}" (layer ${S.layer}; bars share one scale, max ${top.toFixed(3)})`;
   const box = $("step-view");
   box.innerHTML = "";
