@@ -151,6 +151,7 @@ def test_hover_highlights_the_alignment_both_ways(open_page, pages, shots):
         # the step view follows: head 0 of layer 1 looks at the aligned source token
         step_head = o.page.locator("[data-testid=step-head][data-head='0']")
         assert step_head.get_attribute("data-argmax") == str(j)
+    o.page.hover("[data-testid=query-token][data-index='4']")  # football -> Fußball, off-diagonal
     _screenshot(o, shots, "hover-target.png")
     for j in range(len(SOURCE)):
         o.page.hover(f"[data-testid=key-token][data-index='{j}']")
