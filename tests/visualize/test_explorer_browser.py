@@ -61,13 +61,22 @@ def pages(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         groups=[AttentionGroup("cross-attention", [softmax(rng.normal(0, 2, (1, 10, 9)))])],
         title="RNN",
     )
-    mlm = ExplorerExample(
+    examples = {"seq2seq": seq2seq_example(), "causal512": causal_example(), "rnn": rnn}
+    pages = {k: write_page(folder / f"{k}.html", build_payload(ex)) for k, ex in examples.items()}
+    # float16 blobs take the page's other decoding path
+    pages["mlm"] = write_page(folder / "mlm.html", build_payload(_mlm(), dtype="float16"))
+    return pages
+
+
+def _mlm() -> ExplorerExample:
+    """An encoder-only example whose head 0 of layer 0 looks at key (i + 2) mod 5."""
+    logits = np.random.default_rng(8).normal(0, 0.5, (3, 5, 5))
+    logits[0, np.arange(5), (np.arange(5) + 2) % 5] += 4
+    return ExplorerExample(
         kind="masked_lm",
         source=["[CLS]", "the", "[MASK]", "sat", "[SEP]"],
-        groups=[AttentionGroup("self-attention", [softmax(rng.normal(0, 2, (3, 5, 5)))] * 2)],
+        groups=[AttentionGroup("self-attention", [softmax(logits)] * 2)],
     )
-    examples = {"seq2seq": seq2seq_example(), "causal512": causal_example(), "rnn": rnn, "mlm": mlm}
-    return {k: write_page(folder / f"{k}.html", build_payload(ex)) for k, ex in examples.items()}
 
 
 @pytest.fixture(scope="module")
@@ -250,6 +259,11 @@ def test_other_kinds_render(open_page, pages, name):
     o = open_page(pages[name].as_uri())
     groups = o.page.locator("[data-testid=group-tab]").count()
     assert groups == 1 and o.bigmap()["ready"] == "1"
+    if name == "mlm":
+        assert o.page.is_hidden("[data-testid=output]")  # nothing generated
+        for i in range(5):
+            o.page.hover(f"[data-testid=query-token][data-index='{i}']")
+            assert o.indices("[data-testid=key-token].hl") == [(i + 2) % 5]
     _only_local_files(o)
 
 

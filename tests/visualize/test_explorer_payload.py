@@ -199,6 +199,8 @@ def _cross(shape=(2, 3, 4)) -> np.ndarray:
         ({"kind": "gpt"}, "kind"),
         ({"source": "a b c d"}, "source"),
         ({"source": []}, "source"),
+        ({"source": None}, "source"),
+        ({"nbest": [("x", -1.0, "extra")]}, "nbest[0]"),
         ({"target": ["x", 1, "z"]}, "target"),
         ({"groups": []}, "groups"),
         ({"nbest": [("x", "high")]}, "nbest[0]"),

@@ -149,7 +149,9 @@ def _axis_tokens(example: ExplorerExample, axis: str) -> list[str]:
 
 
 def _check_tokens(tokens: Any, name: str) -> list[str]:
-    if isinstance(tokens, str) or not all(isinstance(t, str) for t in tokens):
+    if not isinstance(tokens, Sequence) or isinstance(tokens, str):
+        raise ValueError(f"{name}: must be a list of str tokens, got {type(tokens).__name__}")
+    if not all(isinstance(t, str) for t in tokens):
         raise ValueError(f"{name}: must be a list of str tokens")
     return list(tokens)
 
@@ -240,7 +242,10 @@ def _check_example(ex: ExplorerExample) -> list[dict[str, str]]:
         raise ValueError("source: needs at least one token")
     nbest = []
     for i, h in enumerate(ex.nbest):
-        text, score = (h.text, h.score) if isinstance(h, Hypothesis) else tuple(h)
+        pair = (h.text, h.score) if isinstance(h, Hypothesis) else tuple(h)
+        if len(pair) != 2:
+            raise ValueError(f"nbest[{i}]: expected a Hypothesis or a (text, score) pair")
+        text, score = pair
         if not isinstance(text, str):
             raise ValueError(f"nbest[{i}]: text must be a str")
         try:

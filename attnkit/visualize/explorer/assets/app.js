@@ -64,6 +64,7 @@ AK.render = function (payload) {
   $("kind").textContent = payload.kind.replace("_", " ");
   $("source-text").innerHTML = payload.source.map((t) => `<span class="tok">${AK.esc(t)}</span>`).join(" ");
   $("output").textContent = payload.output;
+  $("output").parentElement.hidden = !payload.output; // encoder-only: nothing generated
   $("nbest-list").innerHTML = payload.nbest.map((n) => `<li data-testid="nbest-item">${AK.esc(n.text)}` +
     `<span class="score">${n.score == null ? "" : n.score.toFixed(3)}</span></li>`).join("");
   $("group-tabs").innerHTML = payload.groups.map((g, i) =>
