@@ -17,7 +17,7 @@ AK.update = function () {
   $("head").disabled = S.view !== "head";
   const what = S.view === "head" ? `head ${S.head}` : S.view === "average" ? "head average" : "rollout";
   const caption = `${g.name} \u00b7 layer ${S.layer} \u00b7 ${what}` +
-    (S.view === "rollout" ? ` (layers 0\u2013${S.layer})` : "");
+    (S.view === "rollout" && S.layer > 0 ? ` through layers 0\u2013${S.layer}` : "");
   const axes = `rows: ${AK.axisName(p, g.query)} (${q.length}) \u00b7 columns: ${AK.axisName(p, g.key)} (${k.length})` +
     (S.mode === "row" ? " \u00b7 colour: row-normalised" : "");
   S.spec = { map, h, mode: S.mode, qTok: q, kTok: k, caption, axes };

@@ -46,32 +46,34 @@ AK.drawThumb = function (canvas, map, h, mode, size) {
 
 AK.measure = (function () {
   const ctx = document.createElement("canvas").getContext("2d");
-  return function (tokens, fs) {
-    ctx.font = `${fs}px ${AK.FONT}`;
+  return function (texts, font, cut) {
+    ctx.font = font;
     let w = 0;
-    for (const t of tokens) w = Math.max(w, ctx.measureText(AK.short(t, 16)).width);
+    for (const t of texts) w = Math.max(w, ctx.measureText(cut ? AK.short(t, cut) : t).width);
     return Math.ceil(w);
   };
 })();
 
 // Geometry of the big map in CSS pixels: cell size, margins, whether labels fit.
-AK.layout = function (Tq, Tk, qTok, kTok) {
+AK.layout = function (Tq, Tk, qTok, kTok, caption, axes) {
   // Whole pixels per cell where there is room; fractional ones (>= 1) for long inputs.
   const fit = 720 / Math.max(Tq, Tk);
   const c = Math.max(1, Math.min(28, fit >= 4 ? Math.floor(fit) : fit));
   const labels = c >= 9;
   const fs = Math.min(12, c - 1);
-  const caption = 26;
-  const left = labels ? AK.measure(qTok, fs) + 12 : 28;
-  const top = caption + (labels ? AK.measure(kTok, fs) + 10 : 22);
-  return { c, labels, fs, caption, left, top, Tq, Tk,
-    width: Math.ceil(left + Tk * c + 12), height: Math.ceil(top + Tq * c + 12) };
+  const font = `${fs}px ${AK.FONT}`;
+  const left = labels ? AK.measure(qTok, font, 16) + 12 : 28;
+  const top = 26 + (labels ? AK.measure(kTok, font, 16) + 10 : 22);
+  // wide enough for the caption lines too, however small the map
+  const text = Math.max(AK.measure([caption], `600 13px ${AK.FONT}`), AK.measure([axes], `11px ${AK.FONT}`));
+  return { c, labels, fs, caption: 26, left, top, Tq, Tk,
+    width: Math.ceil(Math.max(left + Tk * c, text + 8) + 12), height: Math.ceil(top + Tq * c + 12) };
 };
 
 // Draw the big map; returns its geometry (used by hover, overlay and the SVG export).
 AK.drawBigMap = function (canvas, overlay, spec) {
   const { map, h, mode, qTok, kTok } = spec;
-  const geo = AK.layout(map.Tq, map.Tk, qTok, kTok);
+  const geo = AK.layout(map.Tq, map.Tk, qTok, kTok, spec.caption, spec.axes);
   for (const cv of [canvas, overlay]) {
     cv.width = geo.width * AK.R; cv.height = geo.height * AK.R;
     cv.style.width = geo.width + "px"; cv.style.height = geo.height + "px";
