@@ -176,7 +176,7 @@ def _check_group(
         raise ValueError(f"{where}: the {query!r} or {key!r} token list is empty")
     if isinstance(g.layers, str) or len(g.layers) == 0:
         raise ValueError(f"{where}.layers: need at least one (heads, T_query, T_key) array")
-    arrays = []
+    arrays: list[np.ndarray] = []
     for li, layer in enumerate(g.layers):
         name = f"{where}.layers[{li}]"
         w = _to_numpy(layer, name)
@@ -232,7 +232,7 @@ def _round(a: np.ndarray) -> list[Any]:
     return np.round(a, 6).tolist()
 
 
-def _check_example(ex: ExplorerExample) -> list[dict[str, str]]:
+def _check_example(ex: ExplorerExample) -> list[dict[str, Any]]:
     """Validate the scalar fields; return the n-best list as dicts."""
     if ex.kind not in KINDS:
         raise ValueError(f"kind: {ex.kind!r} is not one of {list(KINDS)}")
@@ -249,7 +249,7 @@ def _check_example(ex: ExplorerExample) -> list[dict[str, str]]:
         if not isinstance(text, str):
             raise ValueError(f"nbest[{i}]: text must be a str")
         try:
-            score = float(score)
+            score = float(score)  # type: ignore[arg-type]  # anything float() takes
         except (TypeError, ValueError) as err:
             raise ValueError(f"nbest[{i}]: score must be a number") from err
         nbest.append({"text": text, "score": score if np.isfinite(score) else None})
