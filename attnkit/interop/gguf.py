@@ -34,6 +34,7 @@ import torch
 from torch import Tensor
 
 from attnkit.errors import CheckpointError
+from attnkit.interop.gguf_file import metadata_values, open_gguf
 from attnkit.interop.keymap import KeyTable
 
 if TYPE_CHECKING:
@@ -120,19 +121,6 @@ def unpermute_rope_rows(weight: Tensor, num_heads: int) -> Tensor:
 
 
 # -- metadata ---------------------------------------------------------------------------
-
-
-def _field_value(reader_field: Any, gguf: Any) -> Any:
-    """A metadata value as Python: int/float/bool/str, or a list for arrays."""
-    kinds = reader_field.types
-    parts = reader_field.parts
-    if kinds[0] == gguf.GGUFValueType.ARRAY:
-        if len(kinds) > 1 and kinds[-1] == gguf.GGUFValueType.STRING:
-            return [bytes(parts[i]).decode("utf-8") for i in reader_field.data]
-        return [parts[i][0].item() for i in reader_field.data]
-    if kinds[0] == gguf.GGUFValueType.STRING:
-        return bytes(parts[reader_field.data[0]]).decode("utf-8")
-    return parts[reader_field.data[0]][0].item()
 
 
 class _Fields:
@@ -243,51 +231,6 @@ def expected_shapes(hp: LlamaHParams) -> dict[str, tuple[int, ...]]:
 # -- the file ---------------------------------------------------------------------------
 
 
-def _reader_class(gguf: Any) -> type:
-    """``gguf.GGUFReader`` over a plain ndarray view of its file map: 3-4x faster to open.
-
-    The reader slices its ``np.memmap`` once per metadata string (~100k for a
-    49k-token vocabulary), and every ``np.memmap`` slice pays for
-    ``__array_finalize__``; a base-class view of the same map does not. The
-    bytes, and the laziness of the map, are unchanged. If a later ``gguf``
-    stops storing the map as ``self.data``, this is merely the plain reader.
-    """
-
-    class _PlainViewReader(gguf.GGUFReader):
-        @property
-        def data(self) -> np.ndarray:
-            return self._plain_data
-
-        @data.setter
-        def data(self, value: np.ndarray) -> None:
-            self._plain_data = np.asarray(value)
-
-    return _PlainViewReader
-
-
-def _open(path: Path) -> Any:
-    """A ``gguf.GGUFReader``; a missing, foreign, truncated or corrupt file is one line."""
-    try:
-        import gguf
-    except ImportError as e:
-        raise CheckpointError(f"{path}: reading GGUF needs the `gguf` package ({e})") from e
-    if not path.is_file():
-        raise CheckpointError(f"{path}: no such file")
-    with path.open("rb") as fh:
-        magic = fh.read(4)
-    if magic != b"GGUF":
-        raise CheckpointError(f"{path}: not a GGUF file (starts with {magic!r}, expected b'GGUF')")
-    try:
-        reader = _reader_class(gguf)(path)
-    except (ValueError, IndexError, KeyError, OverflowError, UnicodeDecodeError) as e:
-        raise CheckpointError(f"{path}: truncated or corrupt GGUF file ({e})") from e
-    size = os.path.getsize(path)
-    for t in reader.tensors:
-        if int(t.data_offset) + int(t.n_bytes) > size:
-            raise CheckpointError(f"{path}: truncated: tensor {t.name} ends past the file end")
-    return reader
-
-
 def read_gguf(
     path: str | os.PathLike[str],
     *,
@@ -303,14 +246,9 @@ def read_gguf(
         pre_tokenizer: override ``tokenizer.ggml.pre`` (see
             ``attnkit.interop.gguf_tokenizer.PRE_TOKENIZERS``).
     """
-    import gguf
-
     path = Path(path)
-    reader = _open(path)
-    try:
-        values = {key: _field_value(f, gguf) for key, f in reader.fields.items()}
-    except UnicodeDecodeError as e:
-        raise CheckpointError(f"{path}: metadata holds a string that is not UTF-8 ({e})") from e
+    reader = open_gguf(path)
+    values = metadata_values(path, reader)
     shapes = {t.name: tuple(int(n) for n in reversed(t.shape.tolist())) for t in reader.tensors}
     hparams = read_llama_hparams(path, values, shapes)
 
@@ -340,7 +278,7 @@ def read_gguf(
     out: dict[str, Tensor] = {}
     if tensors:
         for hf_name, t in renamed.items():
-            out[hf_name] = _dequantize(t, expected[hf_name], hparams, gguf)
+            out[hf_name] = _dequantize(t, expected[hf_name], hparams)
 
     tok = None
     if tokenizer:
@@ -367,9 +305,11 @@ def read_gguf(
     )
 
 
-def _dequantize(t: Any, shape: tuple[int, ...], hp: LlamaHParams, gguf: Any) -> Tensor:
+def _dequantize(t: Any, shape: tuple[int, ...], hp: LlamaHParams) -> Tensor:
     """One tensor as float32 ``shape``, q/k rows back in HF's rotate-half layout."""
-    # A plain ndarray view (see _reader_class): the block dequantizers slice it per row group.
+    import gguf
+
+    # A plain ndarray view (see gguf_file): the block dequantizers slice it per row group.
     values = gguf.quants.dequantize(np.asarray(t.data), t.tensor_type)
     if values.dtype != np.float32:
         values = values.astype(np.float32)  # BF16/F16 dequantize to float32 already; be sure

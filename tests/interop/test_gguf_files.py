@@ -299,3 +299,33 @@ def test_extra_missing_and_misshapen_tensors(tmp_path):
     wrong = dict(arrays, **{"blk.0.attn_v.weight": np.zeros((D, D), dtype=np.float32)})
     wrong_path = write_gguf(tmp_path / "wrong.gguf", wrong, metadata())
     _error(wrong_path, r"attn_v.weight: shape \(64, 64\), expected \(32, 64\)")
+
+
+def test_corrupt_array_count_is_caught_before_the_reader(tiny, tmp_path):
+    # gguf's reader trusts counts: an array of 2^40 token types would have it
+    # build a 2^40-element index list. The header walk refuses it first.
+    path, _ = tiny
+    data = bytearray(path.read_bytes())
+    key = b"tokenizer.ggml.token_type"
+    count_at = data.index(key) + len(key) + 4 + 4  # value type u32, element type u32
+    data[count_at : count_at + 8] = (1 << 40).to_bytes(8, "little")
+    bad = tmp_path / "count.gguf"
+    bad.write_bytes(bytes(data))
+    _error(bad, "array of 1099511627776 elements")
+
+
+def test_random_header_corruption_is_one_error_or_a_valid_read(tiny, tmp_path):
+    path, _ = tiny
+    data = path.read_bytes()
+    header_end = data.index(b"blk.1.ffn_down.weight") + 64  # the tensor table's tail
+    rng = np.random.default_rng(0)
+    bad = tmp_path / "flipped.gguf"
+    for _ in range(60):
+        flipped = bytearray(data)
+        for at in rng.integers(4, header_end, size=2):
+            flipped[at] = int(rng.integers(256))
+        bad.write_bytes(bytes(flipped))
+        try:
+            read_gguf(bad)
+        except CheckpointError as e:
+            assert str(bad) in str(e) and "\n" not in str(e)
