@@ -46,6 +46,10 @@ SUPPORTED_ARCHITECTURES = ("llama",)
 SUPPORTED_TYPES = ("F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1",
                    "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K")  # fmt: skip
 
+# attnkit's special-id names -> tokenizer.ggml.* keys.
+_SPECIAL_KEYS = {"bos_id": "bos_token_id", "eos_id": "eos_token_id",
+                 "pad_id": "padding_token_id", "unk_id": "unknown_token_id"}  # fmt: skip
+
 _L = r"(\d+)"
 # GGUF tensor names -> Hugging Face Llama names (llama.cpp's gguf-py/constants.py names).
 GGUF_LLAMA_KEYS: KeyTable = [
@@ -285,12 +289,16 @@ def read_gguf(
         from attnkit.interop.gguf_tokenizer import build_tokenizer
 
         tok = build_tokenizer(path, values, pre_tokenizer=pre_tokenizer)
-    specials = {
-        ours: values[f"tokenizer.ggml.{theirs}"]
-        for ours, theirs in (("bos_id", "bos_token_id"), ("eos_id", "eos_token_id"),
-                             ("pad_id", "padding_token_id"), ("unk_id", "unknown_token_id"))
-        if f"tokenizer.ggml.{theirs}" in values
-    }  # fmt: skip
+    specials = {}
+    for ours, theirs in _SPECIAL_KEYS.items():
+        key = f"tokenizer.ggml.{theirs}"
+        if key in values:
+            token_id = values[key]
+            if not isinstance(token_id, int) or not 0 <= token_id < hparams.vocab_size:
+                raise CheckpointError(
+                    f"{path}: {key}: {token_id!r} is not an id of the {hparams.vocab_size} tokens"
+                )
+            specials[ours] = token_id
     scalars = {k: (len(v) if isinstance(v, list) else v) for k, v in values.items()}
     return GGUFCheckpoint(
         path=path,

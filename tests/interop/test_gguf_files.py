@@ -268,6 +268,7 @@ def test_unsupported_architecture(tmp_path):
         ({"llama__expert_count": ("u32", 8)}, "llama.expert_count"),
         ({"tokenizer__ggml__model": ("str", "llama")}, "tokenizer.ggml.model"),
         ({"tokenizer__ggml__pre": ("str", "qwen2")}, "tokenizer.ggml.pre"),
+        ({"tokenizer__ggml__eos_token_id": ("u32", 9999)}, "tokenizer.ggml.eos_token_id"),
         ({"tokenizer__ggml__merges": ("arr", ["h e", "x y"])}, r"tokenizer.ggml.merges\[1\]"),
     ],
 )
