@@ -1,0 +1,48 @@
+"""RMSNorm against HF's LlamaRMSNorm; build_norm by name."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from attnkit.blocks.norms import RMSNorm, build_norm
+from attnkit.errors import ConfigError
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_rmsnorm_equals_hf_llama_bit_for_bit(dtype):
+    modeling_llama = pytest.importorskip("transformers.models.llama.modeling_llama")
+    hf = modeling_llama.LlamaRMSNorm(576, eps=1e-5)
+    ours = RMSNorm(576, eps=1e-5)
+    with torch.no_grad():
+        hf.weight.copy_(torch.randn(576))
+        ours.weight.copy_(hf.weight)
+    x = (3 * torch.randn(2, 5, 576)).to(dtype)
+    assert torch.equal(ours(x), hf(x))
+
+
+def test_rmsnorm_definition_in_float64():
+    norm = RMSNorm(6, eps=1e-6).double()
+    with torch.no_grad():
+        norm.weight.uniform_(0.5, 2.0)
+    x = torch.randn(3, 6, dtype=torch.float64)
+    # The float32 statistics (as Llama) limit this to float32 precision.
+    expected = norm.weight * x / torch.sqrt((x**2).mean(-1, keepdim=True) + 1e-6)
+    torch.testing.assert_close(norm(x), expected, rtol=1e-6, atol=1e-6)
+    assert norm(x).dtype == torch.float64
+
+
+def test_rmsnorm_has_weight_only():
+    assert [name for name, _ in RMSNorm(4).named_parameters()] == ["weight"]
+    with pytest.raises(ValueError, match="eps"):
+        RMSNorm(4, eps=0.0)
+
+
+def test_build_norm_by_name():
+    ln = build_norm("layernorm", 8, eps=1e-6)
+    assert isinstance(ln, nn.LayerNorm) and ln.eps == 1e-6
+    rms = build_norm("rmsnorm", 8, eps=1e-5)
+    assert isinstance(rms, RMSNorm) and rms.eps == 1e-5
+    with pytest.raises(ConfigError, match="^norm: .*'batchnorm'"):
+        build_norm("batchnorm", 8)
