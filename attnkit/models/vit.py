@@ -48,13 +48,13 @@ VIT_PRESETS: dict[str, dict[str, Any]] = {
     # scikit-learn's 8x8 digits, CPU-sized (experiments/vit_digits.py).
     "digits": {
         "image_size": 8,
-        "patch_size": 2,
+        "patch_size": 4,
         "channels": 1,
         "num_classes": 10,
         "d_model": 64,
         "heads": 4,
         "d_ff": 128,
-        "layers": 2,
+        "layers": 3,
     },
     # ViT-B/16 (the paper's Table 1) at 224x224, ImageNet's 1000 classes.
     "vit_base_16": {
@@ -77,13 +77,13 @@ class ViTConfig(ModelConfig):
     family: ClassVar[str] = "vit"
 
     image_size: int = 8
-    patch_size: int = 2
+    patch_size: int = 4
     channels: int = 1
     num_classes: int = 10
     d_model: int = 64
     heads: int = 4
     d_ff: int = 128
-    layers: int = 2
+    layers: int = 3
     dropout: float = 0.0
     pooling: str = "cls"
     positions: str = "learned"
