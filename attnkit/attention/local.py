@@ -159,7 +159,7 @@ def local_attention(
     scale: float | None = None,
     need_weights: bool = False,
     impl: str = "auto",
-    block_size: int = 128,
+    block_size: int = 64,
 ) -> tuple[Tensor, Tensor | None]:
     """Scaled dot-product attention restricted to ``block_sparse_mask``.
 
@@ -171,7 +171,8 @@ def local_attention(
         key_padding_mask: bool ``(B, Tk)`` or ``(B, 1, 1, Tk)``, True = real key.
         need_weights: return the dense weights ``(B, h, Tq, Tk)`` (forces ``"dense"``).
         impl: ``"auto"``, ``"dense"``, ``"chunked"`` or ``"flex"`` (module docstring).
-        block_size: query block ``c`` of the chunked path.
+        block_size: query block ``c`` of the chunked path (64 and 128 timed
+            alike on this CPU for window 256; 64 keeps less memory).
 
     Returns:
         ``(out (B, h, Tq, dv), weights or None)``. A query with no real key in
