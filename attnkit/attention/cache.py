@@ -47,6 +47,11 @@ class LayerCache(Protocol):
         """Cross-attention keys/values ``(B, h, S, d)`` each, or ``None``."""
         ...
 
+    def query_positions(self, t: int) -> Tensor:
+        """Positions ``(t,)`` (long, on the cache's device) of the ``t`` new queries;
+        the cached keys sit at positions ``0, 1, ...`` (for rotary and ALiBi terms)."""
+        ...
+
 
 @runtime_checkable
 class DecoderCache(Protocol):
@@ -96,6 +101,13 @@ class LayerView:
         if c.cross_k is None or c.cross_v is None:
             return None
         return c.cross_k[self._index], c.cross_v[self._index]
+
+    def query_positions(self, t: int) -> Tensor:
+        offset = self._cache.position_offset()
+        device = self._cache.self_k[self._index].device
+        if isinstance(offset, Tensor):  # a static cache: stays on the device, no sync
+            return offset + torch.arange(t, device=device)
+        return torch.arange(offset, offset + t, device=device)
 
 
 class KVCache:

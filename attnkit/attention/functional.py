@@ -37,6 +37,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from attnkit.attention.gqa import repeat_kv
 from attnkit.attention.scores import DotScore, ScaledDotScore, dot_score, scaled_dot_score
 from attnkit.positions.relative import RelativePositionTerms
 
@@ -67,6 +68,7 @@ def attend(
     scale: float | None = None,
     position: RelativePositionTerms | None = None,
     score: ScoreFn | None = None,
+    bias: Tensor | None = None,
 ) -> tuple[Tensor, Tensor | None]:
     """Attention(Q, K, V) = softmax(score(Q, K)) V, by default softmax(Q K^T / sqrt(d)) V.
 
@@ -85,12 +87,19 @@ def attend(
         score: the score function (``attnkit.attention.scores``). ``None`` or
             scaled dot: the fused kernel as before; dot: the same with scale 1;
             anything else: the explicit path (no relative positions).
+        bias: an additive score bias broadcastable to ``(B, h, Tq, Tk)``
+            (ALiBi's ``-m (i - j)``); dot-product scores only.
+
+    Grouped-query attention: ``k``/``v`` may have fewer heads than ``q``
+    (``h`` a multiple of ``h_kv``); query head ``i`` reads kv head
+    ``i // (h / h_kv)``.
 
     Returns:
         ``(out (B, h, Tq, dv), weights or None)``. A query row whose keys are
         all masked returns zeros (and zero weights), never NaN.
     """
     tq, tk = q.size(-2), k.size(-2)
+    groups = q.size(-3) // k.size(-3) if q.dim() >= 3 and k.dim() >= 3 else 1
     custom = score
     if score is None or score is scaled_dot_score or isinstance(score, ScaledDotScore):
         custom = None
@@ -98,12 +107,15 @@ def attend(
         custom, scale = None, 1.0 if scale is None else scale
     elif scale is not None:
         raise ValueError("scale: only the dot-product scores take a scale")
-    if custom is not None and position is not None:
-        raise ValueError("position: relative position terms need a dot-product score")
+    if custom is not None and (position is not None or bias is not None):
+        raise ValueError("position: relative and bias terms need a dot-product score")
     if is_causal and tq == 1:
         is_causal = False  # one query at the newest position sees every key
     explicit = need_weights or position is not None or custom is not None
-    if is_causal and (mask is not None or tq != tk or explicit):
+    if groups > 1 and explicit:  # the explicit paths want one key/value head per query head
+        k, v = repeat_kv(k, groups), repeat_kv(v, groups)
+        groups = 1
+    if is_causal and (mask is not None or tq != tk or explicit or bias is not None):
         # SDPA's is_causal aligns to the top-left; build the explicit mask so a
         # cached decoder (Tq < Tk) and the weights path agree with it.
         causal = torch.ones(tq, tk, dtype=torch.bool, device=q.device).tril(tk - tq)
@@ -119,12 +131,18 @@ def attend(
             q, k, v, mask, dropout_p, scale, position, need_weights=need_weights
         )
     elif need_weights or custom is not None:
-        out, weights = _reference_attention(q, k, v, mask, dropout_p, scale, custom)
+        out, weights = _reference_attention(q, k, v, mask, dropout_p, scale, custom, bias)
         weights = weights if need_weights else None
     else:
+        attn_mask: Tensor | None = mask
+        if bias is not None:  # a float mask: the bias, -inf where not allowed
+            attn_mask = bias.to(q.dtype)
+            if mask is not None:
+                attn_mask = attn_mask.masked_fill(~mask, float("-inf"))
         out = F.scaled_dot_product_attention(
-            q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=is_causal, scale=scale
-        )
+            q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal, scale=scale,
+            enable_gqa=groups > 1,
+        )  # fmt: skip
         weights = None
 
     if has_key is not None:
@@ -142,6 +160,7 @@ def _reference_attention(
     dropout_p: float,
     scale: float | None,
     score: ScoreFn | None = None,
+    bias: Tensor | None = None,
 ) -> tuple[Tensor, Tensor]:
     """The textbook computation, kept explicit so the weights can be returned."""
     if score is not None:
@@ -149,6 +168,8 @@ def _reference_attention(
     else:
         scale = 1.0 / math.sqrt(q.size(-1)) if scale is None else scale
         scores = torch.matmul(q, k.transpose(-2, -1)) * scale
+    if bias is not None:
+        scores = scores + bias.to(scores.dtype)
     if mask is not None:
         scores = scores.masked_fill(~mask, float("-inf"))
     # Half-precision scores are normalised in fp32, as the fused kernels do.

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -321,12 +322,22 @@ class LinearSelfAttention(nn.Module):
         mask: Tensor | None = None,
         is_causal: bool = False,
         need_weights: bool = False,
+        cache: Any = None,
     ) -> tuple[Tensor, Tensor | None]:
         """``x`` ``(B, T, D)`` -> ``((B, T, D), weights (B, h, T, T) or None)``.
 
         ``mask``: key padding only, ``(B, T)`` or ``(B, 1, 1, T)``, True = real.
         The weights (``linear_attention_weights``) are quadratic: inspection only.
+        ``cache``: a ``RecurrentLayerView`` when decoding: the new tokens
+        continue its state (causal), which is replaced by the state after them.
         """
+        if cache is not None:
+            state = cache.state if cache.state is not None else self.empty_state(x.size(0))
+            if x.size(1) == 1:
+                out, cache.state = self.step(x, state)
+            else:
+                out, cache.state = self.prefill(x, state)
+            return out, None
         q, k, v = self._qkv(x)
         if is_causal:
             out, _ = causal_linear_attention(

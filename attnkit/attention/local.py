@@ -35,6 +35,7 @@ Shapes: ``B`` batch, ``h`` heads, ``Tq``/``Tk`` lengths, ``d`` head dim.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -283,7 +284,7 @@ def _chunked(
     return out
 
 
-_compiled: dict[str, object] = {}
+_compiled: dict[str, Any] = {}
 
 
 def _flex(

@@ -4,7 +4,7 @@ from attnkit.blocks.decoder_layer import CausalLayer, DecoderLayer
 from attnkit.blocks.encoder_layer import EncoderLayer
 from attnkit.blocks.feedforward import FeedForward
 from attnkit.blocks.residual import Residual
-from attnkit.blocks.stacks import Decoder, Encoder, run_causal_layers
+from attnkit.blocks.stacks import Decoder, Encoder, StackOutput, run_causal_layers
 
 __all__ = [
     "CausalLayer",
@@ -14,5 +14,6 @@ __all__ = [
     "EncoderLayer",
     "FeedForward",
     "Residual",
+    "StackOutput",
     "run_causal_layers",
 ]

@@ -8,6 +8,8 @@ view of the decoder's cache.
 
 from __future__ import annotations
 
+from typing import Any
+
 from torch import Tensor, nn
 
 from attnkit.attention.cache import LayerCache
@@ -21,7 +23,7 @@ class DecoderLayer(nn.Module):
 
     def __init__(
         self,
-        self_attn: MultiHeadAttention,
+        self_attn: nn.Module,
         cross_attn: MultiHeadAttention,
         ffn: nn.Module,
         self_attn_residual: Residual,
@@ -46,11 +48,12 @@ class DecoderLayer(nn.Module):
         memory_mask: Tensor | None = None,
         need_weights: bool = False,
         cache: LayerCache | None = None,
-    ) -> tuple[Tensor, Tensor | None, Tensor | None]:
+    ) -> tuple[Tensor, Tensor | None, Tensor | None, Any]:
         """Decode ``x`` ``(B, T, D)`` against ``memory`` ``(B, S, D)`` (or its cached ``(k, v)``).
 
-        Returns ``(x, self-attention weights (B, h, T, T'), cross weights (B, h, T, S))``;
-        the weights are ``None`` unless ``need_weights``.
+        Returns ``(x, self-attention weights (B, h, T, T'), cross weights (B, h, T, S),
+        aux)``; the weights are ``None`` unless ``need_weights``, ``aux`` is the
+        FFN's report (``MoEAux``) or ``None``.
         """
         x, self_w = self.self_attn_residual(
             x,
@@ -61,8 +64,8 @@ class DecoderLayer(nn.Module):
         x, cross_w = self.cross_attn_residual(
             x, lambda h: self.cross_attn(h, memory, mask=memory_mask, need_weights=need_weights)
         )
-        x, _ = self.ffn_residual(x, self.ffn)
-        return x, self_w, cross_w
+        x, aux = self.ffn_residual(x, self.ffn)
+        return x, self_w, cross_w, aux
 
 
 class CausalLayer(EncoderLayer):
@@ -78,8 +81,9 @@ class CausalLayer(EncoderLayer):
         self_mask: Tensor | None = None,
         need_weights: bool = False,
         cache: LayerCache | None = None,
-    ) -> tuple[Tensor, Tensor | None]:
-        """``x`` ``(B, T, D)`` -> ``(B, T, D)``; weights ``(B, h, T, T')`` on request.
+    ) -> tuple[Tensor, Tensor | None, Any]:
+        """``x`` ``(B, T, D)`` -> ``(B, T, D)``; weights ``(B, h, T, T')`` on request, and
+        the FFN's report (``MoEAux``) or ``None``.
 
         With a ``cache``, ``x`` holds the newest positions; their keys/values
         are stored in it and attention covers every cached position.
@@ -95,5 +99,5 @@ class CausalLayer(EncoderLayer):
                 cache=cache,
             ),
         )
-        x, _ = self.ffn_residual(x, self.ffn)
-        return x, weights
+        x, aux = self.ffn_residual(x, self.ffn)
+        return x, weights, aux

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from torch import Tensor, nn
 
-from attnkit.attention.multihead import MultiHeadAttention
 from attnkit.blocks.residual import Residual
 
 
@@ -13,7 +14,7 @@ class EncoderLayer(nn.Module):
 
     def __init__(
         self,
-        self_attn: MultiHeadAttention,
+        self_attn: nn.Module,
         ffn: nn.Module,
         self_attn_residual: Residual,
         ffn_residual: Residual,
@@ -26,13 +27,15 @@ class EncoderLayer(nn.Module):
 
     def forward(
         self, x: Tensor, *, mask: Tensor | None = None, need_weights: bool = False
-    ) -> tuple[Tensor, Tensor | None]:
+    ) -> tuple[Tensor, Tensor | None, Any]:
         """``x`` ``(B, S, D)``, ``mask`` ``(B, 1, 1, S)`` -> ``(B, S, D)``.
 
-        The weights ``(B, h, S, S)`` are returned only when ``need_weights``.
+        Returns ``(x, weights, aux)``: the weights ``(B, h, S, S)`` only when
+        ``need_weights``; ``aux`` is what the FFN reports beside its output
+        (a mixture of experts' routing, ``MoEAux``), else ``None``.
         """
         x, weights = self.self_attn_residual(
             x, lambda h: self.self_attn(h, mask=mask, need_weights=need_weights)
         )
-        x, _ = self.ffn_residual(x, self.ffn)
-        return x, weights
+        x, aux = self.ffn_residual(x, self.ffn)
+        return x, weights, aux

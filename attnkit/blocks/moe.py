@@ -32,6 +32,7 @@ Shapes: ``B`` batch, ``T`` length, ``D`` d_model, ``N`` experts, ``k`` top-k.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -64,16 +65,21 @@ class MoEAux:
         return float(self.dropped) / max(self.assignments, 1)
 
 
+def merge_aux(auxes: list[MoEAux]) -> MoEAux | None:
+    """``combine_aux`` of the reports, or ``None`` when there are none (no MoE layer)."""
+    return combine_aux(auxes) if auxes else None
+
+
 def combine_aux(auxes: list[MoEAux]) -> MoEAux:
     """Several layers' reports as one: mean losses and utilisation, summed drops."""
     if not auxes:
         raise ValueError("auxes: need at least one MoE layer's report")
     n = len(auxes)
     return MoEAux(
-        load_balancing_loss=sum(a.load_balancing_loss for a in auxes) / n,
-        z_loss=sum(a.z_loss for a in auxes) / n,
+        load_balancing_loss=torch.stack([a.load_balancing_loss for a in auxes]).sum() / n,
+        z_loss=torch.stack([a.z_loss for a in auxes]).sum() / n,
         utilisation=torch.stack([a.utilisation for a in auxes]).mean(0),
-        dropped=sum(a.dropped for a in auxes),
+        dropped=torch.stack([a.dropped for a in auxes]).sum(),
         assignments=sum(a.assignments for a in auxes),
     )
 
@@ -88,6 +94,8 @@ class MoEFeedForward(nn.Module):
         capacity_factor: ``None`` for no limit, else the factor above (Switch
             trained with 1.0-1.25).
         normalize_gates: renormalise the k gates; default ``top_k > 1``.
+        expert: makes one expert (default: ``FeedForward(d_model, d_ff, activation)``;
+            e.g. a ``SwiGLU`` for Mixtral-style experts).
     """
 
     def __init__(
@@ -100,6 +108,7 @@ class MoEFeedForward(nn.Module):
         capacity_factor: float | None = None,
         activation: str = "relu",
         normalize_gates: bool | None = None,
+        expert: Callable[[], nn.Module] | None = None,
     ):
         super().__init__()
         if num_experts < 1:
@@ -112,9 +121,8 @@ class MoEFeedForward(nn.Module):
         self.capacity_factor = capacity_factor
         self.normalize_gates = top_k > 1 if normalize_gates is None else normalize_gates
         self.router = nn.Linear(d_model, num_experts, bias=False)
-        self.experts = nn.ModuleList(
-            FeedForward(d_model, d_ff, activation) for _ in range(num_experts)
-        )
+        make = expert or (lambda: FeedForward(d_model, d_ff, activation))
+        self.experts = nn.ModuleList(make() for _ in range(num_experts))
 
     def capacity(self, tokens: int) -> int | None:
         """Assignments one expert may take for ``tokens`` routed tokens."""

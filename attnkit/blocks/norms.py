@@ -36,7 +36,7 @@ class RMSNorm(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         dtype = x.dtype
-        x = x.to(torch.float32)
+        x = x.to(torch.promote_types(dtype, torch.float32))  # half in fp32; fp64 stays
         x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
         return self.weight * x.to(dtype)
 

@@ -14,20 +14,30 @@ from typing import Any
 
 from torch import Tensor, nn
 
+from attnkit.blocks.norms import build_norm
+
 NORM_POSITIONS = ("post", "pre")
 
 
 class Residual(nn.Module):
     """Wraps one sublayer: dropout on its output, residual add, LayerNorm."""
 
-    def __init__(self, d_model: int, dropout: float, norm_position: str, eps: float = 1e-5):
+    def __init__(
+        self,
+        d_model: int,
+        dropout: float,
+        norm_position: str,
+        eps: float = 1e-5,
+        *,
+        norm: str = "layernorm",
+    ):
         super().__init__()
         if norm_position not in NORM_POSITIONS:
             raise ValueError(
                 f"norm_position: expected one of {NORM_POSITIONS}, got {norm_position!r}"
             )
         self.pre_norm = norm_position == "pre"
-        self.norm = nn.LayerNorm(d_model, eps=eps)
+        self.norm = build_norm(norm, d_model, eps)  # LayerNorm, or RMSNorm (Llama)
         self.dropout = nn.Dropout(dropout)
 
     def forward(

@@ -3,17 +3,40 @@
 Pre-LN layers leave the residual stream un-normalised, so the stack must end
 with a LayerNorm; post-LN layers already end with one (the paper has no
 extra norm, unlike ``torch.nn.Transformer``, which always adds one).
+
+Every stack returns a ``StackOutput``: the hidden states, the attention maps
+(on request), and ``aux``, what the layers' FFNs reported beside their
+outputs (a mixture of experts' routing losses; empty for dense FFNs).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
 
 from torch import Tensor, nn
 
 from attnkit.attention.cache import DecoderCache
 from attnkit.blocks.decoder_layer import DecoderLayer
 from attnkit.blocks.encoder_layer import EncoderLayer
+
+
+@dataclass
+class StackOutput:
+    """What a stack returns.
+
+    Attributes:
+        hidden: ``(B, T, D)`` after the last layer (and the final norm).
+        attentions: per layer ``(B, h, T, T')`` self-attention, only on request.
+        cross_attentions: per layer ``(B, h, T, S)`` (decoders), only on request.
+        aux: each MoE layer's ``MoEAux`` (empty without mixtures).
+    """
+
+    hidden: Tensor
+    attentions: list[Tensor] | None = None
+    cross_attentions: list[Tensor] | None = None
+    aux: list[Any] = field(default_factory=list)
 
 
 class Encoder(nn.Module):
@@ -24,15 +47,16 @@ class Encoder(nn.Module):
 
     def forward(
         self, x: Tensor, *, mask: Tensor | None = None, need_weights: bool = False
-    ) -> tuple[Tensor, list[Tensor] | None]:
+    ) -> StackOutput:
         """``x`` ``(B, S, D)`` -> ``(B, S, D)`` and per-layer weights ``(B, h, S, S)``."""
-        weights = []
+        weights, auxes = [], []
         for layer in self.layers:
-            x, w = layer(x, mask=mask, need_weights=need_weights)
+            x, w, aux = layer(x, mask=mask, need_weights=need_weights)
             weights.append(w)
+            auxes.append(aux)
         if self.final_norm is not None:
             x = self.final_norm(x)
-        return x, (weights if need_weights else None)
+        return StackOutput(x, weights if need_weights else None, None, _present(auxes))
 
 
 class Decoder(nn.Module):
@@ -55,7 +79,7 @@ class Decoder(nn.Module):
         memory_mask: Tensor | None = None,
         need_weights: bool = False,
         cache: DecoderCache | None = None,
-    ) -> tuple[Tensor, list[Tensor] | None, list[Tensor] | None]:
+    ) -> StackOutput:
         """``x`` ``(B, T, D)`` against ``memory`` ``(B, S, D)`` -> ``(B, T, D)``.
 
         With a ``cache``, ``memory`` may be ``None``: each layer's
@@ -63,14 +87,14 @@ class Decoder(nn.Module):
         self-attention keys/values go into it (the caller advances the cache).
         """
         views = cache.layers() if cache is not None else [None] * len(self.layers)
-        self_ws, cross_ws = [], []
+        self_ws, cross_ws, auxes = [], [], []
         for layer, view in zip(self.layers, views, strict=True):
             mem: Tensor | tuple[Tensor, Tensor] | None = memory
             if mem is None:
                 if view is None or view.cross is None:
                     raise ValueError("memory: needed unless the cache holds cross-attention K/V")
                 mem = view.cross
-            x, sw, cw = layer(
+            x, sw, cw, aux = layer(
                 x,
                 mem,
                 self_mask=self_mask,
@@ -81,11 +105,12 @@ class Decoder(nn.Module):
             )
             self_ws.append(sw)
             cross_ws.append(cw)
+            auxes.append(aux)
         if self.final_norm is not None:
             x = self.final_norm(x)
         if not need_weights:
-            return x, None, None
-        return x, self_ws, cross_ws
+            return StackOutput(x, aux=_present(auxes))
+        return StackOutput(x, self_ws, cross_ws, _present(auxes))
 
 
 def run_causal_layers(
@@ -95,7 +120,7 @@ def run_causal_layers(
     final_norm: nn.Module | None = None,
     need_weights: bool = False,
     cache: DecoderCache | None = None,
-) -> tuple[Tensor, list[Tensor] | None]:
+) -> StackOutput:
     """A decoder-only stack: ``x`` ``(B, T, D)`` through ``layers`` (and the final norm).
 
     With a ``cache`` each layer gets its view; its ``self_mask`` (a static
@@ -104,10 +129,15 @@ def run_causal_layers(
     self_mask = cache.self_mask(x.size(1)) if cache is not None else None
     layers = list(layers)
     views = cache.layers() if cache is not None else [None] * len(layers)
-    weights = []
+    weights, auxes = [], []
     for layer, view in zip(layers, views, strict=True):
-        x, w = layer(x, self_mask=self_mask, need_weights=need_weights, cache=view)
+        x, w, aux = layer(x, self_mask=self_mask, need_weights=need_weights, cache=view)
         weights.append(w)
+        auxes.append(aux)
     if final_norm is not None:
         x = final_norm(x)
-    return x, (weights if need_weights else None)
+    return StackOutput(x, weights if need_weights else None, None, _present(auxes))
+
+
+def _present(auxes: list[Any]) -> list[Any]:
+    return [a for a in auxes if a is not None]

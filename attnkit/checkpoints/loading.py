@@ -40,7 +40,7 @@ class LoadedModel:
     """A model in eval mode with everything needed to feed it text."""
 
     model: Any  # the family's model class (EncoderDecoder, DecoderOnlyLM, ...)
-    tokenizer: Tokenizer
+    tokenizer: Any  # a Tokenizer; None for a family that reads no text (images)
     family: Family
     directory: Path
 
@@ -113,18 +113,20 @@ def load_model(
         config = family.config_class.from_dict(state.config)
     except ConfigError as e:
         raise CheckpointError(f"{config_file}: {e}") from None
-    if state.tokenizer_json is None:
-        raise CheckpointError(f"{directory / TOKENIZER_FILE}: missing; cannot read text")
-    tokenizer = tokenizer_from_json(state.tokenizer_json)
-    # A model may have more rows than the tokenizer has ids (its vocabulary size set
-    # larger in the run config, or an MLM's mask id), never fewer.
-    model_vocab = getattr(config, family.vocab_field)
-    if tokenizer.vocab_size > model_vocab:
-        raise CheckpointError(
-            f"{directory / TOKENIZER_FILE}: vocabulary of {tokenizer.vocab_size} does not "
-            f"fit the model's {family.vocab_field}={model_vocab}; the tokenizer and the weights "
-            "come from different runs (use the tokenizer.json saved with them)"
-        )
+    tokenizer = None
+    if family.vocab_field is not None:  # a text model: its tokenizer must fit its vocabulary
+        if state.tokenizer_json is None:
+            raise CheckpointError(f"{directory / TOKENIZER_FILE}: missing; cannot read text")
+        tokenizer = tokenizer_from_json(state.tokenizer_json)
+        # A model may have more rows than the tokenizer has ids (its vocabulary size set
+        # larger in the run config, or an MLM's mask id), never fewer.
+        model_vocab = getattr(config, family.vocab_field)
+        if tokenizer.vocab_size > model_vocab:
+            raise CheckpointError(
+                f"{directory / TOKENIZER_FILE}: vocabulary of {tokenizer.vocab_size} does not "
+                f"fit the model's {family.vocab_field}={model_vocab}; the tokenizer and the "
+                "weights come from different runs (use the tokenizer.json saved with them)"
+            )
     model = family.model_class(config)
     load_model_state(model, state.model_state, source=directory / MODEL_FILE)
     model = model.to(resolve_device(device)).eval()

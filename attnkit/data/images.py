@@ -129,15 +129,16 @@ def read_image_folder(
     size = (image_size, image_size) if isinstance(image_size, int) else image_size
     mode = "L" if channels == 1 else "RGB"
 
-    images, labels = [], []
+    images: list[Tensor] = []
+    labels: list[int] = []
     for lineno, name, label in rows:
         where = f"{labels_path}:{lineno}"
         if label not in index:
             raise DataError(f"{where}: label {label!r} is not one of the classes {names}")
         path = folder / name
         try:
-            with Image.open(path) as img:
-                img = img.convert(mode)
+            with Image.open(path) as opened:
+                img = opened.convert(mode)
                 if size is not None:
                     img = img.resize((size[1], size[0]), Image.Resampling.BILINEAR)
                 pixels = torch.frombuffer(bytearray(img.tobytes()), dtype=torch.uint8)

@@ -46,7 +46,7 @@ def _check_layout(blob: np.ndarray) -> None:
         width = struct.calcsize(fmt)
         if pos + width > size:
             raise _Corrupt(f"header ends early at byte {pos}")
-        out = struct.unpack_from(fmt, blob, pos)
+        out = struct.unpack_from(fmt, blob, pos)  # type: ignore[arg-type]  # ndarray: a buffer
         pos += width
         return out
 

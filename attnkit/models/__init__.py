@@ -21,6 +21,7 @@ from attnkit.models.registry import (
 from attnkit.models.rnn_config import RNNSeq2SeqConfig
 from attnkit.models.rnn_seq2seq import RNNSeq2Seq, RNNSeq2SeqState
 from attnkit.models.state import CacheLayout, DecoderState
+from attnkit.models.vit import VisionTransformer, ViTConfig
 
 __all__ = [
     "FAMILIES",
@@ -42,6 +43,8 @@ __all__ = [
     "Seq2SeqConfig",
     "Seq2SeqOutput",
     "TransformerConfig",
+    "ViTConfig",
+    "VisionTransformer",
     "build_model",
     "config_from_dict",
     "config_from_preset",

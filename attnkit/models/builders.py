@@ -1,11 +1,13 @@
 """Builders shared by the attention-stack families: a config in, modules out.
 
-Every Transformer-style model (encoder-decoder, decoder-only, encoder-only)
-is assembled here from an ``AttentionStackConfig``, so an option the shared
-config exposes (``attention_score``, ``positions``, ``norm_position``,
-``activation``, dropout) takes effect in every family the same way. Layers
-receive their sublayers (composition over flags); the models only wire the
-stacks, embeddings and heads together.
+Every Transformer-style model (encoder-decoder, decoder-only, encoder-only,
+Vision Transformer) is assembled here from an ``AttentionStackConfig``, so an
+option the shared config exposes takes effect in every family the same way:
+the score function, positions (absolute, relative, rotary, ALiBi), the norm
+and its place, the FFN (ReLU/GELU, SwiGLU, a mixture of experts),
+grouped-query attention, local and linear attention, bias-free projections.
+Layers receive their sublayers (composition over flags); the models only
+wire the stacks, embeddings and heads together.
 
 ``init_weights`` is the one initialisation routine: Xavier-uniform for every
 projection matrix and zero biases, as tensor2tensor and fairseq do; token
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 from torch import nn
 
+from attnkit.attention.linear import LinearSelfAttention
 from attnkit.attention.multihead import MultiHeadAttention
 from attnkit.blocks import (
     CausalLayer,
@@ -26,17 +29,37 @@ from attnkit.blocks import (
     FeedForward,
     Residual,
 )
+from attnkit.blocks.moe import MoEFeedForward
+from attnkit.blocks.norms import build_norm
+from attnkit.blocks.swiglu import SwiGLU
 from attnkit.models.config_base import AttentionStackConfig
 from attnkit.models.embeddings import InputEmbedding, TokenEmbedding
 from attnkit.positions import RelativePositions, build_positions
+from attnkit.positions.rotary import RotaryEmbedding
 
 
-def attention(c: AttentionStackConfig, *, self_attention: bool) -> MultiHeadAttention:
-    """One attention sublayer with the config's score function.
+def rotary(c: AttentionStackConfig) -> RotaryEmbedding | None:
+    """One rotary table per stack (shared by its layers), when positions are ``rotary``."""
+    if c.positions != "rotary":
+        return None
+    return RotaryEmbedding(c.head_dim, c.rope_theta, c.max_len)
 
-    Relative positions (Shaw et al.) live in self-attention only, one pair of
-    tables per layer; cross-attention never has them, as in the paper.
+
+def attention(
+    c: AttentionStackConfig,
+    *,
+    self_attention: bool,
+    causal: bool = False,
+    rope: RotaryEmbedding | None = None,
+) -> nn.Module:
+    """One attention sublayer.
+
+    Position terms (relative, rotary, ALiBi) and the local window live in
+    self-attention only; cross-attention is plain softmax attention over the
+    encoder output, as in the paper. ``causal``: a decoder's self-attention.
     """
+    if self_attention and c.attention == "linear":
+        return LinearSelfAttention(c.d_model, c.num_heads, bias=c.bias)
     relative = (
         RelativePositions(c.head_dim, c.max_relative_position)
         if self_attention and c.relative_positions
@@ -46,70 +69,108 @@ def attention(c: AttentionStackConfig, *, self_attention: bool) -> MultiHeadAtte
         c.d_model,
         c.num_heads,
         dropout=c.attention_dropout,
+        bias=c.bias,
+        num_kv_heads=c.num_kv_heads,
         relative_positions=relative,
+        rotary=rope if self_attention else None,
+        alibi=self_attention and c.positions == "alibi",
+        window=c.attention_window if self_attention and c.attention == "local" else None,
+        global_tokens=c.global_tokens if self_attention else 0,
+        causal=causal,
         score=c.attention_score,
     )
 
 
-def feed_forward(c: AttentionStackConfig) -> nn.Module:
-    return FeedForward(c.d_model, c.d_ff, c.activation)
+def cross_attention(c: AttentionStackConfig) -> MultiHeadAttention:
+    """A decoder's attention over the encoder output: softmax, no position terms."""
+    return MultiHeadAttention(
+        c.d_model, c.num_heads, dropout=c.attention_dropout, bias=c.bias,
+        num_kv_heads=c.num_kv_heads, score=c.attention_score,
+    )  # fmt: skip
+
+
+def dense_ffn(c: AttentionStackConfig) -> nn.Module:
+    if c.activation == "swiglu":
+        return SwiGLU(c.d_model, c.d_ff, bias=c.bias)
+    return FeedForward(c.d_model, c.d_ff, c.activation, bias=c.bias)
+
+
+def feed_forward(c: AttentionStackConfig, layer: int = 0) -> nn.Module:
+    """Layer ``layer``'s FFN: a mixture of experts on every ``moe_every``-th layer."""
+    if c.ffn == "moe" and (layer + 1) % c.moe_every == 0:
+        return MoEFeedForward(
+            c.d_model,
+            c.d_ff,
+            c.num_experts,
+            c.moe_top_k,
+            capacity_factor=c.capacity_factor,
+            expert=lambda: dense_ffn(c),
+        )
+    return dense_ffn(c)
 
 
 def residual(c: AttentionStackConfig) -> Residual:
-    """Dropout, residual add and LayerNorm, placed by ``norm_position``."""
-    return Residual(c.d_model, c.dropout, c.norm_position)
+    """Dropout, residual add and the norm, placed by ``norm_position``."""
+    return Residual(c.d_model, c.dropout, c.norm_position, c.norm_eps, norm=c.norm)
 
 
-def final_norm(c: AttentionStackConfig) -> nn.LayerNorm | None:
+def final_norm(c: AttentionStackConfig) -> nn.Module | None:
     """Pre-LN layers leave the residual stream un-normalised: end the stack with a norm."""
-    return nn.LayerNorm(c.d_model) if c.norm_position == "pre" else None
+    return build_norm(c.norm, c.d_model, c.norm_eps) if c.norm_position == "pre" else None
+
+
+def token_embedding(c: AttentionStackConfig, vocab_size: int) -> TokenEmbedding:
+    return TokenEmbedding(vocab_size, c.d_model, scale=c.scale_embeddings)
 
 
 def input_embedding(c: AttentionStackConfig, tokens: TokenEmbedding) -> InputEmbedding:
-    """``tokens`` (scaled by sqrt(D)) plus the config's absolute positions, then dropout."""
-    return InputEmbedding(
-        tokens, build_positions(c.absolute_positions, c.max_len, c.d_model), c.dropout
-    )
-
-
-def encoder_layer(c: AttentionStackConfig) -> EncoderLayer:
-    return EncoderLayer(
-        self_attn=attention(c, self_attention=True),
-        ffn=feed_forward(c),
-        self_attn_residual=residual(c),
-        ffn_residual=residual(c),
-    )
+    """``tokens`` plus the config's absolute positions (and BERT's norm), then dropout."""
+    positions = build_positions(c.absolute_positions, c.max_len, c.d_model)
+    norm = build_norm(c.norm, c.d_model, c.norm_eps) if c.embedding_norm else None
+    return InputEmbedding(tokens, positions, c.dropout, norm=norm)
 
 
 def encoder(c: AttentionStackConfig, num_layers: int) -> Encoder:
-    return Encoder([encoder_layer(c) for _ in range(num_layers)], final_norm(c))
+    rope = rotary(c)
+    layers = [
+        EncoderLayer(
+            self_attn=attention(c, self_attention=True, rope=rope),
+            ffn=feed_forward(c, i),
+            self_attn_residual=residual(c),
+            ffn_residual=residual(c),
+        )
+        for i in range(num_layers)
+    ]
+    return Encoder(layers, final_norm(c))
 
 
 def decoder(c: AttentionStackConfig, num_layers: int) -> Decoder:
+    rope = rotary(c)
     layers = [
         DecoderLayer(
-            self_attn=attention(c, self_attention=True),
-            cross_attn=attention(c, self_attention=False),
-            ffn=feed_forward(c),
+            self_attn=attention(c, self_attention=True, causal=True, rope=rope),
+            cross_attn=cross_attention(c),
+            ffn=feed_forward(c, i),
             self_attn_residual=residual(c),
             cross_attn_residual=residual(c),
             ffn_residual=residual(c),
         )
-        for _ in range(num_layers)
+        for i in range(num_layers)
     ]
     return Decoder(layers, final_norm(c))
 
 
 def causal_layers(c: AttentionStackConfig, num_layers: int) -> list[CausalLayer]:
     """Decoder-only layers: masked self-attention and the FFN."""
+    rope = rotary(c)
     return [
         CausalLayer(
-            self_attn=attention(c, self_attention=True),
-            ffn=feed_forward(c),
+            self_attn=attention(c, self_attention=True, causal=True, rope=rope),
+            ffn=feed_forward(c, i),
             self_attn_residual=residual(c),
             ffn_residual=residual(c),
         )
-        for _ in range(num_layers)
+        for i in range(num_layers)
     ]
 
 

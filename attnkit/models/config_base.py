@@ -26,12 +26,23 @@ from attnkit.errors import ConfigError
 from attnkit.validation import at_least, check_fields, choices, from_mapping, in_range, require
 
 # Variant names (strings, not class flags), shared by the attention-stack families.
-Activation = Literal["relu", "gelu"]
+# "gelu_tanh" is GPT-2's tanh approximation; "swiglu" a gated FFN (gate, up, down).
+Activation = Literal["relu", "gelu", "gelu_tanh", "swiglu"]
 NormPosition = Literal["post", "pre"]
-# "relative" is Shaw et al. (2018) alone; "<absolute>+relative" adds both.
-Positions = Literal["sinusoidal", "learned", "relative", "sinusoidal+relative", "learned+relative"]
+Norm = Literal["layernorm", "rmsnorm"]
+# Absolute: sinusoidal (the paper's), learned; "relative" is Shaw et al. (2018) alone,
+# "<absolute>+relative" adds both; "rotary" (RoPE, Su et al. 2021) and "alibi"
+# (Press et al. 2022) live inside self-attention; "none": no positions at all.
+Positions = Literal[
+    "sinusoidal", "learned", "relative", "sinusoidal+relative", "learned+relative",
+    "rotary", "alibi", "none",
+]  # fmt: skip
 # Score functions that fit multi-head attention (attnkit.attention.scores.KEY_SCORES).
 AttentionScore = Literal["scaled_dot", "dot", "general", "additive"]
+# Self-attention over: every key ("dense"), a sliding window plus global tokens
+# ("local", Longformer-style), or linear attention (Katharopoulos et al. 2020).
+AttentionKind = Literal["dense", "local", "linear"]
+FFNKind = Literal["dense", "moe"]
 
 ACTIVATIONS: tuple[str, ...] = choices(Activation)
 NORM_POSITIONS: tuple[str, ...] = choices(NormPosition)
@@ -122,19 +133,39 @@ class AttentionStackConfig(ModelConfig):
     attention_dropout: float = 0.0
     activation: Activation = "relu"
     norm_position: NormPosition = "post"
+    norm: Norm = "layernorm"
+    norm_eps: float = 1e-5
     positions: Positions = "sinusoidal"
     max_relative_position: int = 16  # k of Shaw et al.; used by the "relative" variants
+    rope_theta: float = 10000.0  # the base of the rotary frequencies
     attention_score: AttentionScore = "scaled_dot"  # every attention sublayer's score
+    num_kv_heads: int | None = None  # grouped-query attention; None: = num_heads
+    bias: bool = True  # biases in the attention and FFN projections
+    scale_embeddings: bool = True  # token embeddings times sqrt(d_model) (§3.4)
+    embedding_norm: bool = False  # a norm after the input embedding (BERT)
+    attention: AttentionKind = "dense"  # self-attention's reach
+    attention_window: int = 256  # "local": keys in the window
+    global_tokens: int = 0  # "local": the first n tokens attend and are attended globally
+    ffn: FFNKind = "dense"
+    num_experts: int = 4  # "moe": experts per MoE layer
+    moe_top_k: int = 2  # "moe": experts per token (1: Switch)
+    capacity_factor: float | None = None  # "moe": None drops nothing
+    moe_every: int = 1  # "moe": every n-th layer's FFN is a mixture (the last of each n)
+    moe_loss_weight: float = 0.01  # the Switch load-balancing loss's weight
+    z_loss_weight: float = 0.001  # the router z-loss's weight
     max_len: int = 1024  # positions (the context length of a decoder-only model)
 
     def __post_init__(self) -> None:
         check_fields(self)
         at_least(self, ("d_model", "num_heads", "d_ff", "max_len", "max_relative_position"), 1)
+        at_least(self, ("attention_window", "num_experts", "moe_top_k", "moe_every"), 1)
+        at_least(self, ("global_tokens",), 0)
         require(
             "d_model",
             self.d_model % self.num_heads == 0,
             f"{self.d_model} is not divisible by num_heads={self.num_heads}",
         )
+        self._check_variants()
         require(
             "d_model",
             self.absolute_positions != "sinusoidal" or self.d_model % 2 == 0,
@@ -149,6 +180,45 @@ class AttentionStackConfig(ModelConfig):
         )
         self._check_family()
 
+    def _check_variants(self) -> None:
+        """Combinations of the variant strings that cannot work together."""
+        kv = self.kv_heads
+        require("num_kv_heads", kv >= 1 and self.num_heads % kv == 0,
+                f"{kv} must divide num_heads={self.num_heads}")  # fmt: skip
+        require("rope_theta", self.rope_theta > 0, f"must be > 0, got {self.rope_theta}")
+        require("norm_eps", self.norm_eps > 0, f"must be > 0, got {self.norm_eps}")
+        require(
+            "d_model",
+            self.positions != "rotary" or self.head_dim % 2 == 0,
+            f"rotary positions need an even head dim, got {self.head_dim}",
+        )
+        require(
+            "attention_score",
+            self.positions not in ("rotary", "alibi")
+            or self.attention_score in ("scaled_dot", "dot"),
+            f"{self.positions} positions need a dot-product score, got {self.attention_score!r}",
+        )
+        if self.attention == "linear":
+            plain = self.attention_score == "scaled_dot" and self.kv_heads == self.num_heads
+            require("attention", plain and self.positions in ("sinusoidal", "learned"),
+                    "linear attention has no score matrix: it needs attention_score=scaled_dot, "
+                    "no num_kv_heads and absolute (sinusoidal or learned) positions")  # fmt: skip
+        require(
+            "attention",
+            self.attention != "local" or not self.relative_positions,
+            "local attention needs absolute, rotary or alibi positions, not relative ones",
+        )
+        require(
+            "moe_top_k",
+            self.moe_top_k <= self.num_experts,
+            f"{self.moe_top_k} is more than num_experts={self.num_experts}",
+        )
+        if self.capacity_factor is not None:
+            require("capacity_factor", self.capacity_factor > 0,
+                    f"must be > 0 (or null: no limit), got {self.capacity_factor}")  # fmt: skip
+        for name in ("moe_loss_weight", "z_loss_weight"):
+            require(name, getattr(self, name) >= 0, f"must be >= 0, got {getattr(self, name)}")
+
     def _check_family(self) -> None:
         """The family's own checks (layer counts, vocabularies, special ids)."""
 
@@ -157,8 +227,15 @@ class AttentionStackConfig(ModelConfig):
         return self.d_model // self.num_heads
 
     @property
+    def kv_heads(self) -> int:
+        """Key/value heads (grouped-query attention when fewer than ``num_heads``)."""
+        return self.num_heads if self.num_kv_heads is None else self.num_kv_heads
+
+    @property
     def absolute_positions(self) -> str:
-        """``"sinusoidal"``, ``"learned"`` or ``"none"`` (relative only)."""
+        """``"sinusoidal"``, ``"learned"`` or ``"none"`` (relative, rotary, alibi)."""
+        if self.positions in ("rotary", "alibi", "none"):
+            return "none"
         absolute = self.positions.removesuffix("relative").removesuffix("+")
         return absolute or "none"
 

@@ -30,10 +30,10 @@ from torch import Tensor, nn
 
 from attnkit.attention.cache import DecoderCache
 from attnkit.blocks import run_causal_layers
+from attnkit.blocks.moe import MoEAux, merge_aux
 from attnkit.models import builders
-from attnkit.models.embeddings import TokenEmbedding
 from attnkit.models.lm_config import DecoderOnlyConfig
-from attnkit.models.state import CacheFactory, CacheLayout, DecoderState, growing_cache
+from attnkit.models.state import CacheFactory, CacheLayout, DecoderState, default_cache
 
 
 @dataclass
@@ -44,11 +44,13 @@ class CausalLMOutput:
         logits: ``(B, T, V)``; position ``t`` scores the token at ``t + 1``.
         hidden: ``(B, T, D)`` final hidden states (after the final norm).
         attentions: per layer ``(B, h, T, T)``, only on request.
+        moe: the mixture-of-experts layers' report, or ``None``.
     """
 
     logits: Tensor
     hidden: Tensor
     attentions: list[Tensor] | None = None
+    moe: MoEAux | None = None
 
 
 class DecoderOnlyLM(nn.Module):
@@ -58,7 +60,7 @@ class DecoderOnlyLM(nn.Module):
         super().__init__()
         c = self.config = config
         self.pad_id, self.bos_id, self.eos_id = c.pad_id, c.bos_id, c.eos_id
-        tokens = TokenEmbedding(c.vocab_size, c.d_model)
+        tokens = builders.token_embedding(c, c.vocab_size)
         self.embed = builders.input_embedding(c, tokens)
         self.layers = nn.ModuleList(builders.causal_layers(c, c.num_layers))
         self.final_norm = builders.final_norm(c)
@@ -81,19 +83,24 @@ class DecoderOnlyLM(nn.Module):
 
         Right padding is harmless: a real position never sees a later one.
         """
-        hidden, weights = run_causal_layers(
+        out = run_causal_layers(
             self.layers, self.embed(ids), final_norm=self.final_norm, need_weights=need_weights
         )
-        return CausalLMOutput(logits=self.lm_head(hidden), hidden=hidden, attentions=weights)
+        return CausalLMOutput(
+            logits=self.lm_head(out.hidden),
+            hidden=out.hidden,
+            attentions=out.attentions,
+            moe=merge_aux(out.aux),
+        )
 
     # -- incremental decoding (the stepping protocol) ------------------------------
 
     def cache_layout(self) -> CacheLayout | None:
         """The cache's shape; ``None`` when only the growing cache fits (relative positions)."""
         c = self.config
-        if c.relative_positions:
+        if c.relative_positions or c.attention == "linear":
             return None
-        return CacheLayout(c.num_layers, c.num_heads, c.head_dim, c.max_len)
+        return CacheLayout(c.num_layers, c.kv_heads, c.head_dim, c.max_len)
 
     def decode(
         self, tokens: Tensor, cache: DecoderCache, memory_mask: Tensor | None = None
@@ -104,15 +111,15 @@ class DecoderOnlyLM(nn.Module):
         Raises ``ValueError`` (from the positions) past ``max_len`` positions.
         """
         x = self.embed(tokens, offset=cache.position_offset())
-        hidden, _ = run_causal_layers(self.layers, x, final_norm=self.final_norm, cache=cache)
-        return self.lm_head(hidden[:, -1])
+        out = run_causal_layers(self.layers, x, final_norm=self.final_norm, cache=cache)
+        return self.lm_head(out.hidden[:, -1])
 
     def start(
         self,
         prompt_ids: Tensor,
         *,
         max_steps: int | None = None,
-        cache: CacheFactory = growing_cache,
+        cache: CacheFactory | None = None,
     ) -> DecoderState:
         """Prefill the cache with ``prompt_ids[:, :-1]``; the last token is fed by ``step``.
 
@@ -126,9 +133,10 @@ class DecoderOnlyLM(nn.Module):
         weight = self.embed.tokens.weight
         prefix = prompt_ids.size(1) - 1
         positions = c.max_len if max_steps is None else min(c.max_len, prefix + max_steps)
+        make = default_cache(c) if cache is None else cache
         state = DecoderState(
-            cache=cache(
-                CacheLayout(c.num_layers, c.num_heads, c.head_dim, c.max_len),
+            cache=make(
+                CacheLayout(c.num_layers, c.kv_heads, c.head_dim, c.max_len),
                 batch_size=prompt_ids.size(0),
                 positions=positions,
                 dtype=weight.dtype,

@@ -18,23 +18,33 @@ class TokenEmbedding(nn.Module):
     the output projection (weight tying).
     """
 
-    def __init__(self, vocab_size: int, d_model: int):
+    def __init__(self, vocab_size: int, d_model: int, *, scale: bool = True):
         super().__init__()
         self.weight = nn.Parameter(torch.empty(vocab_size, d_model))
         nn.init.normal_(self.weight, std=d_model**-0.5)
-        self.scale = math.sqrt(d_model)
+        # GPT-2, BERT and Llama do not scale; their weights expect scale=False.
+        self.scale = math.sqrt(d_model) if scale else 1.0
 
     def forward(self, ids: Tensor) -> Tensor:
-        return nn.functional.embedding(ids, self.weight) * self.scale
+        out = nn.functional.embedding(ids, self.weight)
+        return out * self.scale if self.scale != 1.0 else out
 
 
 class InputEmbedding(nn.Module):
     """Token embedding + absolute positions, then dropout (§5.4: "to the sums")."""
 
-    def __init__(self, tokens: TokenEmbedding, positions: AbsolutePositions, dropout: float):
+    def __init__(
+        self,
+        tokens: TokenEmbedding,
+        positions: AbsolutePositions,
+        dropout: float,
+        *,
+        norm: nn.Module | None = None,
+    ):
         super().__init__()
         self.tokens = tokens
         self.positions = positions
+        self.norm = norm  # BERT normalises the summed embeddings before dropout
         self.dropout = nn.Dropout(dropout)
 
     def forward(self, ids: Tensor, offset: int | Tensor = 0) -> Tensor:
@@ -49,4 +59,5 @@ class InputEmbedding(nn.Module):
             pe = self.positions.at(offset + torch.arange(t, device=offset.device))
         else:
             pe = self.positions(t, offset)
-        return self.dropout(self.tokens(ids) + pe)
+        x = self.tokens(ids) + pe
+        return self.dropout(x if self.norm is None else self.norm(x))

@@ -20,16 +20,17 @@ from torch import Tensor, nn
 
 from attnkit.attention.cache import DecoderCache
 from attnkit.attention.masks import causal_padding_mask, padding_mask
+from attnkit.blocks import StackOutput
+from attnkit.blocks.moe import merge_aux
 from attnkit.models import builders
 from attnkit.models.config import TransformerConfig
-from attnkit.models.embeddings import TokenEmbedding
 from attnkit.models.outputs import Seq2SeqOutput
 from attnkit.models.state import (
     INITIAL_CAPACITY,
     CacheFactory,
     CacheLayout,
     DecoderState,
-    growing_cache,
+    default_cache,
 )
 
 
@@ -41,11 +42,11 @@ class EncoderDecoder(nn.Module):
         c = self.config = config
         self.pad_id, self.bos_id, self.eos_id = c.pad_id, c.bos_id, c.eos_id
 
-        src_tokens = TokenEmbedding(c.src_vocab_size, c.d_model)
+        src_tokens = builders.token_embedding(c, c.src_vocab_size)
         tgt_tokens = (
             src_tokens
             if c.share_embeddings == "all"
-            else TokenEmbedding(c.tgt_vocab_size, c.d_model)
+            else builders.token_embedding(c, c.tgt_vocab_size)
         )
         self.src_embed = builders.input_embedding(c, src_tokens)
         self.tgt_embed = builders.input_embedding(c, tgt_tokens)
@@ -78,7 +79,7 @@ class EncoderDecoder(nn.Module):
         right. With ``compute_logits=False`` only ``hidden`` is returned, for a
         loss that projects chunk by chunk.
         """
-        memory, src_mask, enc_w = self._encode(src_ids, need_weights=need_weights)
+        encoded, src_mask = self._encode(src_ids, need_weights=need_weights)
         if need_weights:
             # Explicit mask so the returned maps never show attention to padding.
             self_mask, is_causal = causal_padding_mask(tgt_ids, self.pad_id), False
@@ -87,35 +88,33 @@ class EncoderDecoder(nn.Module):
             # so the causal mask alone is exact at every real position, and it
             # lets SDPA pick its fastest (flash) kernel.
             self_mask, is_causal = None, True
-        hidden, self_w, cross_w = self.decoder(
+        decoded = self.decoder(
             self.tgt_embed(tgt_ids),
-            memory,
+            encoded.hidden,
             self_mask=self_mask,
             is_causal=is_causal,
             memory_mask=src_mask,
             need_weights=need_weights,
         )
+        hidden = decoded.hidden
         return Seq2SeqOutput(
             logits=self.output_proj(hidden) if compute_logits else None,
             hidden=hidden,
-            encoder_attentions=enc_w,
-            decoder_self_attentions=self_w,
-            cross_attentions=cross_w,
+            encoder_attentions=encoded.attentions,
+            decoder_self_attentions=decoded.attentions,
+            cross_attentions=decoded.cross_attentions,
+            moe=merge_aux(encoded.aux + decoded.aux),
         )
 
-    def _encode(
-        self, src_ids: Tensor, *, need_weights: bool = False
-    ) -> tuple[Tensor, Tensor, list[Tensor] | None]:
+    def _encode(self, src_ids: Tensor, *, need_weights: bool = False) -> tuple[StackOutput, Tensor]:
         src_mask = padding_mask(src_ids, self.pad_id)
-        memory, weights = self.encoder(
-            self.src_embed(src_ids), mask=src_mask, need_weights=need_weights
-        )
-        return memory, src_mask, weights
+        encoded = self.encoder(self.src_embed(src_ids), mask=src_mask, need_weights=need_weights)
+        return encoded, src_mask
 
     def encode(self, src_ids: Tensor) -> tuple[Tensor, Tensor]:
         """The encoder output ``(B, S, D)`` and the source mask ``(B, 1, 1, S)``."""
-        memory, src_mask, _ = self._encode(src_ids)
-        return memory, src_mask
+        encoded, src_mask = self._encode(src_ids)
+        return encoded.hidden, src_mask
 
     def cross_kv(self, memory: Tensor) -> tuple[Tensor, Tensor]:
         """Every decoder layer's cross-attention keys and values, ``(L, B, h, S, d)`` each."""
@@ -128,28 +127,34 @@ class EncoderDecoder(nn.Module):
         """The decoder cache's shape; ``None`` when only the growing cache fits
         (relative positions assume the queries are the newest keys)."""
         c = self.config
-        if c.relative_positions:
+        if c.relative_positions or c.attention == "linear":
             return None
-        return CacheLayout(c.num_decoder_layers, c.num_heads, c.head_dim, c.max_len)
+        return self._layout()
+
+    def _layout(self) -> CacheLayout:
+        c = self.config
+        return CacheLayout(c.num_decoder_layers, c.kv_heads, c.head_dim, c.max_len)
 
     def start(
         self,
         src_ids: Tensor,
         *,
         max_steps: int | None = None,
-        cache: CacheFactory = growing_cache,
+        cache: CacheFactory | None = None,
     ) -> DecoderState:
         """Encode ``src_ids`` ``(B, S)`` and precompute the cross-attention K/V.
 
         ``max_steps`` bounds the ``step`` calls to come (the search's length
-        limit) and sizes the cache, which ``cache`` makes (default: growing).
+        limit) and sizes the cache, which ``cache`` makes (default: the growing
+        ``KVCache``, or linear attention's state cache).
         """
         c = self.config
         memory, src_mask = self.encode(src_ids)
         cross = self.cross_kv(memory)
-        layout = CacheLayout(c.num_decoder_layers, c.num_heads, c.head_dim, c.max_len)
+        layout = self._layout()
         positions = min(max_steps or INITIAL_CAPACITY, c.max_len)
-        made = cache(
+        make = default_cache(c) if cache is None else cache
+        made = make(
             layout,
             batch_size=src_ids.size(0),
             positions=positions,
@@ -167,7 +172,7 @@ class EncoderDecoder(nn.Module):
         t = tokens.size(1)
         x = self.tgt_embed(tokens, offset=cache.position_offset())
         self_mask = cache.self_mask(t)
-        hidden, _, _ = self.decoder(
+        decoded = self.decoder(
             x,
             None,
             self_mask=self_mask,
@@ -175,7 +180,7 @@ class EncoderDecoder(nn.Module):
             memory_mask=memory_mask,
             cache=cache,
         )
-        return self.output_proj(hidden[:, -1])
+        return self.output_proj(decoded.hidden[:, -1])
 
     def step(self, tokens: Tensor, state: DecoderState) -> tuple[Tensor, DecoderState]:
         """Feed the newest target token(s) ``(B,)`` or ``(B, t)``; logits ``(B, V)`` of the next."""

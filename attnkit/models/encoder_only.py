@@ -23,8 +23,8 @@ from torch import Tensor, nn
 
 from attnkit.attention.masks import padding_mask
 from attnkit.blocks.feedforward import ACTIVATIONS
+from attnkit.blocks.moe import MoEAux, merge_aux
 from attnkit.models import builders
-from attnkit.models.embeddings import TokenEmbedding
 from attnkit.models.lm_config import EncoderOnlyConfig
 
 
@@ -45,6 +45,7 @@ class EncoderOnlyOutput:
     mlm_logits: Tensor | None = None
     class_logits: Tensor | None = None
     attentions: list[Tensor] | None = None
+    moe: MoEAux | None = None
 
 
 class MLMHead(nn.Module):
@@ -91,7 +92,7 @@ class EncoderOnlyModel(nn.Module):
         super().__init__()
         c = self.config = config
         self.pad_id, self.mask_id = c.pad_id, c.mask_id
-        tokens = TokenEmbedding(c.vocab_size, c.d_model)
+        tokens = builders.token_embedding(c, c.vocab_size)
         self.embed = builders.input_embedding(c, tokens)
         self.encoder = builders.encoder(c, c.num_layers)
         self.mlm_head = MLMHead(c.d_model, c.vocab_size, c.activation)
@@ -122,9 +123,10 @@ class EncoderOnlyModel(nn.Module):
         MLM logits at all.
         """
         real = ids != self.pad_id
-        hidden, weights = self.encoder(
+        encoded = self.encoder(
             self.embed(ids), mask=padding_mask(ids, self.pad_id), need_weights=need_weights
         )
+        hidden = encoded.hidden
         class_logits = None
         if classify and self.classifier is not None:
             class_logits = self.classifier(pool(hidden, real, self.config.pooling))
@@ -135,5 +137,6 @@ class EncoderOnlyModel(nn.Module):
             hidden=hidden,
             mlm_logits=mlm_logits,
             class_logits=class_logits,
-            attentions=weights,
+            attentions=encoded.attentions,
+            moe=merge_aux(encoded.aux),
         )

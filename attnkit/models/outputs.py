@@ -6,6 +6,8 @@ from dataclasses import dataclass
 
 from torch import Tensor
 
+from attnkit.blocks.moe import MoEAux
+
 
 @dataclass
 class Seq2SeqOutput:
@@ -17,6 +19,8 @@ class Seq2SeqOutput:
         encoder_attentions: per layer ``(B, h, S, S)``, only on request.
         decoder_self_attentions: per layer ``(B, h, T, T)``, only on request.
         cross_attentions: per layer ``(B, h, T, S)``, only on request.
+        moe: the mixture-of-experts layers' routing losses and utilisation
+            (``combine_aux``), or ``None`` without MoE layers.
     """
 
     logits: Tensor | None
@@ -24,3 +28,4 @@ class Seq2SeqOutput:
     encoder_attentions: list[Tensor] | None = None
     decoder_self_attentions: list[Tensor] | None = None
     cross_attentions: list[Tensor] | None = None
+    moe: MoEAux | None = None

@@ -88,3 +88,29 @@ RNN_PRESETS: dict[str, dict[str, Any]] = {
         "dropout": 0.2,
     },
 }
+
+# The Vision Transformer: "digits" for scikit-learn's 8x8 digits on a CPU
+# (issue 17's recipe), "vit_base_16" the paper's ViT-B/16 shape.
+VIT_PRESETS: dict[str, dict[str, Any]] = {
+    "digits": {
+        "image_size": 8,
+        "patch_size": 4,
+        "channels": 1,
+        "num_classes": 10,
+        "d_model": 64,
+        "num_heads": 4,
+        "d_ff": 128,
+        "num_layers": 3,
+        "dropout": 0.1,
+    },
+    "vit_base_16": {
+        "image_size": 224,
+        "patch_size": 16,
+        "channels": 3,
+        "num_classes": 1000,
+        "d_model": 768,
+        "num_heads": 12,
+        "d_ff": 3072,
+        "num_layers": 12,
+    },
+}

@@ -8,8 +8,8 @@ other families was.
 
 ``kind`` says what a family does, and so which commands apply to it:
 ``"seq2seq"`` (translate), ``"causal_lm"`` (generate) or ``"masked_lm"``
-(fill in masked tokens). ``vocab_field`` is the config field that a
-tokenizer's vocabulary must fit into.
+(fill in masked tokens) or ``"image_classifier"``. ``vocab_field`` is the
+config field that a tokenizer's vocabulary must fit into (``None``: no text).
 """
 
 from __future__ import annotations
@@ -28,14 +28,18 @@ from attnkit.models.encoder_only import EncoderOnlyModel
 from attnkit.models.lm_config import DecoderOnlyConfig, EncoderOnlyConfig
 from attnkit.models.rnn_config import RNNSeq2SeqConfig
 from attnkit.models.rnn_seq2seq import RNNSeq2Seq
+from attnkit.models.vit import VisionTransformer, ViTConfig
 
-ModelKind = Literal["seq2seq", "causal_lm", "masked_lm"]
+ModelKind = Literal["seq2seq", "causal_lm", "masked_lm", "image_classifier"]
 KIND_NAMES: dict[str, str] = {
     "seq2seq": "translation model",
     "causal_lm": "causal language model",
     "masked_lm": "masked language model",
+    "image_classifier": "image classifier",
 }
-AnyModelConfig = TransformerConfig | RNNSeq2SeqConfig | DecoderOnlyConfig | EncoderOnlyConfig
+AnyModelConfig = (
+    TransformerConfig | RNNSeq2SeqConfig | DecoderOnlyConfig | EncoderOnlyConfig | ViTConfig
+)
 Seq2SeqConfig = TransformerConfig | RNNSeq2SeqConfig
 
 
@@ -47,7 +51,7 @@ class Family:
     config_class: type[ModelConfig]
     model_class: type[nn.Module]
     kind: ModelKind
-    vocab_field: str
+    vocab_field: str | None  # None: the family reads no text (images)
 
 
 FAMILIES: dict[str, Family] = {
@@ -57,6 +61,7 @@ FAMILIES: dict[str, Family] = {
         Family("rnn", RNNSeq2SeqConfig, RNNSeq2Seq, "seq2seq", "tgt_vocab_size"),
         Family("decoder_only", DecoderOnlyConfig, DecoderOnlyLM, "causal_lm", "vocab_size"),
         Family("encoder_only", EncoderOnlyConfig, EncoderOnlyModel, "masked_lm", "vocab_size"),
+        Family("vit", ViTConfig, VisionTransformer, "image_classifier", None),
     )
 }
 

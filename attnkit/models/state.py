@@ -22,6 +22,7 @@ import torch
 from torch import Tensor
 
 from attnkit.attention.cache import DecoderCache, KVCache
+from attnkit.attention.recurrent_cache import RecurrentStateCache
 
 # Growing caches start this deep when the search gives no length bound, then double.
 INITIAL_CAPACITY = 64
@@ -81,6 +82,27 @@ def growing_cache(
     if cross is not None:
         cache.set_cross(*cross)
     return cache
+
+
+def recurrent_cache(
+    layout: CacheLayout,
+    *,
+    batch_size: int,
+    positions: int,
+    dtype: torch.dtype,
+    device: torch.device,
+    cross: tuple[Tensor, Tensor] | None = None,
+) -> RecurrentStateCache:
+    """Linear attention's cache: one fixed-size state per layer, whatever the length."""
+    cache = RecurrentStateCache(layout.num_layers, device=device)
+    if cross is not None:
+        cache.set_cross(*cross)
+    return cache
+
+
+def default_cache(config: object) -> CacheFactory:
+    """The reference cache of a config: linear attention keeps states, the rest keys/values."""
+    return recurrent_cache if getattr(config, "attention", "dense") == "linear" else growing_cache
 
 
 @dataclass

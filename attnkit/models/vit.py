@@ -13,8 +13,8 @@ reshape keeps the flattening order visible and testable (``unpatchify``
 inverts it exactly), and a conv checkpoint converts by
 ``conv.weight.permute(0, 2, 3, 1).reshape(D, P * P * C)``.
 
-The encoder is assembled here from ``attnkit.blocks`` for now; the shared
-builders are meant to take it over.
+The encoder is the shared one (``attnkit.models.builders.encoder``), so
+every option of the attention-stack config applies to images too.
 
 Shapes: ``B`` batch, ``C`` channels, ``H``/``W`` image size, ``P`` patch size,
 ``N`` patches, ``S`` sequence (``N`` or ``N + 1`` with a class token), ``D``
@@ -23,94 +23,67 @@ d_model, ``h`` heads, ``K`` classes.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
-from typing import Any, ClassVar
+from dataclasses import dataclass
+from typing import Any, ClassVar, Literal
 
 import torch
 from torch import Tensor, nn
 
-from attnkit.attention.multihead import MultiHeadAttention
-from attnkit.blocks import Encoder, EncoderLayer, FeedForward, Residual
-from attnkit.errors import ConfigError
-from attnkit.models.config_base import (
-    ACTIVATIONS,
-    NORM_POSITIONS,
-    ModelConfig,
-    check_choice,
-    check_type,
-)
+from attnkit.blocks.moe import MoEAux, merge_aux
+from attnkit.models import builders
+from attnkit.models.config_base import Activation, AttentionStackConfig, NormPosition, Positions
+from attnkit.models.presets import VIT_PRESETS
+from attnkit.positions import LearnedPositions, build_positions
+from attnkit.validation import at_least, require
 
-VIT_POOLINGS = ("cls", "mean")
-VIT_POSITIONS = ("learned", "none")
-_FIELD_TYPES = {"int": int, "float": float, "str": str}
-
-VIT_PRESETS: dict[str, dict[str, Any]] = {
-    # scikit-learn's 8x8 digits, CPU-sized (experiments/vit_digits.py).
-    "digits": {
-        "image_size": 8,
-        "patch_size": 4,
-        "channels": 1,
-        "num_classes": 10,
-        "d_model": 64,
-        "heads": 4,
-        "d_ff": 128,
-        "layers": 3,
-    },
-    # ViT-B/16 (the paper's Table 1) at 224x224, ImageNet's 1000 classes.
-    "vit_base_16": {
-        "image_size": 224,
-        "patch_size": 16,
-        "channels": 3,
-        "num_classes": 1000,
-        "d_model": 768,
-        "heads": 12,
-        "d_ff": 3072,
-        "layers": 12,
-    },
-}
+Pooling = Literal["cls", "mean"]
 
 
 @dataclass(frozen=True)
-class ViTConfig(ModelConfig):
-    """A Vision Transformer; square images of ``image_size`` cut into ``patch_size`` patches."""
+class ViTConfig(AttentionStackConfig):
+    """A Vision Transformer: square images of ``image_size`` cut into ``patch_size`` patches.
+
+    The encoder's options are the shared attention-stack fields (score, norm,
+    FFN, mixture of experts, local attention, ...); ``positions`` is
+    ``"learned"`` (ViT's), ``"none"`` (a bag of patches), or any other kind
+    the stacks take. ``class_names`` names the ``num_classes`` outputs.
+    """
 
     family: ClassVar[str] = "vit"
+    presets: ClassVar[dict[str, dict[str, Any]]] = VIT_PRESETS
 
+    d_model: int = 64
+    num_heads: int = 4
+    d_ff: int = 128
+    dropout: float = 0.0
+    activation: Activation = "gelu"
+    norm_position: NormPosition = "pre"
+    positions: Positions = "learned"
     image_size: int = 8
     patch_size: int = 4
     channels: int = 1
     num_classes: int = 10
-    d_model: int = 64
-    heads: int = 4
-    d_ff: int = 128
-    layers: int = 3
-    dropout: float = 0.0
-    pooling: str = "cls"
-    positions: str = "learned"
-    activation: str = "gelu"
-    norm_position: str = "pre"
+    num_layers: int = 3
+    pooling: Pooling = "cls"
+    class_names: tuple[str, ...] = ()
 
-    def __post_init__(self) -> None:
-        for f in fields(self):
-            check_type(f.name, getattr(self, f.name), _FIELD_TYPES[f.type])
-        for name in ("image_size", "patch_size", "channels", "num_classes", "d_model"):
-            if getattr(self, name) < 1:
-                raise ConfigError(f"{name}: must be >= 1, got {getattr(self, name)}")
-        for name in ("heads", "d_ff", "layers"):
-            if getattr(self, name) < 1:
-                raise ConfigError(f"{name}: must be >= 1, got {getattr(self, name)}")
-        if self.image_size % self.patch_size != 0:
-            raise ConfigError(
-                f"patch_size: {self.patch_size} does not divide image_size={self.image_size}"
-            )
-        if self.d_model % self.heads != 0:
-            raise ConfigError(f"d_model: {self.d_model} is not divisible by heads={self.heads}")
-        if not 0.0 <= self.dropout < 1.0:
-            raise ConfigError(f"dropout: must be in [0, 1), got {self.dropout}")
-        check_choice("pooling", self.pooling, VIT_POOLINGS)
-        check_choice("positions", self.positions, VIT_POSITIONS)
-        check_choice("activation", self.activation, ACTIVATIONS)
-        check_choice("norm_position", self.norm_position, NORM_POSITIONS)
+    def _check_family(self) -> None:
+        at_least(self, ("image_size", "patch_size", "channels", "num_classes", "num_layers"), 1)
+        require(
+            "patch_size",
+            self.image_size % self.patch_size == 0,
+            f"{self.patch_size} does not divide image_size={self.image_size}",
+        )
+        require(
+            "max_len",
+            self.seq_len <= self.max_len,
+            f"{self.max_len} positions, but {self.seq_len} patches (and class token) need more",
+        )
+        require(
+            "class_names",
+            not self.class_names or len(self.class_names) == self.num_classes,
+            f"{len(self.class_names)} names for num_classes={self.num_classes}",
+        )
 
     @property
     def num_patches(self) -> int:
@@ -119,10 +92,6 @@ class ViTConfig(ModelConfig):
     @property
     def seq_len(self) -> int:
         return self.num_patches + (self.pooling == "cls")
-
-    @classmethod
-    def preset_table(cls) -> dict[str, dict[str, Any]]:
-        return VIT_PRESETS
 
 
 def patchify(images: Tensor, patch_size: int) -> Tensor:
@@ -166,30 +135,17 @@ class ViTOutput:
     """What ``VisionTransformer.forward`` returns.
 
     ``logits`` ``(B, K)``; ``hidden`` ``(B, S, D)``; ``attentions``: per layer
-    ``(B, h, S, S)``, only on request.
+    ``(B, h, S, S)``, only on request; ``moe``: mixture-of-experts report or ``None``.
     """
 
     logits: Tensor
     hidden: Tensor
     attentions: list[Tensor] | None = None
-
-
-def build_vit_encoder(c: ViTConfig) -> Encoder:
-    """The encoder stack from ``attnkit.blocks`` (the shared builders will take this over)."""
-    layers = [
-        EncoderLayer(
-            self_attn=MultiHeadAttention(c.d_model, c.heads, dropout=c.dropout),
-            ffn=FeedForward(c.d_model, c.d_ff, c.activation),
-            self_attn_residual=Residual(c.d_model, c.dropout, c.norm_position),
-            ffn_residual=Residual(c.d_model, c.dropout, c.norm_position),
-        )
-        for _ in range(c.layers)
-    ]
-    return Encoder(layers, nn.LayerNorm(c.d_model) if c.norm_position == "pre" else None)
+    moe: MoEAux | None = None
 
 
 class VisionTransformer(nn.Module):
-    """Patch embedding, optional class token, learned positions, encoder, linear head."""
+    """Patch embedding, optional class token, positions, the encoder, a linear head."""
 
     def __init__(self, config: ViTConfig):
         super().__init__()
@@ -200,13 +156,13 @@ class VisionTransformer(nn.Module):
         if c.pooling == "cls":
             self.cls_token = nn.Parameter(torch.zeros(1, 1, c.d_model))
             nn.init.trunc_normal_(self.cls_token, std=0.02)
-        self.positions = None
-        if c.positions == "learned":
-            self.positions = nn.Parameter(torch.zeros(1, c.seq_len, c.d_model))
-            nn.init.trunc_normal_(self.positions, std=0.02)
+        self.positions = build_positions(c.absolute_positions, c.seq_len, c.d_model)
         self.dropout = nn.Dropout(c.dropout)
-        self.encoder = build_vit_encoder(c)
+        self.encoder = builders.encoder(c, c.num_layers)
         self.head = nn.Linear(c.d_model, c.num_classes)
+        builders.init_weights(self, self.head, tied=True, d_model=c.d_model)
+        if isinstance(self.positions, LearnedPositions):
+            nn.init.trunc_normal_(self.positions.weight, std=0.02)
         # A zero head starts every class at the same score (the paper zero-inits
         # the head when fine-tuning; from scratch it is harmless and steadies step 1).
         nn.init.zeros_(self.head.weight)
@@ -223,11 +179,16 @@ class VisionTransformer(nn.Module):
         x = self.patch_embed(images)
         if self.cls_token is not None:
             x = torch.cat([self.cls_token.expand(x.size(0), -1, -1), x], dim=1)
-        if self.positions is not None:
-            x = x + self.positions
-        hidden, weights = self.encoder(self.dropout(x), need_weights=need_weights)
+        x = x + self.positions(x.size(1))
+        encoded = self.encoder(self.dropout(x), need_weights=need_weights)
+        hidden = encoded.hidden
         pooled = hidden[:, 0] if c.pooling == "cls" else hidden.mean(dim=1)
-        return ViTOutput(logits=self.head(pooled), hidden=hidden, attentions=weights)
+        return ViTOutput(
+            logits=self.head(pooled),
+            hidden=hidden,
+            attentions=encoded.attentions,
+            moe=merge_aux(encoded.aux),
+        )
 
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())

@@ -36,9 +36,9 @@ def test_each_decoder_layer_writes_through_its_own_view():
     kv = [layer.cross_attn.project_kv(memory) for layer in decoder.decoder_layers()]
     cache.set_cross(torch.stack([k for k, _ in kv]), torch.stack([v for _, v in kv]))
     x = torch.randn(2, 1, 16)
-    out, _, _ = decoder(x, None, cache=cache)
+    out = decoder(x, None, cache=cache).hidden
     assert cache.updates == [0, 1, 2]  # one write per layer, in order, no index passed in
-    want, _, _ = decoder(x, memory)  # the same step without a cache
+    want = decoder(x, memory).hidden  # the same step without a cache
     torch.testing.assert_close(out, want)
 
 
@@ -50,11 +50,11 @@ def test_causal_layers_with_a_cache_equal_the_full_forward():
         layer.eval()
     norm = builders.final_norm(c)
     x = torch.randn(2, 6, 16)
-    full, _ = run_causal_layers(layers, x, final_norm=norm)
+    full = run_causal_layers(layers, x, final_norm=norm).hidden
     cache = KVCache(2, 2, 2, 8, capacity=2)
     steps = []
     for t in range(6):
-        out, _ = run_causal_layers(layers, x[:, t : t + 1], final_norm=norm, cache=cache)
+        out = run_causal_layers(layers, x[:, t : t + 1], final_norm=norm, cache=cache).hidden
         cache.advance()
         steps.append(out)
     torch.testing.assert_close(torch.cat(steps, 1), full, rtol=1e-5, atol=1e-6)

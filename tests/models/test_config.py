@@ -17,7 +17,7 @@ INVALID = [
     ("attention_dropout", {"attention_dropout": -0.1}),
     ("activation", {"activation": "tanh"}),
     ("norm_position", {"norm_position": "middle"}),
-    ("positions", {"positions": "rotary"}),
+    ("positions", {"positions": "spiral"}),
     ("positions", {"positions": "relative+learned"}),
     ("max_relative_position", {"max_relative_position": 0}),
     ("max_len", {"max_len": 0}),

@@ -238,7 +238,7 @@ def test_config_json_round_trip_and_family():
 @pytest.mark.parametrize(
     ("changes", "field"),
     [({"d_model": 30, "num_heads": 4}, "d_model"), ({"norm_position": "middle"}, "norm_position"),
-     ({"positions": "rotary"}, "positions"), ({"dropout": 1.0}, "dropout"),
+     ({"positions": "spiral"}, "positions"), ({"dropout": 1.0}, "dropout"),
      ({"vocab_size": 2}, "vocab_size"), ({"bos_id": 0}, "pad_id"),
      ({"num_layers": 0}, "num_layers"),
      ({"tie_embeddings": 1}, "tie_embeddings"), ({"max_len": True}, "max_len")],

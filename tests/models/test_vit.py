@@ -25,9 +25,9 @@ def tiny(**kw) -> VisionTransformer:
         channels=3,
         num_classes=5,
         d_model=16,
-        heads=2,
+        num_heads=2,
         d_ff=32,
-        layers=2,
+        num_layers=2,
         **kw,
     )
     model = VisionTransformer(cfg).double().eval()
@@ -82,7 +82,8 @@ def test_with_positions_the_order_matters_unless_positions_move_too(pooling):
     same = copy.deepcopy(model)
     first = 1 if pooling == "cls" else 0
     with torch.no_grad():
-        same.positions[:, first:] = model.positions[:, first:][:, perm]
+        table = same.positions.weight  # (S, D): the learned position of every token
+        table[first:] = model.positions.weight[first:][perm]
     torch.testing.assert_close(same(moved).logits, a, atol=1e-10, rtol=1e-10)
 
 
@@ -114,17 +115,18 @@ def test_learns_gradients_and_config_round_trip():
         ("patch_size", 3),  # does not divide 8
         ("channels", 0),
         ("num_classes", 0),
-        ("d_model", 30),  # not divisible by heads=4
-        ("heads", 0),
+        ("d_model", 30),  # not divisible by num_heads=4
+        ("num_heads", 0),
         ("d_ff", 0),
-        ("layers", 0),
+        ("num_layers", 0),
         ("dropout", 1.0),
         ("pooling", "max"),
-        ("positions", "sinusoidal"),
+        ("positions", "bogus"),
         ("activation", "tanh"),
         ("norm_position", "middle"),
         ("d_model", 64.0),
-        ("layers", True),
+        ("num_layers", True),
+        ("max_len", 4),  # fewer than the patches
     ],
 )
 def test_bad_config_values_name_the_field(field, value):

@@ -1,0 +1,85 @@
+"""The decoding cache of linear attention: a fixed-size state per layer, not keys and values.
+
+Causal linear attention (``attnkit.attention.linear``) is an RNN (Katharopoulos
+et al., 2020, §3.4): after any prefix, each layer needs only ``S`` ``(B, h, d, d)``
+and ``z`` ``(B, h, d)``, whatever the length. ``RecurrentStateCache``
+implements ``DecoderCache`` around those states, so the searches, beam
+reordering and the stepping protocol work unchanged; cross-attention keys and
+values (an encoder-decoder's, softmax attention) are held as in ``KVCache``.
+
+Shapes: ``L`` layers, ``B`` batch rows, ``h`` heads, ``d`` head dim, ``S`` source length.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Self
+
+import torch
+from torch import Tensor
+
+from attnkit.attention.cache import LayerCache
+from attnkit.attention.linear import LinearAttentionState
+
+
+class RecurrentLayerView:
+    """One layer's view: its ``state`` (read and replaced by ``LinearSelfAttention``)."""
+
+    def __init__(self, cache: RecurrentStateCache, index: int) -> None:
+        self._cache, self._index = cache, index
+
+    @property
+    def state(self) -> LinearAttentionState | None:
+        return self._cache.states[self._index]
+
+    @state.setter
+    def state(self, value: LinearAttentionState) -> None:
+        self._cache.states[self._index] = value
+
+    def update(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        raise TypeError("update: a linear-attention layer keeps a state, not keys and values")
+
+    @property
+    def cross(self) -> tuple[Tensor, Tensor] | None:
+        c = self._cache
+        if c.cross_k is None or c.cross_v is None:
+            return None
+        return c.cross_k[self._index], c.cross_v[self._index]
+
+    def query_positions(self, t: int) -> Tensor:
+        start = self._cache.length
+        return torch.arange(start, start + t, device=self._cache.device)
+
+
+class RecurrentStateCache:
+    """Every layer's linear-attention state (``None`` until the first token)."""
+
+    def __init__(self, num_layers: int, *, device: torch.device | str | None = None) -> None:
+        self.states: list[LinearAttentionState | None] = [None] * num_layers
+        self.cross_k: Tensor | None = None
+        self.cross_v: Tensor | None = None
+        self.length = 0
+        self.device = torch.device("cpu") if device is None else torch.device(device)
+
+    def set_cross(self, k: Tensor, v: Tensor) -> None:
+        """Store cross-attention keys/values ``(L, B, h, S, d)`` computed once."""
+        self.cross_k, self.cross_v = k, v
+
+    def layers(self) -> Sequence[LayerCache]:
+        return [RecurrentLayerView(self, i) for i in range(len(self.states))]
+
+    def position_offset(self) -> int:
+        return self.length
+
+    def self_mask(self, t: int) -> None:
+        return None
+
+    def advance(self, steps: int = 1) -> None:
+        self.length += steps
+
+    def reorder(self, indices: Tensor, *, cross: bool = True) -> Self:
+        self.states = [None if s is None else s.reorder(indices) for s in self.states]
+        if cross and self.cross_k is not None and self.cross_v is not None:
+            self.cross_k = self.cross_k.index_select(1, indices)
+            self.cross_v = self.cross_v.index_select(1, indices)
+        return self
