@@ -1,0 +1,52 @@
+"""Import pretrained weights into an attnkit checkpoint.
+
+Sources (--from):
+  hf     a Hugging Face model directory (MarianMTModel, BertModel, GPT2LMHeadModel;
+         safetensors only, never a pickle)
+  gguf   a GGUF file (Llama-architecture models such as SmolLM2)
+
+The result is an attnkit checkpoint that translate/generate/evaluate/attention/
+export accept.
+
+Examples:
+  attnkit import --from hf path/to/opus-mt-de-en --out runs/opus_de_en
+  attnkit import --from gguf SmolLM2-135M-Instruct.Q4_1.gguf --out runs/smollm2
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+from pathlib import Path
+
+from attnkit.cli.common import check_out_dir
+from attnkit.errors import UsageError
+
+# --from NAME -> "module:function(source: Path, out: Path) -> Path" (the checkpoint written).
+IMPORTERS: dict[str, str] = {
+    "hf": "attnkit.interop.hf_import:import_hf",
+    "gguf": "attnkit.interop.gguf_import:import_gguf",
+}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--from", dest="source_format", required=True, choices=sorted(IMPORTERS),
+        help="the format of SOURCE",
+    )  # fmt: skip
+    parser.add_argument("source", help="a model directory (hf) or file (gguf)")
+    parser.add_argument("--out", required=True, help="run directory to write the checkpoint to")
+    parser.add_argument("--overwrite", action="store_true", help="replace --out if it exists")
+
+
+def run(args: argparse.Namespace) -> int:
+    out = Path(args.out)
+    check_out_dir(out, overwrite=args.overwrite)
+    source = Path(args.source)
+    if not source.exists():
+        raise UsageError(f"{source}: not found")
+    module, _, name = IMPORTERS[args.source_format].partition(":")
+    importer = getattr(importlib.import_module(module), name)
+    written = importer(source, out, overwrite=args.overwrite)
+    print(f"imported {source} into {written}")
+    return 0
