@@ -129,8 +129,11 @@ def run(args: argparse.Namespace) -> int:
         generator = torch.Generator(device=device).manual_seed(args.seed)
         sampling = {"temperature": args.temperature, "top_k": args.top_k, "top_p": args.top_p,
                     "generator": generator}  # fmt: skip
+    # A blank line translates to a blank line (decode_ids skips a source of EOS alone).
     src = truncate_sources(
-        [tokenizer.encode(line) for line in lines], model.config.max_len - 1, args.input
+        [tokenizer.encode(line) if line.strip() else [] for line in lines],
+        model.config.max_len - 1,
+        args.input,
     )
     src = [ids + [tokenizer.eos_id] for ids in src]
     max_positions = model.config.max_len

@@ -133,13 +133,31 @@ def number_splits(
     *,
     seed: int = 0,
     balanced: bool = False,
+    always_train: int = 0,
 ) -> dict[str, list[tuple[str, str]]]:
-    """Train/valid/test pairs over disjoint number sets, so evaluation is on unseen numbers."""
+    """Train/valid/test pairs over disjoint number sets, so evaluation is on unseen numbers.
+
+    ``always_train``: every number in ``[low, always_train)`` is a training pair
+    (the irregular words under 100 are what a newcomer types first; a model
+    cannot guess "zwölf" from "twelve" if it never saw it); the held-out
+    splits are drawn from the rest.
+    """
     sizes = {"train": n_train, "valid": n_valid, "test": n_test}
     for name, size in sizes.items():
         if size < 0:
             raise UsageError(f"n_{name} must be >= 0, got {size}")
     numbers = sample_numbers(sum(sizes.values()), low, high, seed=seed, balanced=balanced)
+    if always_train > low:
+        first = list(range(low, min(always_train, high + 1)))
+        if len(first) > n_train:
+            raise UsageError(f"always_train={always_train}: more numbers than n_train={n_train}")
+        rest = [n for n in numbers if n >= always_train]
+        numbers = first + rest[: n_train - len(first)] + rest[n_train - len(first) :]
+        numbers = numbers[: sum(sizes.values())]
+        rng = np.random.default_rng(seed + 1)
+        head = numbers[:n_train]
+        rng.shuffle(head)  # the small numbers spread over the epoch, not in its first batches
+        numbers = head + numbers[n_train:]
     splits, start = {}, 0
     for name, size in sizes.items():
         chunk = numbers[start : start + size]

@@ -12,7 +12,7 @@ from typing import Any
 import torch
 
 from attnkit.decoding.beam import beam_search
-from attnkit.decoding.common import DecodeResult
+from attnkit.decoding.common import DecodeResult, Hypothesis
 from attnkit.decoding.greedy import greedy_search
 from attnkit.decoding.protocol import AnyStepper
 from attnkit.decoding.sampling import sample
@@ -25,6 +25,13 @@ def _pad(seqs: Sequence[Sequence[int]], pad_id: int) -> torch.Tensor:
     for i, s in enumerate(seqs):
         out[i, : len(s)] = torch.as_tensor(s, dtype=torch.long)
     return out
+
+
+def source_ids(tokenizer: Any, text: str, limit: int) -> list[int]:
+    """``text``'s ids cut to ``limit``, then EOS; a blank line is EOS alone (decoded as
+    nothing), whatever the tokenizer makes of its spaces."""
+    ids = tokenizer.encode(text)[:limit] if text.strip() else []
+    return [*ids, tokenizer.eos_id]
 
 
 def decode_ids(
@@ -45,9 +52,16 @@ def decode_ids(
     Returns one single-sentence ``DecodeResult`` per source, in input order.
     ``sampling`` (``temperature``/``top_k``/``top_p``/``generator``) selects
     sampling; otherwise ``beam == 1`` is greedy search and ``beam > 1`` beam search.
+    A source with no token (an empty or whitespace-only line: EOS alone) has an
+    empty output and is not decoded: a model asked to translate nothing should
+    not invent a sentence.
     """
-    order = sorted(range(len(src)), key=lambda i: len(src[i]))
     results: list[DecodeResult | None] = [None] * len(src)
+    for i, s in enumerate(src):
+        if all(t == model.eos_id for t in s):
+            results[i] = DecodeResult([[]], [0.0], [[Hypothesis([], 0.0)] * max(nbest, 1)])
+    todo = [i for i in range(len(src)) if results[i] is None]
+    order = sorted(todo, key=lambda i: len(src[i]))
     for start in range(0, len(order), batch_size):
         chunk = order[start : start + batch_size]
         ids = _pad([src[i] for i in chunk], model.pad_id).to(device)
@@ -87,7 +101,7 @@ def translate_texts(
     model.eval()
     device = device or next(model.parameters()).device
     max_positions = model.config.max_len
-    src = [tokenizer.encode(t)[: max_positions - 1] + [tokenizer.eos_id] for t in texts]
+    src = [source_ids(tokenizer, t, max_positions - 1) for t in texts]
     results = decode_ids(
         stepper_for(model) if stepper is None else stepper,
         src,

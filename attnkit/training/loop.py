@@ -60,7 +60,7 @@ from attnkit.training.fast import fast_enabled, naming_compile_failures
 from attnkit.training.logging import RunLog
 from attnkit.training.optim import build_optimizer
 from attnkit.training.runconfig import RunConfig
-from attnkit.training.schedules import build_scheduler
+from attnkit.training.schedules import build_scheduler, remaining_steps, set_total_steps
 from attnkit.training.tasks.base import Task, TaskContext, autocast_dtype
 from attnkit.training.trainer_state import STATE_FORMAT, upgrade_state
 
@@ -355,7 +355,14 @@ class Trainer:
         window_tokens, window_start = 0, time.perf_counter()
         last_valid: dict[str, float] = {}
         stopped_early = False
+        first_step = self.step
         while self.step < cfg.max_steps:
+            if cfg.decay_to_budget and cfg.max_minutes is not None:  # ranks agree on the mean
+                steps_left = remaining_steps(self.step - first_step, time.perf_counter() - start,
+                                             60.0 * cfg.max_minutes)  # fmt: skip
+                if steps_left is not None and self.step >= cfg.warmup_steps:
+                    total = self.dist.sum([min(cfg.max_steps, self.step + steps_left)])[0]
+                    set_total_steps(self.scheduler, int(total / self.dist.world_size))
             stats = self.train_step()
             window_tokens += stats["tokens"]
             bar.update(1)

@@ -95,6 +95,10 @@ class TrainConfig:
 
     max_steps: int = 100_000
     max_minutes: float | None = None  # stop (and checkpoint) after this wall time
+    # cosine schedule only: decay to min_lr exactly when max_minutes runs out (the step
+    # count is estimated from the measured speed), not at max_steps: a time-budgeted run
+    # ends annealed whatever the machine's speed.
+    decay_to_budget: bool = False
     # Padded tokens per batch and rank (translation: source or target, the longer;
     # lm/mlm: max_tokens // context blocks of the model's context length).
     max_tokens: int = 4096
@@ -145,6 +149,9 @@ class TrainConfig:
         require("clip_norm", self.clip_norm >= 0, f"must be >= 0, got {self.clip_norm}")
         if self.max_minutes is not None:
             require("max_minutes", self.max_minutes > 0, f"must be > 0, got {self.max_minutes}")
+        if self.decay_to_budget:
+            require("decay_to_budget", self.max_minutes is not None and self.schedule == "cosine",
+                    "needs train.max_minutes and train.schedule=cosine")  # fmt: skip
         if self.betas is not None:
             for beta in self.betas:
                 in_range("betas", beta, 0.0, 1.0)

@@ -151,3 +151,22 @@ def _set_base_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:
         else:
             group["lr"] = lr
         group.pop("initial_lr", None)  # LambdaLR records the new base from "lr"
+
+
+def remaining_steps(done: int, elapsed: float, budget: float) -> int | None:
+    """Steps that fit in what is left of ``budget`` seconds at the speed so far
+    (``done`` steps in ``elapsed`` seconds, pauses included); ``None`` before 10 steps."""
+    if done < 10 or elapsed <= 0:
+        return None
+    return max(1, int((budget - elapsed) * done / elapsed))
+
+
+def set_total_steps(scheduler: LambdaLR, total: int) -> None:
+    """Re-aim a cosine schedule's end at step ``total`` (``train.decay_to_budget``).
+
+    The multipliers are frozen dataclasses for safety elsewhere; this is the one
+    place that moves their end, and ``LambdaLR.state_dict`` saves it for resume.
+    """
+    for multiplier in scheduler.lr_lambdas:
+        if isinstance(multiplier, CosineMultiplier):
+            object.__setattr__(multiplier, "total_steps", total)

@@ -166,3 +166,12 @@ def test_translate_gives_the_same_lines_on_every_decode_path(trained, capsys, mo
     assert outputs[""] == outputs["--no-fast"] == outputs["--compile"]
     assert len(outputs[""].splitlines()) == 6
     assert compiled == ["_static_logits"]  # --compile compiled the decode step
+
+
+def test_an_empty_or_blank_line_translates_to_an_empty_line(trained, tmp_path, capsys):
+    root, out = trained
+    src = tmp_path / "in.txt"
+    src.write_text("one hundred\n\n   \nseven\n", encoding="utf-8")
+    assert main(["translate", "--checkpoint", str(out), "--input", str(src)]) == 0
+    lines = capsys.readouterr().out.split("\n")
+    assert lines[1] == "" and lines[2] == "" and lines[0] and lines[3]

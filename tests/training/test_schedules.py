@@ -99,3 +99,43 @@ def test_bad_schedule_names_field_and_choices():
         build_scheduler(_optimizer(), "noam", d_model=512, warmup_steps=0)
     with pytest.raises(ConfigError, match="total_steps"):
         build_scheduler(_optimizer(), "cosine")
+
+
+def test_remaining_steps_follow_the_measured_speed():
+    from attnkit.training.schedules import remaining_steps
+
+    assert remaining_steps(5, 1.0, 60.0) is None  # too few steps to judge
+    assert remaining_steps(100, 10.0, 60.0) == 500  # 10 steps/s, 50 s left
+    assert remaining_steps(100, 70.0, 60.0) == 1  # past the budget: one more at least
+
+
+def test_a_cosine_schedule_can_be_re_aimed_and_the_end_survives_a_state_round_trip():
+    import torch
+
+    from attnkit.training.schedules import build_scheduler, set_total_steps
+
+    opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
+    sched = build_scheduler(opt, "cosine", warmup_steps=2, total_steps=1000, factor=1.0)
+    set_total_steps(sched, 10)
+    for _ in range(10):
+        opt.step()
+        sched.step()
+    assert opt.param_groups[0]["lr"] == pytest.approx(0.0, abs=1e-12)  # ended at step 10
+    other = build_scheduler(
+        torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0), "cosine",
+        warmup_steps=2, total_steps=1000,
+    )  # fmt: skip
+    other.load_state_dict(sched.state_dict())
+    assert other.lr_lambdas[0].total_steps == 10
+
+
+def test_decay_to_budget_needs_a_time_budget_and_a_cosine():
+    from attnkit.errors import ConfigError
+    from attnkit.training.runconfig import RunConfig
+
+    with pytest.raises(ConfigError, match="^train.decay_to_budget: needs train.max_minutes"):
+        RunConfig.from_dict({"train": {"decay_to_budget": True, "schedule": "cosine"}})
+    run = RunConfig.from_dict(
+        {"train": {"decay_to_budget": True, "schedule": "cosine", "max_minutes": 1}}
+    )
+    assert run.train.decay_to_budget
