@@ -25,13 +25,10 @@ Shapes: ``L`` layers, ``B`` batch rows (sentences x beams), ``h`` heads
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Protocol, Self, runtime_checkable
+from typing import Any, Protocol, Self, runtime_checkable
 
 import torch
 from torch import Tensor
-
-if TYPE_CHECKING:
-    from attnkit.attention.static_cache import StaticKVCache
 
 
 @runtime_checkable
@@ -89,7 +86,9 @@ class LayerView:
     view is what the layer sees, so no layer index travels through the model.
     """
 
-    def __init__(self, cache: KVCache | StaticKVCache, index: int) -> None:
+    def __init__(self, cache: Any, index: int) -> None:
+        # Any cache that keeps every layer: _update(i, k, v), cross_k/cross_v,
+        # position_offset() and device (KVCache, StaticKVCache, RecurrentStateCache).
         self._cache, self._index = cache, index
 
     def update(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
@@ -104,7 +103,7 @@ class LayerView:
 
     def query_positions(self, t: int) -> Tensor:
         offset = self._cache.position_offset()
-        device = self._cache.self_k[self._index].device
+        device = self._cache.device
         if isinstance(offset, Tensor):  # a static cache: stays on the device, no sync
             return offset + torch.arange(t, device=device)
         return torch.arange(offset, offset + t, device=device)
@@ -139,6 +138,10 @@ class KVCache:
     @property
     def capacity(self) -> int:
         return self.self_k.size(3)
+
+    @property
+    def device(self) -> torch.device:
+        return self.self_k.device
 
     def set_cross(self, k: Tensor, v: Tensor) -> None:
         """Store cross-attention keys/values ``(L, B, h, S, d)`` computed once."""

@@ -18,15 +18,13 @@ from typing import Self
 import torch
 from torch import Tensor
 
-from attnkit.attention.cache import LayerCache
+from attnkit.attention.cache import LayerCache, LayerView
 from attnkit.attention.linear import LinearAttentionState
 
 
-class RecurrentLayerView:
-    """One layer's view: its ``state`` (read and replaced by ``LinearSelfAttention``)."""
-
-    def __init__(self, cache: RecurrentStateCache, index: int) -> None:
-        self._cache, self._index = cache, index
+class RecurrentLayerView(LayerView):
+    """One layer's view: its ``state`` (read and replaced by ``LinearSelfAttention``);
+    cross-attention keys/values and query positions as ``LayerView`` has them."""
 
     @property
     def state(self) -> LinearAttentionState | None:
@@ -38,17 +36,6 @@ class RecurrentLayerView:
 
     def update(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
         raise TypeError("update: a linear-attention layer keeps a state, not keys and values")
-
-    @property
-    def cross(self) -> tuple[Tensor, Tensor] | None:
-        c = self._cache
-        if c.cross_k is None or c.cross_v is None:
-            return None
-        return c.cross_k[self._index], c.cross_v[self._index]
-
-    def query_positions(self, t: int) -> Tensor:
-        start = self._cache.length
-        return torch.arange(start, start + t, device=self._cache.device)
 
 
 class RecurrentStateCache:

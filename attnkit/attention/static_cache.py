@@ -150,6 +150,10 @@ class StaticKVCache:
     def capacity(self) -> int:
         return self.self_k[0].size(2)
 
+    @property
+    def device(self) -> torch.device:
+        return self.pos.device
+
     def layers(self) -> Sequence[LayerCache]:
         # Made per call, not stored: views kept on the cache would form a reference
         # cycle, and a pooled buffer is handed out again only once its cache is freed.
