@@ -124,6 +124,9 @@ class TrainConfig:
     eval_blocks: int = 200  # lm/mlm: validation blocks per evaluation
     mask_prob: float = 0.15  # mlm: the share of tokens selected for prediction
     compile: bool = False  # always compile the training forward (see also fast)
+    # fp32 products on the CPU: oneDNN (1.3-2.3x MKL's sgemm on the AMD EPYC we measure
+    # on; bench/NOTES.md) or MKL (PyTorch's default). auto: oneDNN when available.
+    cpu_matmul: Literal["auto", "onednn", "mkl"] = "auto"
     # auto | on | off: compiled forward, chunked loss, fused Adam (auto: on for CUDA);
     # attnkit/training/fast.py says what each does. `--no-fast` sets off.
     # YAML reads a bare on/off as true/false; both spellings are accepted.

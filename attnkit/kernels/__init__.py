@@ -1,0 +1,1 @@
+"""Kernel choices that change speed, not results (beyond float rounding)."""
