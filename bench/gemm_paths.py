@@ -42,9 +42,8 @@ from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
+from common import cpu_name, environment, format_table, load_average
 from torch import Tensor
-
-from common import cpu_name, environment, format_table, load_average  # noqa: I001 (bench/ on path)
 
 SHAPES = [(512, 1536), (512, 512), (512, 2048), (2048, 512), (512, 8000)]
 ALL_PATHS = [
@@ -138,6 +137,10 @@ def make_path(name: str, w: Tensor, b: Tensor, m: int) -> Linear:
         dyn = name.startswith("ao_dyn")
         quantize_(lin, Int8DynamicActivationInt8WeightConfig() if dyn else Int8WeightOnlyConfig())
         if name.endswith("_c"):
+            # One compile per (shape, module): lift dynamo's limit of 8 recompiles of
+            # Linear.forward, past which it silently runs eagerly.
+            torch._dynamo.config.recompile_limit = 256
+            torch._dynamo.config.cache_size_limit = 256
             return torch.compile(lin, dynamic=False)
         return lin
     raise ValueError(f"unknown path {name!r}")
