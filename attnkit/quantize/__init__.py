@@ -12,8 +12,11 @@ from attnkit.quantize.model import (
     model_bytes,
     quantize_model,
 )
+from attnkit.quantize.stepper import CpuState, CpuStepper, project_q
 
 __all__ = [
+    "CpuState",
+    "CpuStepper",
     "PRECISIONS",
     "Int8Linear",
     "PackedLinear",
@@ -21,5 +24,6 @@ __all__ = [
     "SplitCrossAttention",
     "model_bytes",
     "quantize_model",
+    "project_q",
     "quantize_rows",
 ]
