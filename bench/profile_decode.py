@@ -15,8 +15,9 @@ and groups the operators' **self** CPU time into buckets:
   interpreter and dispatcher overhead between kernels).
 
 ``--quantize PRECISION`` profiles a model converted with
-``attnkit.quantize.quantize_model`` instead (``fp32-dnnl``, ``bf16``, ``int8``).
-Run: ``python bench/profile_decode.py --threads 2 [--quantize int8] [--top 25]``.
+``attnkit.quantize.quantize_model`` instead (``fp32``, ``bf16``, ``int8``), and
+``--stepper cpu`` decodes through ``attnkit.quantize.CpuStepper``.
+Run: ``python bench/profile_decode.py --threads 2 [--stepper cpu --quantize int8] [--top 25]``.
 """
 
 from __future__ import annotations
@@ -86,6 +87,12 @@ def main() -> None:
     p.add_argument("--src-len", type=int, default=32)
     p.add_argument("--out-len", type=int, default=40)
     p.add_argument("--quantize", help="profile attnkit.quantize.quantize_model(model, PRECISION)")
+    p.add_argument(
+        "--stepper",
+        choices=("model", "cpu"),
+        default="model",
+        help="model: EncoderDecoder's own start/step; cpu: attnkit.quantize.CpuStepper",
+    )
     p.add_argument("--top", type=int, default=15, help="operators listed per search")
     p.add_argument("--runs", type=int, default=3, help="profiled runs per search (median)")
     args = p.parse_args()
@@ -97,12 +104,18 @@ def main() -> None:
         model = quantize_model(model, args.quantize)
     src = source(args.batch, args.src_len, args.vocab)
     assert not (src == PAD).any()
-    forced = MinLength(model, args.out_len)
+    if args.stepper == "cpu":
+        from attnkit.quantize import CpuStepper
+
+        stepper = CpuStepper(model)
+    else:
+        stepper = model
+    forced = MinLength(stepper, args.out_len)
     searches = {
         "greedy": lambda: greedy_search(forced, src, max_len=args.out_len),
         "beam4": lambda: beam_search(forced, src, beam_size=4, max_len=args.out_len),
     }
-    searches["encoder"] = lambda: model.start(src, max_steps=args.out_len)
+    searches["encoder"] = lambda: stepper.start(src, max_steps=args.out_len)
     with torch.inference_mode():
         for run in searches.values():
             run()  # warm-up (oneDNN primitive caches, allocator)
