@@ -13,6 +13,9 @@ Engines (``--engines``, comma-separated):
 * ``attnkit_fp32``, ``attnkit_bf16``, ``attnkit_int8`` -- ``CpuStepper`` over
   ``quantize_model(model, "fp32" | "bf16" | "int8")`` (oneDNN-packed fp32/bf16,
   fbgemm int8);
+* ``attnkit_compiled`` (not in the default list) -- ``attnkit`` with
+  ``model.compile_decoding()`` (inductor C++ on CPU; the first run's time,
+  compile included, is printed);
 * ``hf``           -- ``MarianMTModel.generate`` (``min_new_tokens = max_new_tokens``);
 * ``ct2_fp32``, ``ct2_int8`` -- ``ctranslate2.Translator.translate_batch``
   (``compute_type`` float32 / int8, ``min_decoding_length = max_decoding_length``).
@@ -37,6 +40,7 @@ import importlib.util
 import json
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -50,6 +54,7 @@ from attnkit.quantize import CpuStepper, model_bytes, quantize_model
 
 ALL_ENGINES = ["attnkit", "attnkit_cpu", "attnkit_fp32", "attnkit_bf16", "attnkit_int8",
                "hf", "ct2_fp32", "ct2_int8"]  # fmt: skip
+OTHER_ENGINES = ["attnkit_compiled"]
 CT2_COMPUTE = {"ct2_fp32": "float32", "ct2_int8": "int8"}
 Run = Callable[[], list[list[int]]]
 
@@ -111,6 +116,10 @@ def attnkit_stepper(name: str, model: Any) -> Any:
     """The stepper of an ``attnkit*`` engine (quantised copies for the precisions)."""
     if name == "attnkit":
         return model
+    if name == "attnkit_compiled":
+        compiled = copy.deepcopy(model)
+        compiled.compile_decoding()
+        return compiled
     if name == "attnkit_cpu":
         return CpuStepper(model)
     return CpuStepper(quantize_model(copy.deepcopy(model), name.removeprefix("attnkit_")))
@@ -194,7 +203,7 @@ def main() -> None:
     runners: dict[tuple[str, int], Run] = {}
     hf, ct2_dir = None, None
     for name in engines:
-        if name.startswith("attnkit"):
+        if name.startswith("attnkit") and name in ALL_ENGINES + OTHER_ENGINES:
             stepper = attnkit_stepper(name, model)
             for k in beams:
                 runners[(name, k)] = attnkit_runner(stepper, src, k, new)
@@ -213,7 +222,8 @@ def main() -> None:
                 runners[(name, k)] = ct2_runner(tr, src, k, new, vocab)
         else:
             why = "needs transformers" if name == "hf" else "needs ctranslate2 and transformers"
-            print(f"skipped {name}: {'unknown engine' if name not in ALL_ENGINES else why}")
+            known = name in ALL_ENGINES + OTHER_ENGINES
+            print(f"skipped {name}: {why if known else 'unknown engine'}")
 
     env = environment(torch.device("cpu"))
     env["ctranslate2"] = __import__("ctranslate2").__version__ if have_ct2 else "not installed"
@@ -223,9 +233,12 @@ def main() -> None:
           f"{args.src_len} tokens -> {new} tokens, {args.threads} threads, "
           f"{args.rounds} rounds")  # fmt: skip
     outputs: dict[tuple[str, int], list[list[int]]] = {}
+    first: dict[tuple[str, int], float] = {}
     with torch.inference_mode():
-        for key, run in runners.items():  # warm-up: oneDNN primitives, allocator, CT2 pools
+        for key, run in runners.items():  # warm-up: oneDNN primitives, allocator, compiles
+            t0 = time.perf_counter()
             outputs[key] = run()
+            first[key] = time.perf_counter() - t0
         times = round_robin(runners, args.rounds, torch.device("cpu"))
 
     def speed(name: str, k: int) -> float | None:
@@ -237,19 +250,22 @@ def main() -> None:
         ref = outputs.get(("attnkit", k))
         same, tok = agreement(outputs[(name, k)], ref) if ref else (None, None)
         r = {"engine": name, "beam": k, "sentences_per_s": sps, "seconds_all": ts,
+             "first_run_s": first[(name, k)],
              "identical_sentences": same, "identical_tokens": tok}  # fmt: skip
         for peer in ("ct2_int8", "ct2_fp32", "hf"):
             other = speed(peer, k)
             r[f"vs_{peer}"] = sps / other if other else None
         results.append(r)
         rows.append([name, "greedy" if k == 1 else f"beam {k}", f"{sps:.1f}",
-                     f"{min(ts):.2f}-{max(ts):.2f}",
+                     f"{min(ts):.2f}-{max(ts):.2f}", f"{args.batch / min(ts):.1f}",
+                     f"{first[(name, k)]:.1f}",
                      *("-" if r[f"vs_{p}"] is None else f"{r[f'vs_{p}']:.2f}x"
                        for p in ("ct2_int8", "ct2_fp32", "hf")),
                      "-" if same is None else f"{same:.0%}",
                      "-" if tok is None else f"{tok:.1%}"])  # fmt: skip
     print()
-    print(format_table(["engine", "search", "sent/s", "s/run min-max", "vs ct2_int8", "vs ct2_fp32",
+    print(format_table(["engine", "search", "sent/s", "s/run min-max", "best sent/s", "1st run s",
+                        "vs ct2_int8", "vs ct2_fp32",
                         "vs hf", "same sent.", "same tokens"], rows))  # fmt: skip
     memory = measure_memory(args, engines, ct2_dir) if args.memory else {}
     for name, mem in memory.items():
