@@ -38,6 +38,8 @@ _EXPORTS: dict[str, str] = {
     "stepper_for": "attnkit.decoding",
     "StaticCacheStepper": "attnkit.decoding",
     "translate_texts": "attnkit.decoding.text",
+    # CPU inference weights
+    "quantize_model": "attnkit.quantize",
     # checkpoints
     "load_model": "attnkit.checkpoints",
     "save_checkpoint": "attnkit.checkpoints",
@@ -70,6 +72,7 @@ __all__ = [
     "stepper_for",
     "StaticCacheStepper",
     "translate_texts",
+    "quantize_model",
     "load_model",
     "save_checkpoint",
     "attend",

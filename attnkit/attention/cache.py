@@ -73,10 +73,21 @@ class DecoderCache(Protocol):
         """Commit ``steps`` positions once every layer has been updated."""
         ...
 
-    def reorder(self, indices: Tensor, *, cross: bool = True) -> Self:
-        """Keep batch rows ``indices`` ``(B',)`` in that order; ``cross=False`` leaves
-        the cross-attention keys/values (rows that share their source)."""
+    def reorder(self, indices: Tensor, *, cross: bool | Tensor = True) -> Self:
+        """Keep batch rows ``indices`` ``(B',)`` in that order.
+
+        ``cross`` says what the cross-attention keys/values do: follow
+        ``indices`` (``True``), stay as they are (``False``: rows that share
+        their source), or keep their rows ``cross``.
+        """
         ...
+
+
+def cross_rows(indices: Tensor, cross: bool | Tensor) -> Tensor | None:
+    """The rows a ``reorder`` keeps of the cross-attention keys/values; ``None``: all, as is."""
+    if isinstance(cross, Tensor):
+        return cross
+    return indices if cross else None
 
 
 class LayerView:
@@ -134,6 +145,9 @@ class KVCache:
         self.cross_k: Tensor | None = None
         self.cross_v: Tensor | None = None
         self.length = 0
+        # Reorders gather into these, then swap (no allocation per beam step).
+        self._spare_k: Tensor | None = None
+        self._spare_v: Tensor | None = None
 
     @property
     def capacity(self) -> int:
@@ -169,13 +183,30 @@ class KVCache:
     def advance(self, steps: int = 1) -> None:
         self.length += steps
 
-    def reorder(self, indices: Tensor, *, cross: bool = True) -> Self:
-        self.self_k = self.self_k.index_select(1, indices)
-        self.self_v = self.self_v.index_select(1, indices)
-        if cross and self.cross_k is not None and self.cross_v is not None:
-            self.cross_k = self.cross_k.index_select(1, indices)
-            self.cross_v = self.cross_v.index_select(1, indices)
+    def reorder(self, indices: Tensor, *, cross: bool | Tensor = True) -> Self:
+        # Only the filled prefix moves, gathered in one pass into a spare buffer
+        # that then takes the old one's place (a beam step allocates nothing).
+        n = self.length
+        self.self_k, self._spare_k = self._gather(self.self_k, self._spare_k, indices, n)
+        self.self_v, self._spare_v = self._gather(self.self_v, self._spare_v, indices, n)
+        rows = cross_rows(indices, cross)
+        if rows is not None and self.cross_k is not None and self.cross_v is not None:
+            self.cross_k = self.cross_k.index_select(1, rows)
+            self.cross_v = self.cross_v.index_select(1, rows)
         return self
+
+    @staticmethod
+    def _gather(
+        buf: Tensor, spare: Tensor | None, indices: Tensor, n: int
+    ) -> tuple[Tensor, Tensor | None]:
+        """``(buf's rows indices, the next spare)``; positions ``>= n`` are left unset."""
+        if buf.requires_grad and torch.is_grad_enabled():  # out= does not record autograd
+            return buf.index_select(1, indices), None
+        rows = indices.numel()
+        if spare is None or spare.size(1) != rows:
+            spare = buf.new_empty((buf.size(0), rows, *buf.shape[2:]))
+        torch.index_select(buf[:, :, :, :n], 1, indices, out=spare[:, :, :, :n])
+        return spare, buf if buf.size(1) == rows else None
 
     def _grow(self, needed: int) -> None:
         # Doubling keeps the amortised cost of appends constant.
@@ -183,3 +214,4 @@ class KVCache:
         widen = (0, 0, 0, new_capacity - self.capacity)  # pad dim 3 (time) at the end
         self.self_k = torch.nn.functional.pad(self.self_k, widen)
         self.self_v = torch.nn.functional.pad(self.self_v, widen)
+        self._spare_k = self._spare_v = None

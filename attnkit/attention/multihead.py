@@ -129,6 +129,12 @@ class MultiHeadAttention(nn.Module):
         b, t, _ = x.shape
         return x.view(b, t, heads, self.head_dim).transpose(1, 2)
 
+    def project_q(self, x: Tensor) -> Tensor:
+        """Cross-attention queries of ``x`` ``(B, T, D)``, ``(B, h, T, d)``."""
+        d = self.d_model
+        bias = None if self.qkv_proj.bias is None else self.qkv_proj.bias[:d]
+        return self._heads(F.linear(x, self.qkv_proj.weight[:d], bias), self.num_heads)
+
     def project_kv(self, memory: Tensor) -> tuple[Tensor, Tensor]:
         """Keys and values of ``memory`` ``(B, S, D)``, ``(B, h_kv, S, d)`` each.
 
@@ -170,10 +176,8 @@ class MultiHeadAttention(nn.Module):
         if memory is not None:
             if self.relative_positions is not None:
                 raise ValueError("memory: relative positions are for self-attention only")
-            bias = None if self.qkv_proj.bias is None else self.qkv_proj.bias[:d]
-            q = self._heads(F.linear(x, self.qkv_proj.weight[:d], bias), self.num_heads)
             k, v = memory if isinstance(memory, tuple) else self.project_kv(memory)
-            return self._attend(q, k, v, mask, is_causal, need_weights, positions=None)
+            return self._cross(self.project_q(x), k, v, mask, need_weights)
         q_, k_, v_ = self.qkv_proj(x).split((d, self.kv_dim, self.kv_dim), dim=-1)
         q, k, v = (self._heads(q_, self.num_heads), self._heads(k_, self.num_kv_heads),
                    self._heads(v_, self.num_kv_heads))  # fmt: skip
@@ -189,6 +193,28 @@ class MultiHeadAttention(nn.Module):
         if cache is not None:
             k, v = cache.update(k, v)
         return self._attend(q, k, v, mask, is_causal, need_weights, positions=positions)
+
+    def _cross(
+        self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, need_weights: bool
+    ) -> tuple[Tensor, Tensor | None]:
+        """Cross-attention of ``q`` ``(N, h, T, d)`` over ``k``/``v`` ``(B, h_kv, S, d)``.
+
+        ``N = B * g``: beam search keeps one copy of a sentence's source keys
+        for its ``g`` beams (``attnkit.models.state.DecoderState``). The beams'
+        queries then become ``g * T`` query rows of that sentence: one attention
+        call reads each source key once instead of ``g`` times (``mask``, if
+        any, is per sentence: ``(B, 1, 1, S)``).
+        """
+        n, h, t, hd = q.shape
+        g = n // k.size(0)
+        if g == 1:
+            return self._attend(q, k, v, mask, False, need_weights, positions=None)
+        q = q.view(-1, g, h, t, hd).transpose(1, 2).reshape(-1, h, g * t, hd)
+        out, weights = self._attend(q, k, v, mask, False, need_weights, positions=None)
+        if weights is not None:  # (B, h, g T, S) -> (N, h, T, S)
+            weights = weights.view(-1, h, g, t, weights.size(-1)).transpose(1, 2)
+            weights = weights.reshape(n, h, t, -1)
+        return out.view(n, t, self.d_model), weights
 
     def _attend(
         self,

@@ -18,7 +18,7 @@ from typing import Self
 import torch
 from torch import Tensor
 
-from attnkit.attention.cache import LayerCache, LayerView
+from attnkit.attention.cache import LayerCache, LayerView, cross_rows
 from attnkit.attention.linear import LinearAttentionState
 
 
@@ -64,9 +64,10 @@ class RecurrentStateCache:
     def advance(self, steps: int = 1) -> None:
         self.length += steps
 
-    def reorder(self, indices: Tensor, *, cross: bool = True) -> Self:
+    def reorder(self, indices: Tensor, *, cross: bool | Tensor = True) -> Self:
         self.states = [None if s is None else s.reorder(indices) for s in self.states]
-        if cross and self.cross_k is not None and self.cross_v is not None:
-            self.cross_k = self.cross_k.index_select(1, indices)
-            self.cross_v = self.cross_v.index_select(1, indices)
+        rows = cross_rows(indices, cross)
+        if rows is not None and self.cross_k is not None and self.cross_v is not None:
+            self.cross_k = self.cross_k.index_select(1, rows)
+            self.cross_v = self.cross_v.index_select(1, rows)
         return self

@@ -26,7 +26,7 @@ from typing import Any, Self
 import torch
 from torch import Tensor
 
-from attnkit.attention.cache import LayerCache, LayerView
+from attnkit.attention.cache import LayerCache, LayerView, cross_rows
 
 
 class StaticBufferPool:
@@ -191,26 +191,21 @@ class StaticKVCache:
         self.pos.add_(steps)  # on the device, no sync
         self.length += steps
 
-    def reorder(self, indices: Tensor, *, cross: bool = True) -> Self:
+    def reorder(self, indices: Tensor, *, cross: bool | Tensor = True) -> Self:
         """Keep batch rows ``indices`` ``(B',)`` (in that order); returns self.
 
         A pooled cache keeps its buffers (``copy_``) when ``B' == B``, so a
         recorded CUDA graph stays valid; a batch-size change (beam search's
         first expansion) takes new buffers from the pool.
         """
-        if not cross and self.cross_k is not None and indices.numel() != self.cross_k.size(1):
-            raise ValueError("reorder: cross=False needs the batch size to stay the same")
         for name in ("self_k", "self_v"):
             buffers = getattr(self, name)
             for i, old in enumerate(buffers):
                 buffers[i] = self._moved(f"{name}{i}", old, old.index_select(0, indices))
-        if cross and self.cross_k is not None and self.cross_v is not None:
-            self.cross_k = self._moved(
-                "cross_k", self.cross_k, self.cross_k.index_select(1, indices)
-            )
-            self.cross_v = self._moved(
-                "cross_v", self.cross_v, self.cross_v.index_select(1, indices)
-            )
+        rows = cross_rows(indices, cross)
+        if rows is not None and self.cross_k is not None and self.cross_v is not None:
+            self.cross_k = self._moved("cross_k", self.cross_k, self.cross_k.index_select(1, rows))
+            self.cross_v = self._moved("cross_v", self.cross_v, self.cross_v.index_select(1, rows))
         return self
 
     def _moved(self, name: str, old: Tensor, picked: Tensor) -> Tensor:

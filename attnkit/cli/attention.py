@@ -16,7 +16,12 @@ from __future__ import annotations
 
 import argparse
 
-from attnkit.cli.common import add_device_argument, load_for
+from attnkit.cli.common import (
+    add_device_argument,
+    add_precision_argument,
+    apply_precision,
+    load_for,
+)
 from attnkit.errors import UsageError
 
 
@@ -27,6 +32,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--layer", type=int, default=-1, help="layer (default: last)")
     parser.add_argument("--head", type=int, default=None, help="head (default: mean of heads)")
     parser.add_argument("--beam", type=int, default=4, help="beam size (default: 4)")
+    add_precision_argument(parser)
     add_device_argument(parser)
 
 
@@ -43,6 +49,7 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"--out must name a .png file, got {args.out}")
     loaded = load_for("attention", args.checkpoint, args.device)
     model, tokenizer, config = loaded.model, loaded.tokenizer, loaded.config
+    apply_precision(model, args.precision)
     if getattr(config, "attention", None) == "none":
         raise UsageError(
             f"{args.checkpoint}: this RNN model has no attention (model.attention: none); "

@@ -43,6 +43,38 @@ def add_device_argument(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def add_precision_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--precision",
+        default="fp32",
+        choices=("fp32", "bf16", "int8"),
+        help="CPU inference weights: fp32 (default; oneDNN-packed, same results to float "
+        "rounding), bf16 (AVX512-BF16 GEMMs), int8 (per-channel weights, dynamic "
+        "activations; fastest, smallest). bf16/int8 change results slightly: see the README",
+    )
+
+
+def apply_precision(model: Any, precision: str, *, path: str = "fast") -> Any:
+    """``model`` converted for ``--precision`` in place (``attnkit.quantize``); returns it.
+
+    fp32 packs the weights on the fast CPU path only: ``--no-fast`` (the
+    reference path) and ``--compile`` keep the plain ``nn.Linear`` modules.
+    On a GPU only fp32 exists (the packed and int8 kernels are CPU kernels).
+    """
+    from attnkit.quantize import quantize_model
+
+    on_cpu = all(p.device.type == "cpu" for p in model.parameters())
+    if not on_cpu:
+        if precision != "fp32":
+            raise UsageError(f"--precision {precision}: CPU kernels; add --device cpu")
+        return model
+    if precision == "fp32" and path != "fast":
+        return model
+    if path == "compiled":
+        raise UsageError(f"--precision {precision}: not with --compile (use one or the other)")
+    return quantize_model(model, precision)
+
+
 def check_out_dir(out: Path, *, resume: bool = False, overwrite: bool = False) -> None:
     """Raise ``UsageError`` unless ``prepare_out_dir`` may use ``out``; changes nothing.
 

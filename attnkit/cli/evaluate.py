@@ -121,7 +121,12 @@ def _score_translation(loaded: Any, args: argparse.Namespace, corpus: Any) -> di
         **corpus_scores(hyps, [t for _, t in pairs]),
         "perplexity": perplexity(nll, max(n_tokens, 1)),
         "sentences": len(pairs),
-        "decode": {"beam": beam, "alpha": args.alpha, "path": decode_path(args)},
+        "decode": {
+            "beam": beam,
+            "alpha": args.alpha,
+            "path": decode_path(args),
+            "precision": args.precision,
+        },  # fmt: skip
         "sentences_per_s": len(pairs) / max(seconds, 1e-9),
     }
 
@@ -140,6 +145,9 @@ def run(args: argparse.Namespace) -> int:
     loaded = load_for("evaluate", args.checkpoint, args.device)
     _check_inputs(args, loaded.family.kind)
     if loaded.family.kind != "seq2seq":
+        from attnkit.cli.common import apply_precision
+
+        apply_precision(loaded.model, args.precision, path=decode_path(args))
         result = _score_text(loaded, args)
         if args.json:
             print(json.dumps(result, indent=2))
@@ -157,5 +165,5 @@ def run(args: argparse.Namespace) -> int:
     print(f"tokenized lowercased BLEU {result['bleu_lc']:.2f}")
     speed, beam = result["sentences_per_s"], result["decode"]["beam"]
     print(f"perplexity {result['perplexity']:.2f}   {result['sentences']} sentences, "
-          f"{speed:.1f} sentences/s (beam {beam})")  # fmt: skip
+          f"{speed:.1f} sentences/s (beam {beam}, {args.precision})")  # fmt: skip
     return 0

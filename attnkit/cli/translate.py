@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from attnkit.cli.common import add_device_argument, read_lines
+from attnkit.cli.common import add_device_argument, add_precision_argument, read_lines
 from attnkit.errors import UsageError
 
 
@@ -38,9 +38,10 @@ def add_decoding_arguments(parser: argparse.ArgumentParser) -> None:
     speed.add_argument(
         "--no-fast",
         action="store_true",
-        help="decode on the plain growing KV cache instead of the static one (for debugging; "
-        "same tokens, slower)",
+        help="the reference path, for debugging: the model's growing KV cache and plain "
+        "fp32 linear layers (on a GPU the fast path is a static cache)",
     )
+    add_precision_argument(parser)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -73,12 +74,17 @@ def decode_path(args: argparse.Namespace) -> str:
 
 
 def stepper_from_args(model, args: argparse.Namespace):
-    """The ``Stepper`` that ``--compile`` / ``--no-fast`` ask for (RNNs have one path only)."""
+    """The ``Stepper`` that ``--compile`` / ``--no-fast`` / ``--precision`` ask for.
+
+    ``model`` is converted in place for ``--precision`` (RNNs have one path only).
+    """
+    from attnkit.cli.common import apply_precision
     from attnkit.decoding.static import SupportsStaticCache, stepper_for
 
     if args.compile and not isinstance(model, SupportsStaticCache):
         raise UsageError("--compile: only Transformer checkpoints have a compiled decode step")
-    return stepper_for(model, decode_path(args))
+    path = decode_path(args)
+    return stepper_for(apply_precision(model, args.precision, path=path), path)
 
 
 def truncate_sources(

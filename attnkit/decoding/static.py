@@ -172,16 +172,25 @@ DECODE_PATHS = ("fast", "compiled", "reference")
 def stepper_for(model: Any, path: DecodePath = "fast") -> Any:
     """The ``Stepper`` to decode ``model`` with on ``path``.
 
-    ``"fast"``: the static cache (models that support it; others as they are);
-    ``"compiled"``: the same, compiled (``ValueError`` for a model without a
-    static-cache step); ``"reference"``: the model's own growing cache.
+    ``"fast"``: on a GPU the static cache (models that support it; others as
+    they are); on the CPU the model's own cache, which a search's length
+    bound sizes once and whose steps attend over the filled prefix only,
+    unmasked (measured faster on CPU than the static cache's masked attention
+    over its whole capacity: ``bench/NOTES.md``). ``"compiled"``: the static
+    cache, compiled (``ValueError`` for a model without a static-cache step);
+    ``"reference"``: the model's own growing cache.
     """
     if path not in DECODE_PATHS:
         raise ValueError(f"path: expected one of {', '.join(DECODE_PATHS)}; got {path!r}")
-    if path == "reference":
+    if path == "reference" or (path == "fast" and _on_cpu(model)):
         return model
     if not isinstance(model, SupportsStaticCache):
         if path == "compiled":
             raise ValueError(f"path: {type(model).__name__} has no static-cache step to compile")
         return model
     return StaticCacheStepper(model, compile=path == "compiled")
+
+
+def _on_cpu(model: Any) -> bool:
+    first = next(iter(model.parameters()), None) if hasattr(model, "parameters") else None
+    return first is None or first.device.type == "cpu"

@@ -162,7 +162,10 @@ class EncoderDecoder(nn.Module):
             device=memory.device,
             cross=cross,
         )
-        return DecoderState(cache=made, memory_mask=src_mask)
+        # Without padding the mask changes nothing: leave it out of every step
+        # (one host sync per batch; SDPA then takes its unmasked kernel).
+        no_padding = bool(src_mask.all())
+        return DecoderState(cache=made, memory_mask=None if no_padding else src_mask)
 
     def decode(self, tokens: Tensor, cache: DecoderCache, memory_mask: Tensor | None) -> Tensor:
         """Logits ``(B, V)`` after feeding ``tokens`` ``(B, t)`` at the cache's next positions.

@@ -111,26 +111,42 @@ class DecoderState:
 
     Attributes:
         cache: every layer's keys/values (a ``DecoderCache``).
-        memory_mask: ``(B, 1, 1, S)`` real source positions (encoder-decoder), or ``None``.
+        memory_mask: ``(B_src, 1, 1, S)`` real source positions, or ``None``
+            (a decoder-only model, or a source batch without padding).
         pending: ``(B,)`` the prompt's last token, fed by the first ``step``
             (decoder-only; the searches feed BOS there), or ``None``.
+        group: batch rows per source-side row: 1, or ``K`` once beam search has
+            copied each sentence into ``K`` beams. The source side (the
+            cross-attention keys/values and ``memory_mask``) is then kept once
+            per sentence, and cross-attention reads it for all ``K`` beams at
+            once (``MultiHeadAttention._cross``).
     """
 
     cache: DecoderCache
     memory_mask: Tensor | None = None
     pending: Tensor | None = None
+    group: int = 1
 
     def reorder(self, indices: Tensor, *, group_size: int | None = None) -> DecoderState:
         """Keep batch rows ``indices`` ``(B',)``, e.g. to follow beams.
 
         With ``group_size`` (beam search: rows in groups of that many beams,
-        indices that never leave their group) the source-side parts, identical
-        within a group, stay where they are: only self-attention K/V move.
+        indices that never leave their group) the source side stays where it
+        is: only self-attention K/V move. Copying each row ``K`` times in order
+        (beam search's expansion) shares the source side among the copies;
+        any other reorder gives every row its own again.
         """
-        keep_source = group_size is not None
-        self.cache = self.cache.reorder(indices, cross=not keep_source)
-        if self.memory_mask is not None and not keep_source:
-            self.memory_mask = self.memory_mask.index_select(0, indices)
+        if group_size is not None and self.group in (1, group_size):
+            self.cache = self.cache.reorder(indices, cross=False)
+        elif group_size is None and self.group == 1 and (copies := _copies(indices)) > 1:
+            self.cache = self.cache.reorder(indices, cross=False)
+            self.group = copies
+        else:
+            source = indices // self.group  # each new row's source-side row
+            self.cache = self.cache.reorder(indices, cross=source)
+            if self.memory_mask is not None:
+                self.memory_mask = self.memory_mask.index_select(0, source)
+            self.group = 1
         if self.pending is not None:
             self.pending = self.pending.index_select(0, indices)
         return self
@@ -140,3 +156,14 @@ class DecoderState:
         if self.pending is not None:
             tokens, self.pending = self.pending, None
         return tokens[:, None] if tokens.dim() == 1 else tokens
+
+
+def _copies(indices: Tensor) -> int:
+    """``K`` when ``indices`` is ``0 (K times), 1 (K times), ...`` (beam expansion), else 1."""
+    n = indices.numel()
+    rows = int(indices[-1]) + 1 if n else 0  # one host sync, once per search
+    if rows == 0 or n % rows or n == rows:
+        return 1
+    copies = n // rows
+    expected = torch.arange(rows, device=indices.device).repeat_interleave(copies)
+    return copies if torch.equal(indices, expected) else 1

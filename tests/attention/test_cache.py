@@ -128,5 +128,28 @@ def test_static_reorder_can_leave_the_cross_keys_in_place():
     cache.reorder(torch.tensor([1, 1, 0]), cross=False)  # rows that share a source
     assert torch.equal(cache.cross_k, cross)
     assert cache.self_k[0][:, 0, 0, 0].tolist() == [1, 1, 0]
-    with pytest.raises(ValueError, match="cross=False"):
-        cache.reorder(torch.tensor([0, 1]), cross=False)
+    # Six rows sharing the three sources (beams): the cross keys stay three rows.
+    cache.reorder(torch.tensor([0, 0, 1, 1, 2, 2]), cross=False)
+    assert cache.self_k[0].size(0) == 6 and torch.equal(cache.cross_k, cross)
+    # Explicit source rows: the cross keys keep rows 2 and 0.
+    cache.reorder(torch.tensor([5, 0]), cross=torch.tensor([2, 0]))
+    assert cache.self_k[0][:, 0, 0, 0].tolist() == [0, 1]
+    assert torch.equal(cache.cross_k, cross[:, [2, 0]])
+
+
+@pytest.mark.parametrize("filled", [0, 1, 3])
+def test_growing_cache_reorder_moves_the_filled_prefix_into_a_spare(filled):
+    cache = KVCache(2, 3, 1, 1, capacity=4)
+    for t in range(filled):
+        for layer, view in enumerate(cache.layers()):
+            k = torch.tensor([100.0 * t + 10 * layer + b for b in range(3)]).view(3, 1, 1, 1)
+            view.update(k, -k)
+        cache.advance()
+    first = cache.self_k
+    cache.reorder(torch.tensor([2, 0, 0]))
+    cache.reorder(torch.tensor([1, 2, 0]))  # now rows 0, 0, 2 of the start
+    assert cache.self_k.data_ptr() == first.data_ptr()  # two swaps: back in the first buffer
+    expect = [[[100 * t + 10 * layer + b for t in range(filled)] for b in (0, 0, 2)]
+              for layer in range(2)]  # fmt: skip
+    assert cache.self_k[:, :, 0, :filled, 0].tolist() == expect
+    assert torch.equal(cache.self_v[:, :, :, :filled], -cache.self_k[:, :, :, :filled])

@@ -66,3 +66,20 @@ def test_cached_self_attention_equals_full_causal():
 def test_rejects_indivisible_heads():
     with pytest.raises(ValueError, match="num_heads"):
         MultiHeadAttention(10, 3)
+
+
+@pytest.mark.parametrize("kv_heads", [4, 2])
+def test_beams_fold_onto_a_shared_source(kv_heads):
+    # 2 sentences x 3 beams of queries against 2 source rows equals the same
+    # queries against the source repeated per beam (outputs and weights).
+    torch.manual_seed(0)
+    mha = MultiHeadAttention(16, 4, num_kv_heads=kv_heads).double().eval()
+    x = torch.randn(6, 2, 16, dtype=torch.float64)
+    memory = torch.randn(2, 5, 16, dtype=torch.float64)
+    mask = padding_mask(torch.tensor([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]]), 0)
+    kv = mha.project_kv(memory)
+    shared, w_shared = mha(x, kv, mask=mask, need_weights=True)
+    repeated = tuple(t.repeat_interleave(3, dim=0) for t in kv)
+    ref, w_ref = mha(x, repeated, mask=mask.repeat_interleave(3, dim=0), need_weights=True)
+    torch.testing.assert_close(shared, ref)
+    torch.testing.assert_close(w_shared, w_ref)

@@ -137,6 +137,7 @@ def test_no_fast_turns_every_speed_switch_off_even_over_a_set(trained):
 def test_translate_gives_the_same_lines_on_every_decode_path(trained, capsys, monkeypatch):
     # --compile compiles for real (inductor's C++ code: ~20 s on 2 cores).
     from attnkit.decoding.static import StaticCacheStepper
+    from attnkit.quantize import PackedLinear
 
     root, out = trained
     base = ["translate", "--checkpoint", str(out), "--input", str(root / "test.en"), "--beam", "2"]
@@ -154,15 +155,23 @@ def test_translate_gives_the_same_lines_on_every_decode_path(trained, capsys, mo
     monkeypatch.setattr(
         torch, "compile", lambda fn, **kw: compiled.append(fn.__name__) or real_compile(fn, **kw)
     )
+    packed = []
+    real_packed = PackedLinear.forward
+    monkeypatch.setattr(
+        PackedLinear, "forward", lambda self, x: packed.append(1) or real_packed(self, x)
+    )
     outputs = {}
     for flag in ("", "--no-fast", "--compile"):
         static_steps.clear()
+        packed.clear()
         with warnings.catch_warnings():
             warnings.filterwarnings("error", message=".*compiled decode step")  # no fallback
             assert main(base + ([flag] if flag else [])) == 0
         outputs[flag] = capsys.readouterr().out
-        # Which cache decoded: the static one on the fast paths, the model's own otherwise.
-        assert set(static_steps) == ({"StaticKVCache"} if flag != "--no-fast" else set()), flag
+        # Which cache decoded: on the CPU the static one only when compiled, the
+        # model's own otherwise; the fast path's linears are oneDNN-packed fp32.
+        assert set(static_steps) == ({"StaticKVCache"} if flag == "--compile" else set()), flag
+        assert bool(packed) == (flag == ""), flag
     assert outputs[""] == outputs["--no-fast"] == outputs["--compile"]
     assert len(outputs[""].splitlines()) == 6
     assert compiled == ["_static_logits"]  # --compile compiled the decode step
@@ -175,3 +184,38 @@ def test_an_empty_or_blank_line_translates_to_an_empty_line(trained, tmp_path, c
     assert main(["translate", "--checkpoint", str(out), "--input", str(src)]) == 0
     lines = capsys.readouterr().out.split("\n")
     assert lines[1] == "" and lines[2] == "" and lines[0] and lines[3]
+
+
+@pytest.mark.parametrize("precision", ["bf16", "int8"])
+def test_precision_reaches_translate_evaluate_and_attention(trained, tmp_path, capsys, precision):
+    from attnkit.quantize import Int8Linear, PackedLinear
+
+    root, out = trained
+    kind = Int8Linear if precision == "int8" else PackedLinear
+    calls = []
+    real = kind.forward
+    kind.forward = lambda self, x: calls.append(1) or real(self, x)  # type: ignore[method-assign]
+    try:
+        src = ["--checkpoint", str(out), "--precision", precision]
+        assert main(["translate", *src, "--input", str(root / "test.en")]) == 0
+        assert len(capsys.readouterr().out.splitlines()) == 6 and calls
+        calls.clear()
+        assert main(["evaluate", *src, "--src", str(root / "test.en"),
+                     "--ref", str(root / "test.de"), "--json"]) == 0  # fmt: skip
+        result = json.loads(capsys.readouterr().out)
+        assert result["decode"]["precision"] == precision and calls
+        calls.clear()
+        png = tmp_path / "a.png"
+        assert main(["attention", *src, "--text", "one hundred", "--out", str(png)]) == 0
+        assert png.read_bytes()[:4] == b"\x89PNG" and calls
+    finally:
+        kind.forward = real  # type: ignore[method-assign]
+
+
+def test_a_bad_precision_is_one_line(trained, capsys):
+    _, out = trained
+    with pytest.raises(SystemExit) as exit_:
+        main(["translate", "--checkpoint", str(out), "--precision", "int4"])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and "--precision" in err and "int4" in err
+    assert len(err.strip().splitlines()) == 1

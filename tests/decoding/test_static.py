@@ -117,7 +117,9 @@ def test_capabilities_are_declared_not_probed():
     assert isinstance(tiny(), SupportsStaticCache)
     assert not isinstance(rnn, SupportsStaticCache)
     assert stepper_for(rnn) is rnn  # fast = the only path an RNN has
-    assert isinstance(stepper_for(tiny()), StaticCacheStepper)
+    model = tiny()  # on the CPU the fast path is the model's own prefix cache
+    assert stepper_for(model) is model
+    assert isinstance(stepper_for(model, "compiled"), StaticCacheStepper)
     assert stepper_for(rnn, "reference") is rnn
     with pytest.raises(ValueError, match="no static-cache step"):
         stepper_for(rnn, "compiled")

@@ -143,3 +143,57 @@ def test_embeddings_are_scaled_by_sqrt_d_model():
     torch.testing.assert_close(
         m.src_embed.tokens(ids)[0, 0], m.src_embed.tokens.weight[5] * 32**0.5
     )
+
+
+def test_beams_share_the_source_side_and_decode_as_if_they_did_not(monkeypatch):
+    from attnkit.decoding import beam_search
+    from attnkit.models import state as state_module
+
+    m = _model()
+    src = _ids(3, 6)
+    src[1, 4:] = 0  # padding: the source mask is kept, once per sentence
+
+    seen = []
+
+    class Spy:
+        pad_id, bos_id, eos_id = m.pad_id, m.bos_id, m.eos_id
+
+        def start(self, src_ids, *, max_steps=None):
+            return m.start(src_ids, max_steps=max_steps)
+
+        def step(self, tokens, state):
+            seen.append((state.group, state.cache.cross_k.size(1), state.memory_mask.size(0)))
+            return m.step(tokens, state)
+
+    shared = beam_search(Spy(), src, beam_size=4, max_len=7)
+    assert seen[0] == (4, 3, 3) and seen[-1] == (4, 3, 3)  # 12 rows, 3 source rows
+    monkeypatch.setattr(state_module, "_copies", lambda indices: 1)  # every row its own
+    seen.clear()
+    own = beam_search(Spy(), src, beam_size=4, max_len=7)
+    assert seen[0] == (1, 12, 12)
+    assert shared.tokens == own.tokens
+    torch.testing.assert_close(torch.tensor(shared.scores), torch.tensor(own.scores))
+
+
+def test_a_reorder_that_mixes_sentences_gives_rows_their_own_source():
+    m = _model()
+    src, tgt = _ids(2, 5), _ids(2, 3, bos=True)
+    src[0, 3:] = 0
+    full = m(src, tgt).logits
+    state = m.start(src)
+    state = state.reorder(torch.tensor([0, 0, 1, 1]))  # shared: two beams each
+    assert state.group == 2 and state.cache.cross_k.size(1) == 2
+    _, state = m.step(tgt[[0, 0, 1, 1], :2], state)
+    idx = torch.tensor([3, 0])  # sentence 1's beam first, then sentence 0's
+    state = state.reorder(idx)
+    assert state.group == 1 and state.memory_mask.size(0) == 2
+    logits, _ = m.step(tgt[[1, 0], 2], state)
+    torch.testing.assert_close(logits, full[[1, 0], 2])
+
+
+def test_no_source_mask_without_padding():
+    m = _model()
+    assert m.start(_ids(2, 5)).memory_mask is None
+    padded = _ids(2, 5)
+    padded[1, 4] = 0
+    assert m.start(padded).memory_mask is not None

@@ -1,0 +1,27 @@
+"""CPU inference weights: packed fp32/bf16 and int8 linears, and ``quantize_model``.
+
+``quantize_model(model, "fp32" | "bf16" | "int8")`` converts any attnkit
+model in place; the converted model decodes with the same searches and
+steppers as before (``attnkit.decoding``). ``bench/NOTES.md`` has the
+measurements behind each choice; the README the speed/quality trade-off.
+"""
+
+from attnkit.quantize.linear import Int8Linear, PackedLinear, quantize_rows
+from attnkit.quantize.model import (
+    PRECISIONS,
+    QuantizedTokenEmbedding,
+    SplitCrossAttention,
+    model_bytes,
+    quantize_model,
+)
+
+__all__ = [
+    "PRECISIONS",
+    "Int8Linear",
+    "PackedLinear",
+    "QuantizedTokenEmbedding",
+    "SplitCrossAttention",
+    "model_bytes",
+    "quantize_model",
+    "quantize_rows",
+]

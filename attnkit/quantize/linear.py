@@ -1,0 +1,242 @@
+"""Drop-in replacements for ``nn.Linear`` on CPU: prepacked fp32/bf16 (oneDNN) and int8 (fbgemm).
+
+Measured at the decode step's shapes (``bench/gemm_paths.py``, 2-core Zen 5,
+AVX-512 VNNI + BF16, see ``bench/NOTES.md``): ``F.linear`` in fp32 goes to
+MKL's sgemm, which on this AMD CPU reaches ~130-190 GFLOP/s; the same fp32
+product through oneDNN with a prepacked weight reaches ~280-420, bf16 through
+oneDNN ~320-760, and int8 through fbgemm's ``quantized::linear_dynamic``
+~460-1330. So:
+
+* ``PackedLinear(precision="fp32" | "bf16")``: the weight reordered once into
+  oneDNN's blocked layout (``mkldnn._reorder_linear_weight``), applied with
+  ``mkldnn._linear_pointwise`` (optionally with a fused ReLU). Inputs and
+  outputs stay fp32 (bf16: the input is rounded to bf16 inside, the output
+  widened back), so it swaps in anywhere a float ``nn.Linear`` was.
+* ``Int8Linear``: symmetric per-output-channel int8 weights (scale =
+  max|w_row| / 127), packed for fbgemm once; activations are quantised per
+  call, per tensor (asymmetric u8, inside the fbgemm op), output fp32 with the
+  bias added. Error bound: see ``INT8_REL_ERROR``.
+
+Only the packed weight is resident (no float copy): ``state_dict`` unpacks it
+(``weight`` for ``PackedLinear``; ``weight_int8`` + ``weight_scale`` for
+``Int8Linear``) and ``load_state_dict`` repacks, so checkpoints round-trip.
+Both modules are inference-only (no autograd through the packed weights).
+
+The quantized ops are private/legacy torch APIs (``torch.ops.mkldnn`` is what
+inductor's CPU freezing uses; ``quantized::linear_dynamic`` is what the
+deprecated ``quantize_dynamic`` calls, and building its packed weight needs a
+per-channel quantized tensor, a deprecated tensor kind in torch 2.13). They are
+wrapped here, in one file, so a later torch needs one change.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+PRECISIONS = ("fp32", "bf16")
+ACTIVATIONS = ("none", "relu")
+INT8_REL_ERROR = 0.02
+"""Documented bound: ``max|y_int8 - y_fp32| <= INT8_REL_ERROR * max|y_fp32|`` for
+LayerNorm-like or ReLU inputs and Xavier-like weights (measured: 1.1e-2 worst)."""
+
+
+def _check_activation(activation: str) -> None:
+    if activation not in ACTIVATIONS:
+        raise ValueError(f"activation: expected one of {ACTIVATIONS}, got {activation!r}")
+
+
+class PackedLinear(nn.Module):
+    """``y = act(x W^T + b)`` on a oneDNN-prepacked fp32 or bf16 weight; fp32 in and out.
+
+    Args:
+        weight: ``(N, K)`` float weight (copied and packed).
+        bias: ``(N,)`` or ``None``.
+        precision: ``"fp32"`` or ``"bf16"`` (weights and the GEMM's inputs in bf16,
+            fp32 accumulation, fp32 output).
+        activation: ``"none"`` or ``"relu"`` fused into the GEMM.
+        rows_hint: the number of rows the packing is tuned for (any count works).
+    """
+
+    def __init__(
+        self,
+        weight: Tensor,
+        bias: Tensor | None = None,
+        *,
+        precision: str = "fp32",
+        activation: str = "none",
+        rows_hint: int = 32,
+    ) -> None:
+        super().__init__()
+        if precision not in PRECISIONS:
+            raise ValueError(f"precision: expected one of {PRECISIONS}, got {precision!r}")
+        _check_activation(activation)
+        self.precision, self.activation, self.rows_hint = precision, activation, rows_hint
+        self.dtype = torch.float32 if precision == "fp32" else torch.bfloat16
+        self.out_features, self.in_features = weight.shape
+        self._pack(weight.detach(), None if bias is None else bias.detach())
+
+    def _pack(self, weight: Tensor, bias: Tensor | None) -> None:
+        w = weight.to(device="cpu", dtype=self.dtype).contiguous()
+        self._packed = torch.ops.mkldnn._reorder_linear_weight(w, self.rows_hint)
+        self._bias = None if bias is None else bias.to(self.dtype).contiguous()
+        self._post = (self.activation, [None] if self.activation == "relu" else [], "")
+
+    @classmethod
+    def from_linear(cls, linear: nn.Linear, **kwargs: Any) -> PackedLinear:
+        return cls(linear.weight, linear.bias, **kwargs)
+
+    def forward(self, x: Tensor) -> Tensor:
+        """``x`` ``(..., K)`` fp32 -> ``(..., N)`` fp32."""
+        name, args, algo = self._post
+        y = torch.ops.mkldnn._linear_pointwise(
+            x.to(self.dtype), self._packed, self._bias, name, args, algo
+        )
+        return y if self.dtype == torch.float32 else y.float()
+
+    @property
+    def weight(self) -> Tensor:
+        """The dense weight, unpacked on demand (a copy; not used by ``forward``)."""
+        return self._packed.to_dense()
+
+    def nbytes(self) -> int:
+        """Resident bytes of the packed weight and bias."""
+        n = self.out_features * self.in_features * self._packed.element_size()
+        return n + (0 if self._bias is None else self._bias.numel() * self._bias.element_size())
+
+    def _save_to_state_dict(self, destination: dict, prefix: str, keep_vars: bool) -> None:
+        destination[prefix + "weight"] = self.weight
+        if self._bias is not None:
+            destination[prefix + "bias"] = self._bias.clone()
+
+    def _load_from_state_dict(
+        self, state_dict, prefix, local_metadata, strict, missing, unexpected, errors
+    ) -> None:
+        key = prefix + "weight"
+        if key not in state_dict:
+            missing.append(key)
+            return
+        bias = state_dict.get(prefix + "bias")
+        if (bias is None) != (self._bias is None):
+            (missing if bias is None else unexpected).append(prefix + "bias")
+            return
+        self._pack(state_dict[key], bias)
+
+    def extra_repr(self) -> str:
+        return (
+            f"in_features={self.in_features}, out_features={self.out_features}, "
+            f"precision={self.precision}, activation={self.activation}"
+        )
+
+
+def quantize_rows(weight: Tensor) -> tuple[Tensor, Tensor]:
+    """Symmetric per-row int8: ``weight ~= q * scale[:, None]``, ``q`` in [-127, 127]."""
+    w = weight.detach().float()
+    scale = w.abs().amax(dim=1).clamp(min=1e-12) / 127.0
+    q = torch.round(w / scale[:, None]).clamp(-127, 127).to(torch.int8)
+    return q, scale
+
+
+class Int8Linear(nn.Module):
+    """``y = act(x W^T + b)`` with int8 per-channel weights and dynamic int8 activations.
+
+    fp32 in and out. Built from a float weight (``from_linear`` or the
+    constructor) or from ``(weight_int8, weight_scale)`` through
+    ``load_state_dict``.
+
+    Args:
+        weight: ``(N, K)`` float weight, quantised per output row.
+        bias: ``(N,)`` float or ``None`` (kept in fp32).
+        activation: ``"none"`` or ``"relu"`` (fused by fbgemm).
+    """
+
+    def __init__(
+        self, weight: Tensor, bias: Tensor | None = None, *, activation: str = "none"
+    ) -> None:
+        super().__init__()
+        _check_activation(activation)
+        self.activation = activation
+        self.out_features, self.in_features = weight.shape
+        q, scale = quantize_rows(weight)
+        self._pack(q, scale, None if bias is None else bias.detach())
+
+    def _pack(self, q: Tensor, scale: Tensor, bias: Tensor | None) -> None:
+        if q.dtype != torch.int8 or q.shape != (self.out_features, self.in_features):
+            raise ValueError(
+                f"weight_int8: expected int8 {(self.out_features, self.in_features)}, "
+                f"got {q.dtype} {tuple(q.shape)}"
+            )
+        _select_engine()
+        zeros = torch.zeros(q.size(0), dtype=torch.long)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # per-channel quantized tensors: deprecated in 2.13
+            qw = torch._make_per_channel_quantized_tensor(q.cpu(), scale.double().cpu(), zeros, 0)
+        b = None if bias is None else bias.float().cpu().contiguous()
+        self._packed = torch.ops.quantized.linear_prepack(qw, b)
+        self._has_bias = b is not None
+        self._op = (
+            torch.ops.quantized.linear_relu_dynamic
+            if self.activation == "relu"
+            else torch.ops.quantized.linear_dynamic
+        )
+
+    @classmethod
+    def from_linear(cls, linear: nn.Linear, **kwargs: Any) -> Int8Linear:
+        return cls(linear.weight, linear.bias, **kwargs)
+
+    def forward(self, x: Tensor) -> Tensor:
+        """``x`` ``(..., K)`` fp32 -> ``(..., N)`` fp32."""
+        return self._op(x.float(), self._packed, False)
+
+    def unpacked(self) -> tuple[Tensor, Tensor, Tensor | None]:
+        """``(weight_int8 (N, K), weight_scale (N,) fp32, bias (N,) or None)``."""
+        qw, bias = torch.ops.quantized.linear_unpack(self._packed)
+        return qw.int_repr(), qw.q_per_channel_scales().float(), bias
+
+    @property
+    def weight(self) -> Tensor:
+        """The dequantised float weight (a copy; not used by ``forward``)."""
+        q, scale, _ = self.unpacked()
+        return q.float() * scale[:, None]
+
+    def nbytes(self) -> int:
+        """Resident bytes: int8 weight, fp32 scales and bias (packing overhead not counted)."""
+        n = self.out_features * (self.in_features + 4)
+        return n + (4 * self.out_features if self._has_bias else 0)
+
+    def _save_to_state_dict(self, destination: dict, prefix: str, keep_vars: bool) -> None:
+        q, scale, bias = self.unpacked()
+        destination[prefix + "weight_int8"] = q
+        destination[prefix + "weight_scale"] = scale
+        if bias is not None:
+            destination[prefix + "bias"] = bias
+
+    def _load_from_state_dict(
+        self, state_dict, prefix, local_metadata, strict, missing, unexpected, errors
+    ) -> None:
+        keys = [prefix + "weight_int8", prefix + "weight_scale"]
+        absent = [k for k in keys if k not in state_dict]
+        if absent:
+            missing.extend(absent)
+            return
+        bias = state_dict.get(prefix + "bias")
+        if (bias is None) == self._has_bias:
+            (missing if bias is None else unexpected).append(prefix + "bias")
+            return
+        self._pack(state_dict[keys[0]], state_dict[keys[1]].float(), bias)
+
+    def extra_repr(self) -> str:
+        return (
+            f"in_features={self.in_features}, out_features={self.out_features}, "
+            f"int8 per-channel weights, dynamic activations, activation={self.activation}"
+        )
+
+
+def _select_engine() -> None:
+    """fbgemm's x86 kernels (AVX-512 VNNI here); ``x86`` is its alias with oneDNN fallbacks."""
+    engines = torch.backends.quantized.supported_engines
+    if torch.backends.quantized.engine not in ("x86", "fbgemm"):
+        torch.backends.quantized.engine = "x86" if "x86" in engines else "fbgemm"

@@ -1,0 +1,167 @@
+"""``quantize_model``: a model's float linears swapped for packed fp32/bf16 or int8 ones (CPU).
+
+Precisions (``PRECISIONS``):
+
+* ``"fp32"``: every ``nn.Linear`` becomes a oneDNN-prepacked fp32
+  ``PackedLinear`` (the same products summed in another order, ~2x the GEMM
+  rate of MKL's sgemm on this AMD CPU: ``bench/NOTES.md``);
+* ``"bf16"``: ``PackedLinear(precision="bf16")``; token embeddings in bf16;
+* ``"int8"``: ``Int8Linear`` (per-channel int8 weights, dynamic activations);
+  token embeddings int8 per row.
+
+The residual stream, norms, softmax and attention stay fp32; so do the
+layers that decide rather than transform (a mixture-of-experts router, the
+small matrices of a learned attention score). A ReLU right after an FFN's
+first linear is fused into it. The model is converted **in place** (and
+returned) for inference: every forward, ``start``/``step`` and the searches
+keep working, and its ``state_dict`` keeps the float model's names (int8
+linears store ``weight_int8`` + ``weight_scale`` instead of ``weight``).
+
+Cross-attention slices its fused ``qkv_proj`` weight into a query part and a
+key/value part, which a packed or quantised weight cannot offer: each
+cross-attention module gets ``q_proj`` ``(D -> D)`` and ``kv_proj``
+``(D -> 2 h_kv d)`` instead, and becomes a ``SplitCrossAttention``.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from attnkit.attention.multihead import MultiHeadAttention
+from attnkit.attention.scores import Score
+from attnkit.blocks.decoder_layer import DecoderLayer
+from attnkit.blocks.feedforward import FeedForward
+from attnkit.blocks.moe import MoEFeedForward
+from attnkit.models.embeddings import TokenEmbedding
+from attnkit.quantize.linear import Int8Linear, PackedLinear
+
+PRECISIONS = ("fp32", "bf16", "int8")
+
+
+class SplitCrossAttention(MultiHeadAttention):
+    """Cross-attention through ``q_proj`` and ``kv_proj`` modules instead of weight slices."""
+
+    q_proj: nn.Module
+    kv_proj: nn.Module
+
+    def project_q(self, x: Tensor) -> Tensor:
+        """Queries of ``x`` ``(B, T, D)``, ``(B, h, T, d)``."""
+        return self._heads(self.q_proj(x), self.num_heads)
+
+    def project_kv(self, memory: Tensor) -> tuple[Tensor, Tensor]:
+        """Keys and values of ``memory`` ``(B, S, D)``, ``(B, h_kv, S, d)`` each."""
+        k, v = self.kv_proj(memory).split(self.kv_dim, dim=-1)
+        return self._heads(k, self.num_kv_heads), self._heads(v, self.num_kv_heads)
+
+
+class QuantizedTokenEmbedding(nn.Module):
+    """``TokenEmbedding`` with bf16 rows, or int8 rows and a per-row fp32 scale; fp32 out."""
+
+    weight_int8: Tensor
+    row_scale: Tensor
+    weight_bf16: Tensor
+
+    def __init__(self, embedding: TokenEmbedding, precision: str) -> None:
+        super().__init__()
+        w = embedding.weight.detach()
+        self.scale = embedding.scale
+        self.precision = precision
+        if precision == "int8":
+            row_scale = w.abs().amax(dim=1).clamp(min=1e-12) / 127.0
+            self.register_buffer("weight_int8", torch.round(w / row_scale[:, None]).to(torch.int8))
+            self.register_buffer("row_scale", row_scale.float())
+        else:
+            self.register_buffer("weight_bf16", w.to(torch.bfloat16))
+
+    def forward(self, ids: Tensor) -> Tensor:
+        """``ids`` ``(B, T)`` -> ``(B, T, D)`` fp32, times the embedding's scale."""
+        if self.precision == "int8":
+            rows = nn.functional.embedding(ids, self.weight_int8).float()
+            return rows * (nn.functional.embedding(ids, self.row_scale[:, None]) * self.scale)
+        return nn.functional.embedding(ids, self.weight_bf16).float() * self.scale
+
+
+def _convert(
+    weight: Tensor, bias: Tensor | None, precision: str, activation: str = "none"
+) -> nn.Module:
+    if precision == "int8":
+        return Int8Linear(weight, bias, activation=activation)
+    return PackedLinear(weight, bias, precision=precision, activation=activation)
+
+
+def _linear(linear: nn.Linear, precision: str, activation: str = "none") -> nn.Module:
+    return _convert(linear.weight, linear.bias, precision, activation)
+
+
+def _identity(x: Tensor) -> Tensor:
+    return x
+
+
+@torch.no_grad()
+def quantize_model(model: nn.Module, precision: str) -> nn.Module:
+    """Convert ``model``'s linears (and embeddings for bf16/int8) in place; returns it in eval mode.
+
+    Works on every family (``attnkit.models.FAMILIES``): whatever is an
+    ``nn.Linear`` is converted, except routers and score matrices.
+
+    Raises ``ValueError`` naming ``precision`` for an unknown one, and for a
+    model on a non-CPU device (the kernels are CPU kernels).
+    """
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision: expected one of {', '.join(PRECISIONS)}, got {precision!r}")
+    if any(p.device.type != "cpu" for p in model.parameters()):
+        raise ValueError("precision: fp32/bf16/int8 kernels run on the CPU; load the model there")
+    model.eval()
+    keep_float = {
+        id(m)
+        for owner in model.modules()
+        if isinstance(owner, Score | MoEFeedForward)
+        for m in (owner.modules() if isinstance(owner, Score) else [owner.router])
+    }
+    cross = {id(layer.cross_attn) for layer in model.modules() if isinstance(layer, DecoderLayer)}
+    for module in list(model.modules()):
+        if isinstance(module, MultiHeadAttention) and id(module) in cross:
+            d, w, b = module.d_model, module.qkv_proj.weight, module.qkv_proj.bias
+            module.q_proj = _convert(w[:d], None if b is None else b[:d], precision)
+            module.kv_proj = _convert(w[d:], None if b is None else b[d:], precision)
+            del module.qkv_proj
+            module.__class__ = SplitCrossAttention
+        elif isinstance(module, FeedForward) and module.activation is nn.functional.relu:
+            # ReLU fused into the first GEMM (the activation becomes a no-op).
+            module.w1 = _linear(module.w1, precision, "relu")  # type: ignore[assignment]
+            module.activation = _identity
+        if isinstance(module, TokenEmbedding):
+            continue
+        for name, child in list(module.named_children()):
+            if type(child) is nn.Linear and id(child) not in keep_float:
+                setattr(module, name, _linear(child, precision))
+    if precision != "fp32":
+        _quantize_embeddings(model, precision)
+    model.quantized_precision = precision  # type: ignore[assignment]  # read by callers
+    return model
+
+
+def _quantize_embeddings(model: nn.Module, precision: str) -> None:
+    """Swap every ``TokenEmbedding`` (tied ones stay one module) for a quantised one."""
+    converted: dict[int, QuantizedTokenEmbedding] = {}
+    for module in list(model.modules()):
+        for name, child in list(module.named_children()):
+            if isinstance(child, TokenEmbedding):
+                if id(child) not in converted:
+                    converted[id(child)] = QuantizedTokenEmbedding(child, precision)
+                setattr(module, name, converted[id(child)])
+
+
+def model_bytes(model: nn.Module) -> int:
+    """Resident bytes of a model's weights: parameters, buffers and packed weights, once each."""
+    seen: set[int] = set()
+    total = 0
+    for module in model.modules():
+        if isinstance(module, PackedLinear | Int8Linear):
+            total += module.nbytes()
+        for t in [*module.parameters(recurse=False), *module.buffers(recurse=False)]:
+            if t.data_ptr() not in seen:
+                seen.add(t.data_ptr())
+                total += t.numel() * t.element_size()
+    return total
