@@ -89,6 +89,8 @@ class Trainer:
         self.dist = distributed if distributed is not None else DistContext(device=self.device)
         self.progress, self.callbacks = progress, list(callbacks)
         cfg = self.cfg
+        if cfg.threads is not None:  # process-wide, like the seed below
+            torch.set_num_threads(cfg.threads)
         if self.dist.enabled and cfg.distributed == "fsdp" and cfg.precision == "fp16":
             raise ConfigError(
                 "train.precision: fp16 is not supported with train.distributed=fsdp; use bf16"

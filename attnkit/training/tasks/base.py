@@ -17,7 +17,7 @@ guard, checkpoints, resume, logging, data parallelism). A task:
   (``state_dict``/``load_state_dict``), for a bit-exact resume.
 
 Tasks: ``translation`` (``tasks/translation.py``), ``lm`` and ``mlm``
-(``tasks/language_model.py``).
+(``tasks/language_model.py``), ``image_classification`` (``tasks/image.py``).
 """
 
 from __future__ import annotations
@@ -173,13 +173,18 @@ class Task(Protocol):
 
 
 def model_config_from_run(
-    run: RunConfig, *, families: tuple[str, ...], defaults: dict[str, Any]
+    run: RunConfig,
+    *,
+    families: tuple[str, ...],
+    defaults: dict[str, Any],
+    preset: str = "small",
 ) -> Any:
     """The ``model`` section (``family``, a ``preset``, overrides) as a validated config.
 
     ``families``: the families this task trains (the first is the default);
     ``defaults``: fields the section may leave out (vocabulary sizes and
-    special ids, which follow the tokenizer). Errors name ``model.<field>``.
+    special ids, which follow the tokenizer; an image classifier's classes);
+    ``preset``: the preset when the section names none. Errors name ``model.<field>``.
     """
     fields = dict(run.model)
     family = fields.pop("family", families[0])
@@ -187,7 +192,7 @@ def model_config_from_run(
         raise ConfigError(
             f"model.family: task {run.task} trains {' or '.join(families)}, got {family!r}"
         )
-    preset = fields.pop("preset", "small")
+    preset = fields.pop("preset", preset)
     for name, value in defaults.items():
         fields.setdefault(name, value)
     try:
