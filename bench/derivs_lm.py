@@ -12,10 +12,17 @@ Every row is ``attnkit train`` in its own subprocess with ``train.max_minutes``
 time ran out, on the whole validation split), its training tokens/s (the
 median over log windows, the first window, which holds the warm-up, left out)
 and, for MoE, expert utilisation (mean over the run's train records) and
-drop rate. Prints a Markdown table and writes ``OUT/result.json``.
+drop rate. Prints a Markdown table and writes ``OUT/<which>_result.json``.
+
+Wall-clock rows on a shared machine mix the rows' speed with whatever else
+ran meanwhile, so ``--speed ROUNDS`` first times the rows' training steps
+round-robin in one process (``bench/common.py``: one step of each row per
+round, after two warm-up steps), which hits every row alike, and adds the
+median ms/step and tokens/s to the table.
 
     python bench/derivs_lm.py moe --data /work/shared/data/tinyshakespeare
     python bench/derivs_lm.py long --data /work/shared/data/tinyshakespeare --minutes 4
+    python bench/derivs_lm.py moe --data ... --speed 20 --minutes 0   # step timing only
 
 On a shared machine, wrap it in ``flock /tmp/attnkit-cpu.lock`` and read the
 tokens/s as provisional.
@@ -32,7 +39,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from common import REPO, environment, format_table
+from common import REPO, environment, format_table, median, round_robin
 
 ROWS: dict[str, tuple[str, dict[str, list[str]]]] = {
     "moe": (
@@ -106,6 +113,31 @@ def run_row(config: str, sets: list[str], out: Path, data: str, minutes: float) 
     return time.perf_counter() - start
 
 
+def step_speed(
+    config: str, rows: dict[str, list[str]], data: str, extra: list[str], rounds: int
+) -> dict[str, dict[str, float]]:
+    """Median seconds per training step of each row, timed round-robin in this process."""
+    import torch
+
+    from attnkit.training.loop import Trainer
+    from attnkit.training.runconfig import load_run_config
+    from attnkit.training.tasks import task_from_run
+
+    steps = {}
+    tokens = {}
+    for name, sets in rows.items():
+        run = load_run_config(REPO / config, [f"data.dir={data}", *sets, *extra])
+        trainer = Trainer(run, task_from_run(run), Path("/nonexistent"), device="cpu",
+                          progress=False)  # fmt: skip
+        for _ in range(2):  # warm-up
+            trainer.train_step()
+        steps[name] = trainer.train_step
+        tokens[name] = trainer.task.batch_size * trainer.task.model_config.max_len
+    times = round_robin(steps, rounds, torch.device("cpu"))
+    return {name: {"ms_per_step": 1e3 * median(t), "tokens_per_s": tokens[name] / median(t)}
+            for name, t in times.items()}  # fmt: skip
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     p = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     p.add_argument("which", choices=sorted(ROWS))
@@ -113,11 +145,22 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p.add_argument("--minutes", type=float, default=4.0, help="train.max_minutes of every row")
     p.add_argument("--out", type=Path, default=Path("runs/derivs"))
     p.add_argument("--set", dest="extra", action="append", default=[], help="for every row")
+    p.add_argument(
+        "--speed",
+        type=int,
+        default=0,
+        metavar="ROUNDS",
+        help="first time the rows' steps round-robin for ROUNDS rounds",
+    )
     args = p.parse_args(argv)
     config, rows = ROWS[args.which]
     env = environment(__import__("torch").device("cpu"))
     results: dict[str, Any] = {"config": config, "minutes": args.minutes, "env": env, "rows": {}}
+    if args.speed:
+        results["speed"] = step_speed(config, rows, args.data, args.extra, args.speed)
     for i, (name, sets) in enumerate(rows.items()):
+        if args.minutes <= 0:
+            break
         out = args.out / f"{args.which}_{i}"
         wall = run_row(config, sets + args.extra, out, args.data, args.minutes)
         results["rows"][name] = {"sets": sets, **summarise(out, wall)}
@@ -135,7 +178,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                "expert utilisation (mean over run)"]  # fmt: skip
     print("\n".join(f"{k}: {v}" for k, v in env.items()))
     print(f"config: {config}, train.max_minutes={args.minutes} per row, extra sets {args.extra}")
-    print(format_table(headers, table))
+    if table:
+        print(format_table(headers, table))
+    if args.speed:
+        speed = [[name, f"{v['ms_per_step']:.0f}", f"{v['tokens_per_s']:,.0f}"]
+                 for name, v in results["speed"].items()]  # fmt: skip
+        print(f"round-robin step timing, {args.speed} rounds (median):")
+        print(format_table(["row", "ms/step", "train tok/s"], speed))
     print(f"load average at the end: {results['load_average_end']}")
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / f"{args.which}_result.json").write_text(json.dumps(results, indent=2) + "\n")

@@ -18,7 +18,8 @@ def test_moe_rows_report_loss_speed_parameters_and_utilisation(tmp_path, capsys)
     tiny = ["model.d_model=32", "model.num_heads=2", "model.num_layers=1", "model.max_len=32",
             "train.max_tokens=256", "train.eval_blocks=4", "train.max_steps=3",
             "train.log_every=1", "train.warmup_steps=1"]  # fmt: skip
-    argv = ["moe", "--data", str(tmp_path), "--minutes", "5", "--out", str(tmp_path / "out")]
+    argv = ["moe", "--data", str(tmp_path), "--minutes", "5", "--out", str(tmp_path / "out"),
+            "--speed", "1"]  # fmt: skip
     result = derivs_lm.main([*argv, *[x for item in tiny for x in ("--set", item)]])
     dense, moe = result["rows"].values()
     assert dense["steps"] == moe["steps"] == 3
@@ -28,4 +29,6 @@ def test_moe_rows_report_loss_speed_parameters_and_utilisation(tmp_path, capsys)
     # active expert's output bias (32); about twice the FFN parameters in all.
     assert moe["active_parameters"] - dense["active_parameters"] == 32 * 4 + 32
     assert moe["parameters"] > dense["parameters"]
+    assert set(result["speed"]) == set(result["rows"])
+    assert all(v["tokens_per_s"] > 0 for v in result["speed"].values())
     assert "| moe (4 x d_ff 256, top-2)" in capsys.readouterr().out
