@@ -84,6 +84,10 @@ def load_tokenizer(run_or_checkpoint: str | Path) -> Tokenizer | None:
     return None if text is None else tokenizer_from_json(text)
 
 
+def _a(noun: str) -> str:
+    return f"an {noun}" if noun[0] in "aeiou" else f"a {noun}"
+
+
 def load_model(
     path: str | Path,
     device: str | torch.device | None = None,
@@ -105,7 +109,7 @@ def load_model(
     if kinds is not None and family.kind not in kinds:
         wanted = " or ".join(KIND_NAMES[kind] for kind in kinds)
         raise WrongFamilyError(
-            f"{config_file}: this is a {family.name} checkpoint (a {KIND_NAMES[family.kind]}), "
+            f"{config_file}: this is a {family.name} checkpoint ({_a(KIND_NAMES[family.kind])}), "
             f"not a {wanted}",
             family,
         )

@@ -4,17 +4,21 @@ Translation checkpoints: the sentence is translated (beam search), then
 scored once more with the attention weights kept: each row is an output
 token, each column a source token, and the colour is how much that output
 looked at that source token (cross-attention). Language-model checkpoints
-(decoder-only, encoder-only): the self-attention over the text. Choose a
-layer (--layer, default the last) and a head (--head, default the mean of
-all heads).
+(decoder-only, encoder-only): the self-attention over the text. Image
+classifiers (--image digits:INDEX, a held-out digit, or an image file): the
+class token's attention over the patches (with mean pooling, the attention
+each patch receives), next to the image and overlaid on it. Choose a layer
+(--layer, default the last) and a head (--head, default the mean of all heads).
 
-Example:
+Examples:
   attnkit attention --checkpoint quickstart-out --text "three hundred forty-two" --out a.png
+  attnkit attention --checkpoint runs/vit_digits --image digits:0 --out map.png
 """
 
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
 from attnkit.cli.common import (
     add_device_argument,
@@ -27,7 +31,10 @@ from attnkit.errors import UsageError
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--checkpoint", required=True, help="checkpoint or run directory")
-    parser.add_argument("--text", required=True, help="the source sentence (or text)")
+    parser.add_argument("--text", help="text models: the source sentence (or text)")
+    parser.add_argument(
+        "--image", help="image classifiers: digits:INDEX (a held-out digit) or an image file"
+    )
     parser.add_argument("--out", required=True, help="PNG file to write")
     parser.add_argument("--layer", type=int, default=-1, help="layer (default: last)")
     parser.add_argument("--head", type=int, default=None, help="head (default: mean of heads)")
@@ -50,6 +57,12 @@ def run(args: argparse.Namespace) -> int:
     loaded = load_for("attention", args.checkpoint, args.device)
     model, tokenizer, config = loaded.model, loaded.tokenizer, loaded.config
     apply_precision(model, args.precision)
+    if loaded.family.kind == "image_classifier":
+        if args.image is None or args.text is not None:
+            raise UsageError("--image: an image classifier's map is drawn for an image, not text")
+        return _image_map(args, model, config)
+    if args.text is None or args.image is not None:
+        raise UsageError("--text: a text model's map is drawn for text, not an image")
     if getattr(config, "attention", None) == "none":
         raise UsageError(
             f"{args.checkpoint}: this RNN model has no attention (model.attention: none); "
@@ -81,4 +94,28 @@ def run(args: argparse.Namespace) -> int:
         weights, keys, queries, args.out, title=f"{what}, layer {args.layer % layers}, {which}"
     )
     print(f"wrote {path}")
+    return 0
+
+
+def _image_map(args: argparse.Namespace, model: object, config: Any) -> int:
+    """``--image``: the class token's attention over the patches, drawn on the image."""
+    from attnkit.cli.common import image_for
+    from attnkit.visualize.image_attention import patch_attention, plot_patch_attention
+
+    layers, heads = config.num_layers, config.num_heads
+    if not -layers <= args.layer < layers:
+        raise UsageError(f"--layer must be in [{-layers}, {layers - 1}], got {args.layer}")
+    if args.head is not None and not 0 <= args.head < heads:
+        raise UsageError(f"--head must be in [0, {heads - 1}], got {args.head}")
+    image, label, name = image_for(args.image, config)
+    attention = patch_attention(model, image, layer=args.layer, head=args.head)
+    names = list(config.class_names) or [str(i) for i in range(config.num_classes)]
+    top = int(attention.probs.argmax())
+    truth = f", label {names[label]}" if label is not None else ""
+    which = "mean of heads" if args.head is None else f"head {args.head}"
+    kept = f", on itself {attention.self_weight:.2f}" if config.pooling == "cls" else ""
+    title = (f"{name}: predicted {names[top]} ({float(attention.probs[top]):.2f}){truth}\n"
+             f"layer {args.layer % layers}, {which}{kept}")  # fmt: skip
+    path = plot_patch_attention(image, attention, args.out, title=title)
+    print(f"wrote {path} ({name}: predicted {names[top]}{truth})")
     return 0

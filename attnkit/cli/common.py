@@ -11,7 +11,10 @@ from typing import TYPE_CHECKING, Any
 from attnkit.errors import UsageError
 
 if TYPE_CHECKING:
+    from torch import Tensor
+
     from attnkit.checkpoints.loading import LoadedModel
+    from attnkit.data.images import ImageSet
 
 # Which commands read a checkpoint of each kind of model (attnkit.models.FAMILIES's
 # `kind`): the loader refuses other kinds, and its error names the right commands.
@@ -19,6 +22,7 @@ KIND_COMMANDS: dict[str, tuple[str, ...]] = {
     "seq2seq": ("translate", "evaluate", "attention"),
     "causal_lm": ("generate", "evaluate", "attention"),
     "masked_lm": ("fill-mask", "evaluate", "attention"),
+    "image_classifier": ("evaluate", "attention"),
 }
 
 
@@ -120,3 +124,62 @@ def read_lines(path: str | None) -> list[str]:
     from attnkit.data.readers import read_lines as read_file_lines
 
     return read_file_lines(path)
+
+
+# -- images for an image classifier (evaluate --images, attention --image) -------------
+
+DIGITS = "digits"
+
+
+def _class_names(config: Any) -> list[str]:
+    return list(config.class_names) or [str(i) for i in range(config.num_classes)]
+
+
+def images_for(spec: str, labels: str | None, config: Any) -> tuple[ImageSet, str]:
+    """``--images``: ``digits`` (the held-out 359 of the fixed split) or a folder with a
+    labels CSV (``--labels``, default ``FOLDER/labels.csv``), read for ``config``'s
+    channels and size, labels mapped through its class names. Returns the set and a name."""
+    from attnkit.data.images import load_digits_split, read_image_folder
+
+    if spec == DIGITS:
+        if labels is not None:
+            raise UsageError("--labels: the digits carry their own labels; remove it")
+        _check_digits_fit(config)
+        return load_digits_split()[1], "digits (held out)"
+    folder = Path(spec)
+    if not folder.is_dir():
+        raise UsageError(f"--images {spec}: not a folder (nor 'digits')")
+    images = read_image_folder(
+        folder,
+        labels,
+        channels=config.channels,
+        image_size=config.image_size,
+        classes=_class_names(config),
+    )
+    return images, str(folder)
+
+
+def image_for(spec: str, config: Any) -> tuple[Tensor, int | None, str]:
+    """``--image``: ``digits:INDEX`` (a held-out digit) or an image file, as ``(C, H, W)``
+    for ``config``; returns the image, its label id (``None`` for a file) and a name."""
+    from attnkit.data.images import load_digits_split, read_image
+
+    if spec.startswith(f"{DIGITS}:"):
+        _check_digits_fit(config)
+        held_out = load_digits_split()[1]
+        text = spec.partition(":")[2]
+        if not text.lstrip("-").isdigit() or not 0 <= int(text) < len(held_out):
+            raise UsageError(
+                f"--image {spec}: expected digits:INDEX with INDEX in 0..{len(held_out) - 1}"
+            )
+        i = int(text)
+        return held_out.images[i], int(held_out.labels[i]), f"held-out digit {i}"
+    return read_image(spec, channels=config.channels, image_size=config.image_size), None, spec
+
+
+def _check_digits_fit(config: Any) -> None:
+    if (config.image_size, config.channels) != (8, 1):
+        raise UsageError(
+            f"digits: 8x8 grey images, but this model reads {config.image_size}x"
+            f"{config.image_size} with {config.channels} channels; give a folder or file"
+        )

@@ -8,9 +8,15 @@ Language-model checkpoints (--text, one UTF-8 file): the mean loss per scored
 token and the perplexity, over blocks of the model's context; a masked LM
 predicts 15% of the tokens (masked 80/10/10 with --seed).
 
+Image classifiers (--images): accuracy, cross-entropy and per-class accuracy
+on ``digits`` (the 359 held-out digits of the fixed split) or a folder of
+images with a labels CSV (--labels, default FOLDER/labels.csv; labels are
+mapped through the class names saved in the checkpoint).
+
 Examples:
   attnkit evaluate --checkpoint runs/de_en --src test2016.de --ref test2016.en --json
   attnkit evaluate --checkpoint runs/shakespeare --text held_out.txt
+  attnkit evaluate --checkpoint runs/vit_digits --images digits
 """
 
 from __future__ import annotations
@@ -33,6 +39,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--src", help="translation: source sentences, one per line")
     parser.add_argument("--ref", help="translation: reference translations, one per line")
     parser.add_argument("--text", help="language models: a UTF-8 text file to score")
+    parser.add_argument(
+        "--images", help="image classifiers: 'digits' (held out) or a folder of images"
+    )
+    parser.add_argument("--labels", help="with --images FOLDER: its labels CSV")
     add_decoding_arguments(parser)
     parser.add_argument(
         "--skip-empty", action="store_true", help="drop pairs with an empty source or reference"
@@ -57,6 +67,14 @@ def write_atomically(path: Path, text: str) -> None:
 
 
 def _check_inputs(args: argparse.Namespace, kind: str) -> None:
+    if kind == "image_classifier":
+        if not args.images:
+            raise UsageError("--images: an image classifier is scored on 'digits' or a folder")
+        if args.text or args.src or args.ref:
+            raise UsageError("--text/--src/--ref: for text models; give --images here")
+        return
+    if args.images or args.labels:
+        raise UsageError("--images/--labels: for image classifiers")
     if kind == "seq2seq":
         if not (args.src and args.ref):
             raise UsageError("--src and --ref: a translation checkpoint is scored on both")
@@ -88,6 +106,27 @@ def _score_text(loaded: Any, args: argparse.Namespace) -> dict[str, Any]:
     metrics = text_perplexity(model, ids, masked=masked, batch_size=args.batch_size, seed=args.seed)
     return {"loss": metrics["loss"], "perplexity": metrics["ppl"], "tokens": int(metrics["tokens"]),
             "objective": "masked_lm" if masked else "causal_lm",
+            "seconds": round(time.perf_counter() - start, 2)}  # fmt: skip
+
+
+def _score_images(loaded: Any, args: argparse.Namespace) -> dict[str, Any]:
+    from attnkit.cli.common import images_for
+    from attnkit.evaluation.accuracy import classification_scores
+
+    config = loaded.config
+    data, name = images_for(args.images, args.labels, config)
+    start = time.perf_counter()
+    scores = classification_scores(
+        loaded.model, data.images, data.labels, num_classes=config.num_classes,
+        batch_size=args.batch_size,
+    )  # fmt: skip
+    per_class = {
+        c: round(right / total, 4)
+        for c, right, total in zip(data.classes, scores.class_correct, scores.class_total)
+        if total
+    }
+    return {"accuracy": scores.accuracy, "correct": scores.correct, "images": scores.total,
+            "loss": scores.nll, "per_class_accuracy": per_class, "data": name,
             "seconds": round(time.perf_counter() - start, 2)}  # fmt: skip
 
 
@@ -144,6 +183,14 @@ def run(args: argparse.Namespace) -> int:
         corpus = read_parallel(args.src, args.ref, skip_empty=args.skip_empty)
     loaded = load_for("evaluate", args.checkpoint, args.device)
     _check_inputs(args, loaded.family.kind)
+    if loaded.family.kind == "image_classifier":
+        result = _score_images(loaded, args)
+        if args.json:
+            print(json.dumps(result, indent=2))
+        else:
+            print(f"accuracy {result['accuracy']:.4f}   ({result['correct']}/{result['images']} "
+                  f"images of {result['data']}, cross-entropy {result['loss']:.4f})")  # fmt: skip
+        return 0
     if loaded.family.kind != "seq2seq":
         from attnkit.cli.common import apply_precision
 

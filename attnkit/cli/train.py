@@ -2,15 +2,19 @@
 
 The config's ``task`` picks the model and the objective: ``translation`` (an
 encoder-decoder on parallel text, the default), ``lm`` (a GPT-style
-decoder-only model on one text file) or ``mlm`` (a BERT-style encoder-only
-masked LM on one text file). Every task gets the same trainer: gradient
-accumulation, precision, checkpoints with keep_last, resume, torchrun.
+decoder-only model on one text file), ``mlm`` (a BERT-style encoder-only
+masked LM on one text file) or ``image_classification`` (a Vision
+Transformer on scikit-learn's digits or a folder of labelled images). Every
+task gets the same trainer: gradient accumulation, precision, checkpoints
+with keep_last, resume, torchrun, and the auxiliary losses and utilisation
+log of mixture-of-experts models.
 
 Examples:
   attnkit train --config configs/multi30k_de_en.yaml --set data.dir=../shared/data/multi30k \\
       --out runs/de_en
   attnkit train --config configs/tinyshakespeare_char.yaml \\
       --set data.dir=../shared/data/tinyshakespeare --out runs/shakespeare
+  attnkit train --config configs/vit_digits.yaml --out runs/vit_digits
 
 Any key can be overridden with --set SECTION.KEY=VALUE (repeatable). Training
 shows a progress bar (loss, lr, tokens/s, ETA), appends metrics to

@@ -10,6 +10,9 @@
   ``filename,label`` header) naming images in a folder; read with Pillow,
   converted to grey or RGB, optionally resized. Every problem is one
   ``DataError`` naming the file and line.
+* ``read_image``: one image file, converted and resized for a model.
+* ``random_shift``: light augmentation, each image moved by up to a few
+  pixels with zero fill (from a given generator, so a run resumes exactly).
 
 Shapes: ``N`` images, ``C`` channels, ``H``/``W`` size.
 """
@@ -59,19 +62,40 @@ def stratified_split(labels: Tensor, test_fraction: float, seed: int) -> tuple[T
     return torch.cat(train).sort().values, torch.cat(test).sort().values
 
 
-def load_digits_split(test_fraction: float = 0.2, seed: int = 0) -> tuple[ImageSet, ImageSet]:
-    """scikit-learn's digits as ``(train, test)`` ``ImageSet``s of ``(N, 1, 8, 8)`` images."""
+def random_shift(images: Tensor, max_shift: int, generator: torch.Generator) -> Tensor:
+    """Move each image ``(N, C, H, W)`` by up to ``max_shift`` pixels each way, zero-filled.
+
+    Offsets are drawn from ``generator`` (two draws of ``N`` per call, on the CPU).
+    """
+    if max_shift == 0:
+        return images
+    n, c, h, w = images.shape
+    padded = torch.nn.functional.pad(images, (max_shift,) * 4)
+    dy = torch.randint(0, 2 * max_shift + 1, (n,), generator=generator).to(images.device)
+    dx = torch.randint(0, 2 * max_shift + 1, (n,), generator=generator).to(images.device)
+    rows = (dy[:, None] + torch.arange(h, device=images.device))[:, None, :, None]  # (N,1,H,1)
+    cols = (dx[:, None] + torch.arange(w, device=images.device))[:, None, None, :]  # (N,1,1,W)
+    batch = torch.arange(n, device=images.device)[:, None, None, None]
+    chan = torch.arange(c, device=images.device)[None, :, None, None]
+    return padded[batch, chan, rows, cols]
+
+
+def load_digits_set() -> ImageSet:
+    """All 1,797 of scikit-learn's digits, ``(N, 1, 8, 8)`` in ``[0, 1]``, classes "0".."9"."""
     try:
         from sklearn.datasets import load_digits
     except ImportError:
-        raise DataError(
-            "load_digits_split: needs scikit-learn (pip install scikit-learn)"
-        ) from None
+        raise DataError("digits: needs scikit-learn (pip install scikit-learn)") from None
     digits = load_digits()
     images = torch.tensor(digits.images, dtype=torch.float32)[:, None] / 16.0  # pixels 0..16
     labels = torch.tensor(digits.target, dtype=torch.long)
-    data = ImageSet(images, labels, [str(i) for i in range(10)])
-    train, test = stratified_split(labels, test_fraction, seed)
+    return ImageSet(images, labels, [str(i) for i in range(10)])
+
+
+def load_digits_split(test_fraction: float = 0.2, seed: int = 0) -> tuple[ImageSet, ImageSet]:
+    """scikit-learn's digits as ``(train, test)`` ``ImageSet``s of ``(N, 1, 8, 8)`` images."""
+    data = load_digits_set()
+    train, test = stratified_split(data.labels, test_fraction, seed)
     return data.subset(train), data.subset(test)
 
 
@@ -116,7 +140,7 @@ def read_image_folder(
             test folder maps labels the same way); default sorted labels found.
     """
     try:
-        from PIL import Image, UnidentifiedImageError
+        from PIL import UnidentifiedImageError
     except ImportError:
         raise DataError("read_image_folder: needs Pillow (pip install pillow)") from None
     if channels not in (1, 3):
@@ -127,7 +151,6 @@ def read_image_folder(
     names = sorted({label for _, _, label in rows}) if classes is None else list(classes)
     index = {name: i for i, name in enumerate(names)}
     size = (image_size, image_size) if isinstance(image_size, int) else image_size
-    mode = "L" if channels == 1 else "RGB"
 
     images: list[Tensor] = []
     labels: list[int] = []
@@ -135,26 +158,52 @@ def read_image_folder(
         where = f"{labels_path}:{lineno}"
         if label not in index:
             raise DataError(f"{where}: label {label!r} is not one of the classes {names}")
-        path = folder / name
         try:
-            with Image.open(path) as opened:
-                img = opened.convert(mode)
-                if size is not None:
-                    img = img.resize((size[1], size[0]), Image.Resampling.BILINEAR)
-                pixels = torch.frombuffer(bytearray(img.tobytes()), dtype=torch.uint8)
-                hw = (img.height, img.width)
+            pixels = _load_pixels(folder / name, channels, size)
         except FileNotFoundError:
             raise DataError(f"{where}: image {name!r} not found in {folder}") from None
         except (UnidentifiedImageError, OSError) as e:
             raise DataError(f"{where}: cannot read image {name!r} ({e})") from None
-        if images and hw != tuple(images[0].shape[1:]):
-            first = tuple(images[0].shape[1:])
+        if images and pixels.shape != images[0].shape:
+            hw, first = tuple(pixels.shape[1:]), tuple(images[0].shape[1:])
             raise DataError(
                 f"{where}: {name!r} is {hw[0]}x{hw[1]}, the first image is "
                 f"{first[0]}x{first[1]}; pass image_size= to resize"
             )
-        images.append(pixels.view(hw[0], hw[1], channels).permute(2, 0, 1))
+        images.append(pixels)
         labels.append(index[label])
     return ImageSet(
         torch.stack(images).float() / 255.0, torch.tensor(labels, dtype=torch.long), names
     )
+
+
+def _load_pixels(path: Path, channels: int, size: tuple[int, int] | None) -> Tensor:
+    """``(C, H, W)`` uint8 pixels of one image file, converted (and resized if ``size``)."""
+    from PIL import Image
+
+    with Image.open(path) as opened:
+        img = opened.convert("L" if channels == 1 else "RGB")
+        if size is not None:
+            img = img.resize((size[1], size[0]), Image.Resampling.BILINEAR)
+        pixels = torch.frombuffer(bytearray(img.tobytes()), dtype=torch.uint8)
+        return pixels.view(img.height, img.width, channels).permute(2, 0, 1)
+
+
+def read_image(path: str | Path, *, channels: int, image_size: int) -> Tensor:
+    """One image file as ``(C, H, W)`` floats in ``[0, 1]``, converted and resized to a square.
+
+    A missing or unreadable file is one ``DataError`` naming it.
+    """
+    try:
+        from PIL import UnidentifiedImageError
+    except ImportError:
+        raise DataError("read_image: needs Pillow (pip install pillow)") from None
+    if channels not in (1, 3):
+        raise ValueError(f"channels: expected 1 or 3, got {channels}")
+    try:
+        pixels = _load_pixels(Path(path), channels, (image_size, image_size))
+    except FileNotFoundError:
+        raise DataError(f"{path}: image not found") from None
+    except (UnidentifiedImageError, OSError) as e:
+        raise DataError(f"{path}: cannot read image ({e})") from None
+    return pixels.float() / 255.0

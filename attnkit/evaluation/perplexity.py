@@ -46,19 +46,32 @@ def _at_least_fp32(logits: Tensor) -> Tensor:
     return logits.to(torch.promote_types(logits.dtype, torch.float32))
 
 
+def causal_lm_forward(model: nn.Module, x: Tensor, y: Tensor) -> tuple[Tensor, int, Any]:
+    """``causal_lm_nll`` and the model's output (its ``moe`` report, for training)."""
+    out = model(x)
+    logits = out.logits
+    nll = F.cross_entropy(_at_least_fp32(logits.flatten(0, 1)), y.flatten(), reduction="sum")
+    return nll, y.numel(), out
+
+
 def causal_lm_nll(model: nn.Module, x: Tensor, y: Tensor) -> tuple[Tensor, int]:
     """Summed next-token NLL of ``model`` reading ``x`` ``(B, T)`` against ``y`` ``(B, T)``."""
-    logits = model(x).logits
-    nll = F.cross_entropy(_at_least_fp32(logits.flatten(0, 1)), y.flatten(), reduction="sum")
-    return nll, y.numel()
+    nll, count, _ = causal_lm_forward(model, x, y)
+    return nll, count
+
+
+def masked_lm_forward(model: nn.Module, inputs: Tensor, labels: Tensor) -> tuple[Tensor, int, Any]:
+    """``masked_lm_nll`` and the model's output (its ``moe`` report, for training)."""
+    selected = labels != IGNORE_INDEX
+    out = model(inputs, classify=False, mlm_positions=selected)
+    nll = F.cross_entropy(_at_least_fp32(out.mlm_logits), labels[selected], reduction="sum")
+    return nll, int(selected.sum()), out
 
 
 def masked_lm_nll(model: nn.Module, inputs: Tensor, labels: Tensor) -> tuple[Tensor, int]:
     """Summed NLL at the selected positions (``labels != -100``), projecting only those."""
-    selected = labels != IGNORE_INDEX
-    logits = model(inputs, classify=False, mlm_positions=selected).mlm_logits
-    nll = F.cross_entropy(_at_least_fp32(logits), labels[selected], reduction="sum")
-    return nll, int(selected.sum())
+    nll, count, _ = masked_lm_forward(model, inputs, labels)
+    return nll, count
 
 
 @torch.no_grad()

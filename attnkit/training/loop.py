@@ -15,7 +15,9 @@ takes either the run directory or one checkpoint directory).
 
 What every task gets: Adam/AdamW and the schedule (``train.schedule``),
 gradient accumulation (``train.grad_accum`` batches per update, the update
-normalised by the token count of all of them), clipping, precision
+normalised by the token count of all of them; the task's per-batch metrics,
+such as mixture-of-experts utilisation, averaged the same way into the train
+record), clipping, precision
 (``train.precision``: bf16/fp16 autocast, a ``GradScaler`` for fp16), the
 fast paths (``train.fast``/``train.compile``: ``attnkit/training/fast.py``),
 data parallelism under ``torchrun`` (``attnkit.training.distributed``: each
@@ -88,6 +90,8 @@ class Trainer:
         self.dist = distributed if distributed is not None else DistContext(device=self.device)
         self.progress, self.callbacks = progress, list(callbacks)
         cfg = self.cfg
+        if cfg.threads is not None:  # process-wide, like the seed below
+            torch.set_num_threads(cfg.threads)
         if self.dist.enabled and cfg.distributed == "fsdp" and cfg.precision == "fp16":
             raise ConfigError(
                 "train.precision: fp16 is not supported with train.distributed=fsdp; use bf16"
@@ -153,6 +157,7 @@ class Trainer:
         model.train()
         loss_sum = nll_sum = 0.0
         n_tokens = 0
+        metric_sums: dict[str, float] = {}  # the task's per-batch means, times tokens
         ddp = isinstance(model, torch.nn.parallel.DistributedDataParallel)
         for i in range(self.cfg.grad_accum):
             batch, real = self.task.next_batch()
@@ -168,9 +173,15 @@ class Trainer:
             loss_sum += float(loss.detach())
             nll_sum += float(nll.detach())
             n_tokens += n
+            for key, value in sums.metrics.items():
+                metric_sums[key] = metric_sums.get(key, 0.0) + value * n
         self._emit("train_step", self.step + 1)
-        loss_sum, nll_sum, total = self.dist.sum([loss_sum, nll_sum, n_tokens])
+        keys = sorted(metric_sums)  # the same keys on every rank (the same model)
+        loss_sum, nll_sum, total, *metric_totals = self.dist.sum(
+            [loss_sum, nll_sum, n_tokens, *(metric_sums[k] for k in keys)]
+        )
         n_tokens = int(total)
+        metrics = {k: v / max(n_tokens, 1) for k, v in zip(keys, metric_totals)}
         # Losses are sums and DDP/FSDP average gradients over the ranks, so scaling
         # by world_size / (global token count) makes the update a per-token mean
         # over the global batch, however it was split across ranks and micro-batches.
@@ -209,6 +220,7 @@ class Trainer:
             "lr": self.optimizer.param_groups[0]["lr"],
             "grad_norm": norm,
             "skipped": skipped,
+            "metrics": metrics,
         }
 
     def _check_nonfinite(self, what: str) -> None:
@@ -277,12 +289,12 @@ class Trainer:
         optimizer_state = dist_state.full_optimizer_state(self.model, self.optimizer)
         trainer_state = self.trainer_state()
         if self.dist.is_main:
-            step = self.step
+            step, tokenizer = self.step, self.task.tokenizer  # None: the task reads no text
             ckpt_files.save_checkpoint(
                 directory,
                 model_state=model_state,
                 config=self.task.model_config.to_dict(),
-                tokenizer_json=self.task.tokenizer.to_json(),
+                tokenizer_json=None if tokenizer is None else tokenizer.to_json(),
                 trainer_state=trainer_state,
                 optimizer_state=optimizer_state,
                 during_write=lambda: self._emit("checkpoint_write", step),
@@ -383,7 +395,7 @@ class Trainer:
                 log.log({"split": "train", "step": self.step, **self.task.progress(),
                          "loss": stats["loss"], "nll": stats["nll"], "lr": stats["lr"],
                          "grad_norm": stats["grad_norm"], "tokens": stats["tokens"],
-                         "tokens_per_s": tok_s})  # fmt: skip
+                         "tokens_per_s": tok_s, **stats["metrics"]})  # fmt: skip
                 bar.set_postfix(loss=f"{stats['loss']:.3f}", lr=f"{stats['lr']:.2e}",
                                 tok_s=f"{tok_s:,.0f}")  # fmt: skip
             if self.step % cfg.eval_every == 0 or last:

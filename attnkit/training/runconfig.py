@@ -21,10 +21,12 @@ from attnkit.errors import ConfigError
 from attnkit.validation import at_least, check_fields, from_mapping, in_range, require, suggest
 
 # translation: an encoder-decoder on parallel text; lm: a decoder-only (GPT-style)
-# causal LM on one text file; mlm: an encoder-only (BERT-style) masked LM on one.
-Task = Literal["translation", "lm", "mlm"]
-TASKS: tuple[str, ...] = ("translation", "lm", "mlm")
+# causal LM on one text file; mlm: an encoder-only (BERT-style) masked LM on one;
+# image_classification: a Vision Transformer on labelled images.
+Task = Literal["translation", "lm", "mlm", "image_classification"]
+TASKS: tuple[str, ...] = ("translation", "lm", "mlm", "image_classification")
 LM_TASKS = ("lm", "mlm")
+IMAGE_TASKS = ("image_classification",)
 
 # Keys that only some tasks read, as "section.key" -> those tasks. A run that sets
 # one for another task is an error naming the key (an unread key is a silent no-op).
@@ -37,8 +39,11 @@ TASK_KEYS: dict[str, tuple[str, ...]] = {
     "data.max_len": ("translation",),
     "data.skip_empty": ("translation",),
     "data.text": LM_TASKS,
-    "data.valid_fraction": LM_TASKS,
-    "train.label_smoothing": ("translation",),
+    "data.valid_fraction": (*LM_TASKS, *IMAGE_TASKS),
+    "data.images": IMAGE_TASKS,
+    "data.labels": IMAGE_TASKS,
+    "data.max_shift": IMAGE_TASKS,
+    "train.label_smoothing": ("translation", *IMAGE_TASKS),
     "train.valid_bleu_sentences": ("translation",),
     "train.eval_blocks": LM_TASKS,
     "train.mask_prob": ("mlm",),
@@ -48,11 +53,16 @@ TASK_KEYS: dict[str, tuple[str, ...]] = {
 
 @dataclass
 class DataConfig:
-    """Where the text is.
+    """Where the data is.
 
     Translation reads parallel text: ``{dir}/{split}.{lang}`` files, or
     ``{dir}/{split}`` if it ends in .tsv. The ``lm`` and ``mlm`` tasks read one
-    UTF-8 file, ``{dir}/{text}``, and hold out its last ``valid_fraction``.
+    UTF-8 file, ``{dir}/{text}``, and hold out its last ``valid_fraction``
+    (default 0.1). ``image_classification`` reads ``images``: ``digits``
+    (scikit-learn's bundled 8x8 digits) or a folder ``{dir}/{images}`` whose
+    ``labels`` CSV (``filename,label`` lines; default ``{images}/labels.csv``,
+    relative to ``dir``) names its images; a stratified ``valid_fraction``
+    (default 0.2, which for the digits is the fixed 1,438 / 359 split) is held out.
     """
 
     dir: str = "."
@@ -64,12 +74,25 @@ class DataConfig:
     max_len: int = 256  # tokens; longer training pairs are dropped (and counted)
     skip_empty: bool = False
     text: str | None = None  # lm/mlm: the text file
-    valid_fraction: float = 0.1  # lm/mlm: the held-out tail of the text
+    # lm/mlm: the held-out tail of the text (null: 0.1); image_classification:
+    # the stratified held-out share (null: 0.2). held_out_fraction() resolves it.
+    valid_fraction: float | None = None
+    images: str | None = None  # image_classification: "digits" or a folder
+    labels: str | None = None  # image_classification: a folder's labels CSV
+    max_shift: int = 0  # image_classification: random shifts of up to n pixels (0: none)
 
     def __post_init__(self) -> None:
         check_fields(self)
         at_least(self, ("max_len",), 1)
-        in_range("valid_fraction", self.valid_fraction, 0.0, 1.0)
+        at_least(self, ("max_shift",), 0)
+        if self.valid_fraction is not None:
+            in_range("valid_fraction", self.valid_fraction, 0.0, 1.0)
+
+    def held_out_fraction(self, task: str) -> float:
+        """``valid_fraction``, or the task's default when it is null."""
+        if self.valid_fraction is not None:
+            return self.valid_fraction
+        return 0.2 if task in IMAGE_TASKS else 0.1
 
     def files(self, split: str) -> tuple[Path, ...]:
         """Paths of a split: one TSV file, or a source and a target file."""
@@ -100,7 +123,9 @@ class TrainConfig:
     # ends annealed whatever the machine's speed.
     decay_to_budget: bool = False
     # Padded tokens per batch and rank (translation: source or target, the longer;
-    # lm/mlm: max_tokens // context blocks of the model's context length).
+    # lm/mlm: max_tokens // context blocks of the model's context length;
+    # image_classification: max_tokens // sequence length images, where an image
+    # is its patches plus the class token, e.g. 320 = 64 8x8 digits of 4 + 1).
     max_tokens: int = 4096
     grad_accum: int = 1  # batches per update
     schedule: Literal["noam", "cosine", "constant"] = "noam"
@@ -112,10 +137,13 @@ class TrainConfig:
     # (0.9, 0.98), 1e-9; lm/mlm: nanoGPT's (0.9, 0.99), 1e-8).
     betas: tuple[float, float] | None = None
     eps: float | None = None
-    label_smoothing: float = 0.1
+    label_smoothing: float = 0.1  # translation (§5.4) and image_classification
     clip_norm: float = 0.0  # 0 = no clipping
     precision: Literal["auto", "fp32", "bf16", "fp16"] = "auto"  # auto: bf16 on CUDA, else fp32
     seed: int = 1
+    # torch's intra-op CPU threads (null: torch's default, one per core). Tiny models
+    # (the digits ViT) run several times faster on 1 thread, above all on a busy machine.
+    threads: int | None = None
     log_every: int = 50
     eval_every: int = 1000
     save_every: int = 1000
@@ -150,6 +178,8 @@ class TrainConfig:
         require("lr", self.lr > 0, f"must be > 0, got {self.lr}")
         in_range("label_smoothing", self.label_smoothing, 0.0, 1.0)
         require("clip_norm", self.clip_norm >= 0, f"must be >= 0, got {self.clip_norm}")
+        if self.threads is not None:
+            require("threads", self.threads >= 1, f"must be >= 1 (or null), got {self.threads}")
         if self.max_minutes is not None:
             require("max_minutes", self.max_minutes > 0, f"must be > 0, got {self.max_minutes}")
         if self.decay_to_budget:

@@ -83,3 +83,30 @@ def test_unknown_label_against_given_classes(tmp_path):
         read_image_folder(tmp_path, classes=["cat", "dog"])
     with pytest.raises(DataError, match="labels file not found"):
         read_image_folder(tmp_path, tmp_path / "nope.csv")
+
+
+def test_random_shift_moves_whole_images_with_zero_fill():
+    from attnkit.data.images import random_shift
+
+    images = torch.arange(2 * 16, dtype=torch.float32).view(2, 1, 4, 4) + 1
+    shifted = random_shift(images, 1, torch.Generator().manual_seed(0))
+    for b in range(2):
+        padded = torch.nn.functional.pad(images[b, 0], (1, 1, 1, 1))
+        crops = [padded[dy : dy + 4, dx : dx + 4] for dy in range(3) for dx in range(3)]
+        assert any(torch.equal(shifted[b, 0], c) for c in crops)
+    assert random_shift(images, 0, torch.Generator()) is images
+
+
+def test_read_image_converts_resizes_and_names_a_bad_file(tmp_path):
+    from PIL import Image
+
+    from attnkit.data.images import read_image
+
+    Image.new("RGB", (10, 6), color=(255, 0, 0)).save(tmp_path / "a.png")
+    image = read_image(tmp_path / "a.png", channels=1, image_size=8)
+    assert image.shape == (1, 8, 8) and 0.0 < float(image.max()) <= 1.0
+    (tmp_path / "b.png").write_text("not an image")
+    with pytest.raises(DataError, match=r"b.png: cannot read image"):
+        read_image(tmp_path / "b.png", channels=3, image_size=8)
+    with pytest.raises(DataError, match=r"c.png: image not found"):
+        read_image(tmp_path / "c.png", channels=3, image_size=8)

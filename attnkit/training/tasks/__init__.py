@@ -1,8 +1,9 @@
 """Training tasks: a plain table ``task name -> task class``, and building one from a run.
 
 ``translation`` (encoder-decoder on parallel text), ``lm`` (decoder-only
-causal LM) and ``mlm`` (encoder-only masked LM) each implement the protocol
-in ``tasks/base.py``; ``attnkit.training.loop.Trainer`` trains any of them.
+causal LM), ``mlm`` (encoder-only masked LM) and ``image_classification``
+(a Vision Transformer on labelled images) each implement the protocol in
+``tasks/base.py``; ``attnkit.training.loop.Trainer`` trains any of them.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from attnkit.data.tokenizers import Tokenizer
 from attnkit.errors import ConfigError
 from attnkit.training.runconfig import RunConfig
 from attnkit.training.tasks.base import LossSums, Task, TaskContext
+from attnkit.training.tasks.image import ImageClassificationTask, load_images
 from attnkit.training.tasks.language_model import CausalLMTask, MaskedLMTask
 from attnkit.training.tasks.translation import TranslationTask, build_tokenizer, load_parallel
 
@@ -21,16 +23,20 @@ TASK_CLASSES: dict[str, type[Any]] = {
     "translation": TranslationTask,
     "lm": CausalLMTask,
     "mlm": MaskedLMTask,
+    "image_classification": ImageClassificationTask,
 }
 
 
 def task_from_run(run: RunConfig, tokenizer: Tokenizer | None = None) -> Task:
     """Read the run's data and build its task; a given ``tokenizer`` (a resumed run's) is
-    used as it is, otherwise one is trained on the training data.
+    used as it is, otherwise one is trained on the training data (images need none).
 
     Raises ``DataError``/``ConfigError`` naming the file or field before anything is written.
     """
     data = run.data
+    if run.task == "image_classification":
+        train_images, held_out = load_images(run)
+        return ImageClassificationTask(run, train_images, held_out)
     if run.task == "translation":
         train = load_parallel(data, data.train)
         valid = load_parallel(data, data.valid) if data.valid else None
@@ -51,7 +57,7 @@ def task_from_run(run: RunConfig, tokenizer: Tokenizer | None = None) -> Task:
         tokenizer,
         kind=run.tokenizer.kind,
         vocab_size=run.tokenizer.vocab_size if run.tokenizer.kind == "bpe" else None,
-        valid_fraction=data.valid_fraction,
+        valid_fraction=data.held_out_fraction(run.task),
     )
     return TASK_CLASSES[run.task](run, corpus)
 
@@ -59,6 +65,7 @@ def task_from_run(run: RunConfig, tokenizer: Tokenizer | None = None) -> Task:
 __all__ = [
     "TASK_CLASSES",
     "CausalLMTask",
+    "ImageClassificationTask",
     "LossSums",
     "MaskedLMTask",
     "Task",

@@ -17,7 +17,7 @@ guard, checkpoints, resume, logging, data parallelism). A task:
   (``state_dict``/``load_state_dict``), for a bit-exact resume.
 
 Tasks: ``translation`` (``tasks/translation.py``), ``lm`` and ``mlm``
-(``tasks/language_model.py``).
+(``tasks/language_model.py``), ``image_classification`` (``tasks/image.py``).
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from typing import Any, ClassVar, Protocol
 import torch
 from torch import Tensor, nn
 
+from attnkit.blocks.moe import MoEAux
 from attnkit.data.tokenizers import Tokenizer
 from attnkit.errors import ConfigError
 from attnkit.models import config_from_preset
@@ -75,12 +76,51 @@ class LossSums:
     Attributes:
         loss: the training objective, summed (a scalar with a graph).
         nll: the negative log-likelihood, summed (for perplexity).
-        tokens: how many predictions were scored.
+        tokens: how many predictions were scored (tokens, or images for a classifier).
+        metrics: per-batch means to log beside the loss (expert utilisation,
+            training accuracy); the trainer averages them over the micro-batches
+            and ranks of an update, weighted by ``tokens``, into the train record.
     """
 
     loss: Tensor
     nll: Tensor
     tokens: int
+    metrics: dict[str, float] = field(default_factory=dict)
+
+
+def moe_metrics(moe: MoEAux) -> dict[str, float]:
+    """What the train record shows of a mixture-of-experts report.
+
+    ``moe_balance_loss`` (1.0 when routing is uniform), ``moe_z_loss``,
+    ``moe_drop_rate`` (assignments over capacity) and ``expert_util_<i>``,
+    the share of routed assignments expert ``i`` took (``1 / N`` each when
+    balanced; the mean over MoE layers).
+    """
+    metrics = {
+        "moe_balance_loss": float(moe.load_balancing_loss.detach()),
+        "moe_z_loss": float(moe.z_loss.detach()),
+        "moe_drop_rate": moe.drop_rate,
+    }
+    for i, share in enumerate(moe.utilisation.tolist()):
+        metrics[f"expert_util_{i}"] = float(share)
+    return metrics
+
+
+def with_moe_losses(
+    loss: Tensor, nll: Tensor, tokens: int, moe: MoEAux | None, config: Any
+) -> LossSums:
+    """``LossSums`` whose loss adds the model's weighted MoE auxiliary losses, if any.
+
+    The auxiliary losses are per-batch means (over routed tokens and MoE
+    layers), while ``loss`` is a sum that the trainer divides by the update's
+    token count. Adding ``tokens * (moe_loss_weight * balance + z_loss_weight
+    * z)`` keeps the normalised objective ``mean loss + weighted aux``, with
+    micro-batches and ranks weighted by their token counts (as their losses are).
+    """
+    if moe is None:
+        return LossSums(loss, nll, tokens)
+    aux = config.moe_loss_weight * moe.load_balancing_loss + config.z_loss_weight * moe.z_loss
+    return LossSums(loss + aux.to(loss.dtype) * tokens, nll, tokens, moe_metrics(moe))
 
 
 class Task(Protocol):
@@ -91,7 +131,11 @@ class Task(Protocol):
     # Adam's defaults for this task when train.betas / train.eps are not set.
     betas: ClassVar[tuple[float, float]]
     eps: ClassVar[float]
-    tokenizer: Tokenizer
+
+    @property
+    def tokenizer(self) -> Tokenizer | None:
+        """The task's tokenizer, saved with every checkpoint; None for images."""
+        ...
 
     def setup(self, context: TaskContext) -> None:
         """Receive the device, the data-parallel context and the precision."""
@@ -129,13 +173,18 @@ class Task(Protocol):
 
 
 def model_config_from_run(
-    run: RunConfig, *, families: tuple[str, ...], defaults: dict[str, Any]
+    run: RunConfig,
+    *,
+    families: tuple[str, ...],
+    defaults: dict[str, Any],
+    preset: str = "small",
 ) -> Any:
     """The ``model`` section (``family``, a ``preset``, overrides) as a validated config.
 
     ``families``: the families this task trains (the first is the default);
     ``defaults``: fields the section may leave out (vocabulary sizes and
-    special ids, which follow the tokenizer). Errors name ``model.<field>``.
+    special ids, which follow the tokenizer; an image classifier's classes);
+    ``preset``: the preset when the section names none. Errors name ``model.<field>``.
     """
     fields = dict(run.model)
     family = fields.pop("family", families[0])
@@ -143,7 +192,7 @@ def model_config_from_run(
         raise ConfigError(
             f"model.family: task {run.task} trains {' or '.join(families)}, got {family!r}"
         )
-    preset = fields.pop("preset", "small")
+    preset = fields.pop("preset", preset)
     for name, value in defaults.items():
         fields.setdefault(name, value)
     try:

@@ -7,6 +7,9 @@ from a seeded CPU generator whose state is saved for resume (nanoGPT's
 recipe). Under torchrun every rank draws the same global batch and keeps its
 rows ``rank, rank + N, ...``.
 
+With ``model.ffn: moe`` both add the routers' auxiliary losses
+(``tasks/base.py``: ``with_moe_losses``) and log expert utilisation.
+
 * ``lm`` (``CausalLMTask``, a ``DecoderOnlyLM``): next-token cross-entropy.
 * ``mlm`` (``MaskedLMTask``, an ``EncoderOnlyModel``): 15% of the tokens
   selected (``train.mask_prob``), 80/10/10 mask/random/keep
@@ -29,8 +32,8 @@ from torch import Tensor, nn
 from attnkit.data.lm import LMBlocks, LMCorpus
 from attnkit.data.mlm import mask_tokens, mlm_vocab
 from attnkit.evaluation.perplexity import (
-    causal_lm_nll,
-    masked_lm_nll,
+    causal_lm_forward,
+    masked_lm_forward,
     mlm_special_ids,
     text_perplexity,
 )
@@ -41,6 +44,7 @@ from attnkit.training.tasks.base import (
     TaskContext,
     check_vocab_fits,
     model_config_from_run,
+    with_moe_losses,
 )
 
 Batch = tuple[Tensor, Tensor]
@@ -131,8 +135,8 @@ class CausalLMTask(_BlockTask):
 
     def loss(self, model: nn.Module, batch: Batch) -> LossSums:
         with self.context.precision():
-            nll, count = causal_lm_nll(model, *batch)
-        return LossSums(nll, nll.detach(), count)
+            nll, count, out = causal_lm_forward(model, *batch)
+        return with_moe_losses(nll, nll.detach(), count, out.moe, self.model_config)
 
 
 class MaskedLMTask(_BlockTask):
@@ -170,8 +174,8 @@ class MaskedLMTask(_BlockTask):
 
     def loss(self, model: nn.Module, batch: Batch) -> LossSums:
         with self.context.precision():
-            nll, count = masked_lm_nll(model, *batch)
-        return LossSums(nll, nll.detach(), count)
+            nll, count, out = masked_lm_forward(model, *batch)
+        return with_moe_losses(nll, nll.detach(), count, out.moe, self.model_config)
 
     def state_dict(self) -> dict[str, Any]:
         return {**super().state_dict(), "mask_rng": self.mask_rng.get_state()}

@@ -4,8 +4,10 @@ Data: sentence pairs tokenized once, pairs longer than ``data.max_len``
 dropped (and counted), then token-budget batches of similar length
 (``TokenBudgetSampler``, §5.1), reshuffled every epoch. Objective: the
 label-smoothed cross-entropy of §5.4 (``train.label_smoothing``), as sums over
-target tokens. With ``train.fast`` in a single process the Transformer takes
-the chunked loss, which never holds the whole batch's ``(N, V)`` logits.
+target tokens, plus the routers' auxiliary losses of a mixture-of-experts
+model (``with_moe_losses``). With ``train.fast`` in a single process the
+Transformer takes the chunked loss, which never holds the whole batch's
+``(N, V)`` logits.
 Validation: loss and perplexity on every pair, greedy BLEU (and exact match)
 on the first ``train.valid_bleu_sentences``.
 """
@@ -37,6 +39,7 @@ from attnkit.training.tasks.base import (
     TaskContext,
     check_vocab_fits,
     model_config_from_run,
+    with_moe_losses,
 )
 
 Pair = tuple[str, str]
@@ -205,21 +208,25 @@ class TranslationTask:
 
     def loss(self, model: nn.Module, batch: TranslationBatch) -> LossSums:
         pad = self.tokenizer.pad_id
+        chunked = self.chunked and self._output_proj is not None
         with self.context.precision():
-            if self.chunked and self._output_proj is not None:
-                hidden = model(batch.src, batch.tgt_in, compute_logits=False).hidden
+            if chunked:
+                output = model(batch.src, batch.tgt_in, compute_logits=False)
                 out = chunked_label_smoothed_cross_entropy(
-                    hidden, self._output_proj.weight, batch.tgt_out,
+                    output.hidden, self._output_proj.weight, batch.tgt_out,  # type: ignore[union-attr]
                     epsilon=self.cfg.label_smoothing,
                     ignore_index=pad, reduction="sum",
                 )  # fmt: skip
-                return LossSums(out.loss, out.nll, int(out.n_tokens))
-            logits = model(batch.src, batch.tgt_in).logits
-        out = label_smoothed_cross_entropy(
-            logits, batch.tgt_out, epsilon=self.cfg.label_smoothing, ignore_index=pad,
-            reduction="sum",
-        )  # fmt: skip
-        return LossSums(out.loss, out.nll, int(out.n_tokens))
+            else:
+                output = model(batch.src, batch.tgt_in)
+        if not chunked:  # scored outside autocast, as before
+            out = label_smoothed_cross_entropy(
+                output.logits, batch.tgt_out, epsilon=self.cfg.label_smoothing,
+                ignore_index=pad, reduction="sum",
+            )  # fmt: skip
+        # An RNN's output has no mixture-of-experts report.
+        moe = getattr(output, "moe", None)
+        return with_moe_losses(out.loss, out.nll, int(out.n_tokens), moe, self.model_config)
 
     @torch.no_grad()
     def evaluate(self, model: nn.Module) -> dict[str, float]:
