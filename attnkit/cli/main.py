@@ -28,6 +28,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "average": ("attnkit.cli.average", "average the weights of several checkpoints"),
     "generate": ("attnkit.cli.generate", "continue a prompt with a decoder-only checkpoint"),
     "fill-mask": ("attnkit.cli.fill_mask", "fill in [MASK] tokens with a masked-LM checkpoint"),
+    "explore": ("attnkit.cli.explore", "write the attention explorer for one text (HTML)"),
+    "serve": ("attnkit.cli.serve", "serve a checkpoint over HTTP (API + explorer)"),
 }
 
 
