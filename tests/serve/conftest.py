@@ -35,6 +35,9 @@ _MODELS = {
     "rnn": "{family: rnn, preset: small, embed_dim: 16, hidden_size: 24, max_len: 64, "
     "max_src_len: 64, dropout: 0.0}",
 }
+# Enough steps for the Transformer's cross-attention to pick out source tokens (the
+# browser test hovers it); ~10 s on 2 CPU cores.
+_STEPS = {"transformer": 400, "rnn": 60}
 _TEXT_TASK = """
 task: {task}
 data: {{dir: {dir}, text: tiny.txt, valid_fraction: 0.2}}
@@ -54,7 +57,7 @@ def _train(root: Path, family: str) -> Path:
             for lang, side in (("en", 0), ("de", 1)):
                 text = "".join(p[side] + "\n" for p in pairs)
                 (root / f"{split}.{lang}").write_text(text, encoding="utf-8")
-        config = _TRANSLATION.format(dir=root, model=_MODELS[family], steps=60)
+        config = _TRANSLATION.format(dir=root, model=_MODELS[family], steps=_STEPS[family])
     else:
         (root / "tiny.txt").write_text(TEXT, encoding="utf-8")
         task = {"decoder_only": "lm", "encoder_only": "mlm"}[family]
