@@ -17,6 +17,7 @@ Example:
 from __future__ import annotations
 
 import argparse
+import os
 import socket
 
 from attnkit.cli.common import add_device_argument
@@ -61,7 +62,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="concurrent connections before answering 503 (default: 512)",
     )
     parser.add_argument(
-        "--threads", type=int, default=None, help="torch threads of the model worker"
+        "--threads",
+        type=int,
+        default=None,
+        help="torch intra-op threads of the model worker (default: half the CPU cores, "
+        "at least 1: the event loop needs a core of its own)",
     )
     parser.add_argument(
         "--log-level", default="warning", help="uvicorn log level (default: warning)"
@@ -105,7 +110,7 @@ def run(args: argparse.Namespace) -> int:
         max_batch_sentences=args.max_batch_sentences,
         max_body_bytes=args.max_body_bytes,
         read_timeout=args.read_timeout,
-        threads=args.threads,
+        threads=args.threads or max(1, (os.cpu_count() or 2) // 2),
     )
     app = create_app(engine, settings)
     config = uvicorn.Config(
@@ -124,7 +129,8 @@ def run(args: argparse.Namespace) -> int:
     shown = f"[{host}]" if ":" in host else host
     print(
         f"attnkit serve: {engine.loaded.family.name} checkpoint {engine.loaded.directory} "
-        f"on http://{shown}:{port} (explorer at /, API docs at /docs)",
+        f"on http://{shown}:{port} (explorer at /, API docs at /docs; "
+        f"{settings.threads} torch thread(s))",
         flush=True,
     )
     server.run(sockets=[sock])

@@ -78,9 +78,11 @@ class Engine:
         if self.kind != kind:
             from attnkit.models.registry import KIND_NAMES
 
+            name = self.loaded.family.name
+            article = "an" if name[0] in "aeiou" else "a"
             raise RequestError(
-                f"{endpoint} needs a {KIND_NAMES[kind]}, but this server holds a "
-                f"{self.loaded.family.name} checkpoint (a {KIND_NAMES[self.kind]}): "
+                f"{endpoint} needs a {KIND_NAMES[kind]}, but this server holds {article} "
+                f"{name} checkpoint (a {KIND_NAMES[self.kind]}): "
                 f"use POST {KIND_ENDPOINTS[self.kind]}",
                 status=400,
             )
