@@ -141,3 +141,15 @@ def test_serve_refuses_bad_options(checkpoint, capsys):
         assert main(["serve", "--checkpoint", str(run), *argv]) == 2
         err = capsys.readouterr().err.strip()
         assert needle in err and len(err.splitlines()) == 1
+
+
+def test_the_listening_socket_says_it_is_tcp():
+    """asyncio sets TCP_NODELAY only on sockets with proto IPPROTO_TCP; without it every
+    answer waited ~40 ms for a delayed ACK (measured: 60 ms -> 22 ms per request)."""
+    from attnkit.cli.serve import _bind
+
+    sock = _bind("127.0.0.1", 0)
+    try:
+        assert sock.proto == socket.IPPROTO_TCP
+    finally:
+        sock.close()
