@@ -99,9 +99,11 @@ async def run_level(url: str, concurrency: int, duration: float, body: dict[str,
                 batch_sizes.append(int(r.json()["timing"]["batch_requests"]))
 
     async with httpx.AsyncClient(base_url=url, limits=limits, timeout=120) as http:
+        busy = (await http.get("/v1/health")).json()["batcher"]["busy_s"]
         begin = time.monotonic()
         await asyncio.gather(*(client(n, http) for n in range(concurrency)))
         elapsed = time.monotonic() - begin
+        busy = (await http.get("/v1/health")).json()["batcher"]["busy_s"] - busy
     lat = sorted(latencies)
 
     def pct(p: float) -> float:
@@ -118,6 +120,7 @@ async def run_level(url: str, concurrency: int, duration: float, body: dict[str,
         "p50_ms": round(pct(0.50), 1),
         "p99_ms": round(pct(0.99), 1),
         "mean_batch_requests": round(statistics.fmean(batch_sizes), 2) if batch_sizes else None,
+        "worker_busy": round(busy / elapsed, 3),  # share of the time the model thread worked
     }
 
 
@@ -137,7 +140,7 @@ def _environment(proc_pid: int, checkpoint: str, args: argparse.Namespace) -> di
 
 def _table(rows: list[dict[str, Any]]) -> str:
     head = (f"{'conc':>5} {'req':>6} {'fail':>5} {'req/s':>8} {'x c1':>6} {'p50 ms':>8} "
-            f"{'p99 ms':>8} {'batch':>6}")  # fmt: skip
+            f"{'p99 ms':>8} {'batch':>6} {'busy':>5}")  # fmt: skip
     base = rows[0]["requests_per_s"] if rows and rows[0]["concurrency"] == 1 else None
     out = [head]
     for r in rows:
@@ -145,7 +148,7 @@ def _table(rows: list[dict[str, Any]]) -> str:
         out.append(
             f"{r['concurrency']:>5} {r['requests']:>6} {r['failed']:>5} "
             f"{r['requests_per_s']:>8.2f} {ratio:>6} {r['p50_ms']:>8.1f} {r['p99_ms']:>8.1f} "
-            f"{r['mean_batch_requests'] or 0:>6.2f}"
+            f"{r['mean_batch_requests'] or 0:>6.2f} {r['worker_busy']:>5.2f}"
         )
     return "\n".join(out)
 

@@ -62,10 +62,13 @@ class _Item:
 
 @dataclass
 class BatcherStats:
+    """Counters since start; ``busy_s`` is the worker's time in batches and jobs."""
+
     batches: int = 0
     batched_requests: int = 0
     jobs: int = 0
     largest_batch: int = 0
+    busy_s: float = 0.0
 
 
 def _resolve(future: asyncio.Future[Any], value: Any, error: BaseException | None) -> None:
@@ -239,6 +242,7 @@ class DynamicBatcher:
         except Exception as e:  # handed to every request of the batch
             error = e
         end = time.monotonic()
+        self.stats.busy_s += end - start
         sentences = sum(i.sentences for i in items)
         for n, item in enumerate(items):
             info = BatchInfo(
