@@ -79,29 +79,32 @@ async def run_level(url: str, concurrency: int, duration: float, body: dict[str,
     batch_sizes: list[int] = []
     failures: list[str] = []
     stop_at = time.monotonic() + duration
-    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
 
-    async def client(n: int, http: httpx.AsyncClient) -> None:
+    async def client(n: int) -> None:
+        # One client (one connection) per simulated user: a shared httpx pool costs
+        # O(connections x waiting requests) of Python per request, which at 64 would
+        # load the 2 cores the server runs on.
         i = n
-        while time.monotonic() < stop_at:
-            text = sentences[i % len(sentences)]
-            i += concurrency
-            start = time.perf_counter()
-            try:
-                r = await http.post("/v1/translate", json={**body, "text": [text]})
-            except httpx.HTTPError as e:
-                failures.append(f"{type(e).__name__}: {e}")
-                continue
-            latencies.append(time.perf_counter() - start)
-            if r.status_code != 200:
-                failures.append(f"{r.status_code}: {r.text[:200]}")
-            else:
-                batch_sizes.append(int(r.json()["timing"]["batch_requests"]))
+        async with httpx.AsyncClient(base_url=url, timeout=120) as http:
+            while time.monotonic() < stop_at:
+                text = sentences[i % len(sentences)]
+                i += concurrency
+                start = time.perf_counter()
+                try:
+                    r = await http.post("/v1/translate", json={**body, "text": [text]})
+                except httpx.HTTPError as e:
+                    failures.append(f"{type(e).__name__}: {e}")
+                    continue
+                latencies.append(time.perf_counter() - start)
+                if r.status_code != 200:
+                    failures.append(f"{r.status_code}: {r.text[:200]}")
+                else:
+                    batch_sizes.append(int(r.json()["timing"]["batch_requests"]))
 
-    async with httpx.AsyncClient(base_url=url, limits=limits, timeout=120) as http:
+    async with httpx.AsyncClient(base_url=url, timeout=120) as http:
         busy = (await http.get("/v1/health")).json()["batcher"]["busy_s"]
         begin = time.monotonic()
-        await asyncio.gather(*(client(n, http) for n in range(concurrency)))
+        await asyncio.gather(*(client(n) for n in range(concurrency)))
         elapsed = time.monotonic() - begin
         busy = (await http.get("/v1/health")).json()["batcher"]["busy_s"] - busy
     lat = sorted(latencies)

@@ -39,7 +39,7 @@ from attnkit.serve.schemas import (
 class ServeSettings:
     """The knobs of ``attnkit serve`` (see ``docs/serving.md``)."""
 
-    max_batch_tokens: int = 1024  # source tokens x beam per decode batch (the CLI's CPU default)
+    max_batch_tokens: int = 512  # source tokens x beam per decode batch (the CLI's CPU default)
     max_wait_ms: float = 5.0
     max_batch_sentences: int = 128
     max_body_bytes: int = 256 * 1024
