@@ -72,7 +72,7 @@ def rss_mb(pid: int) -> float:
 
 async def run_level(url: str, concurrency: int, duration: float, body: dict[str, Any],
                     sentences: list[str]) -> dict[str, Any]:  # fmt: skip
-    """``concurrency`` clients in a closed loop for ``duration`` seconds."""
+    """``concurrency`` clients in a closed loop for ``duration`` seconds; raw measurements."""
     import httpx
 
     latencies: list[float] = []
@@ -107,23 +107,34 @@ async def run_level(url: str, concurrency: int, duration: float, body: dict[str,
         await asyncio.gather(*(client(n) for n in range(concurrency)))
         elapsed = time.monotonic() - begin
         busy = (await http.get("/v1/health")).json()["batcher"]["busy_s"] - busy
-    lat = sorted(latencies)
+    return {"latencies": latencies, "batch_sizes": batch_sizes, "failures": failures,
+            "elapsed": elapsed, "busy": busy}  # fmt: skip
 
-    def pct(p: float) -> float:
-        return lat[min(len(lat) - 1, int(p * len(lat)))] * 1000 if lat else float("nan")
 
-    ok = len(batch_sizes)
+def summarize(concurrency: int, parts: list[dict[str, Any]]) -> dict[str, Any]:
+    """One row from the rounds of a level: pooled latencies, total requests over total time."""
+    lat = sorted(x for p in parts for x in p["latencies"])
+    batch_sizes = [x for p in parts for x in p["batch_sizes"]]
+    failures = [x for p in parts for x in p["failures"]]
+    elapsed = sum(p["elapsed"] for p in parts)
+
+    def pct(q: float) -> float:
+        return lat[min(len(lat) - 1, int(q * len(lat)))] * 1000 if lat else float("nan")
+
     return {
         "concurrency": concurrency,
-        "requests": len(latencies),
+        "requests": len(lat),
         "failed": len(failures),
         "first_failure": failures[0] if failures else None,
         "seconds": round(elapsed, 2),
-        "requests_per_s": round(ok / elapsed, 2),
+        "requests_per_s": round(len(batch_sizes) / elapsed, 2),
+        "per_round_requests_per_s": [
+            round(len(p["batch_sizes"]) / p["elapsed"], 2) for p in parts
+        ],  # fmt: skip
         "p50_ms": round(pct(0.50), 1),
         "p99_ms": round(pct(0.99), 1),
         "mean_batch_requests": round(statistics.fmean(batch_sizes), 2) if batch_sizes else None,
-        "worker_busy": round(busy / elapsed, 3),  # share of the time the model thread worked
+        "worker_busy": round(sum(p["busy"] for p in parts) / elapsed, 3),
     }
 
 
@@ -161,15 +172,22 @@ async def main_async(args: argparse.Namespace, proc: subprocess.Popen[str], url:
     body = {"beam": args.beam, "alpha": 0.6}
     await run_level(url, 4, args.warmup, body, sentences)  # warm up: first shapes, allocator
     report: dict[str, Any] = {"environment": _environment(proc.pid, args.checkpoint, args)}
-    rows = []
-    for level in args.levels:
-        rows.append(await run_level(url, level, args.duration, body, sentences))
+    # Round-robin: every level runs once per round, so drift and other jobs on the
+    # machine hit all levels alike (as bench/common.py's round_robin does).
+    parts: dict[int, list[dict[str, Any]]] = {level: [] for level in args.levels}
+    for r in range(args.rounds):
+        for level in args.levels:
+            part = await run_level(url, level, args.duration / args.rounds, body, sentences)
+            parts[level].append(part)
         if not args.json:
-            print(f"  concurrency {level}: {rows[-1]['requests_per_s']} req/s", flush=True)
+            rates = {lv: len(ps[-1]["batch_sizes"]) / ps[-1]["elapsed"] for lv, ps in parts.items()}
+            done = ", ".join(f"{lv}: {rate:.1f}" for lv, rate in rates.items())
+            print(f"  round {r + 1}/{args.rounds} req/s by concurrency: {done}", flush=True)
+    rows = [summarize(level, parts[level]) for level in args.levels]
     report["levels"] = rows
     if args.soak:
         start_rss = rss_mb(proc.pid)
-        soak = await run_level(url, 16, args.soak, body, sentences)
+        soak = summarize(16, [await run_level(url, 16, args.soak, body, sentences)])
         end_rss = rss_mb(proc.pid)
         soak.update(rss_start_mb=round(start_rss, 1), rss_end_mb=round(end_rss, 1),
                     rss_growth=round(end_rss / start_rss - 1, 4))  # fmt: skip
@@ -184,6 +202,7 @@ def main() -> int:
     p.add_argument("--workdir", default="/tmp/attnkit-serve-load", help="where to train one")
     p.add_argument("--levels", default="1,4,16,64", help="concurrency levels (default: 1,4,16,64)")
     p.add_argument("--duration", type=float, default=15.0, help="seconds per level (default: 15)")
+    p.add_argument("--rounds", type=int, default=3, help="round-robin rounds (default: 3)")
     p.add_argument("--warmup", type=float, default=3.0, help="warm-up seconds (default: 3)")
     p.add_argument("--beam", type=int, default=4, help="beam size of every request (default: 4)")
     p.add_argument("--soak", type=float, default=0.0, help="then S seconds at concurrency 16")
@@ -212,7 +231,8 @@ def main() -> int:
     env = report["environment"]
     print(f"attnkit serve load test: {env['date']}, commit {env['commit']}, {env['machine']}, "
           f"load average {env['load_average']} -> {env['load_average_after']}")  # fmt: skip
-    print(f"checkpoint {env['checkpoint']}, beam {args.beam}, {args.duration:g} s per level")
+    print(f"checkpoint {env['checkpoint']}, beam {args.beam}, {args.duration:g} s per level "
+          f"in {args.rounds} round-robin rounds")  # fmt: skip
     print(_table(report["levels"]))
     if "soak" in report:
         s = report["soak"]
