@@ -70,6 +70,8 @@ class Engine:
         self.max_len: int = self.model.config.max_len
         self.stepper = stepper_for(self.model) if self.kind == "seq2seq" else None
         self.vocab_rows = int(getattr(self.model.config, loaded.family.vocab_field))
+        # Counted once here, so that /v1/model never touches the model from the event loop.
+        self.parameters = int(sum(p.numel() for p in self.model.parameters()))
 
     # -- checks (event loop) -----------------------------------------------------------
 
@@ -287,7 +289,7 @@ class Engine:
             "config": config.to_dict(),
             "vocab_size": self.tokenizer.vocab_size,
             "model_vocab_size": self.vocab_rows,
-            "parameters": int(sum(p.numel() for p in self.model.parameters())),
+            "parameters": self.parameters,
             "max_len": self.max_len,
             "device": str(self.device),
         }
