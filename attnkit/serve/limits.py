@@ -147,9 +147,8 @@ class HeaderTimeoutH11(H11Protocol):
         self._header_timer = self.loop.call_later(self.header_timeout, self._expire)
 
     def _disarm(self) -> None:
-        timer = getattr(self, "_header_timer", None)
-        if timer is not None:
-            timer.cancel()
+        if self._header_timer is not None:
+            self._header_timer.cancel()
             self._header_timer = None
 
     def _expire(self) -> None:
