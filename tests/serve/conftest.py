@@ -93,7 +93,10 @@ class Served:
 
 def start_server(run: Path, *extra: str, timeout: float = 60.0) -> Served:
     """``attnkit serve --checkpoint run --port 0 ...`` in a subprocess; waits until it listens."""
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    # This checkout's attnkit, whatever the working directory or an editable install says.
+    repo = str(Path(__file__).resolve().parents[2])
+    path = os.pathsep.join(p for p in (repo, os.environ.get("PYTHONPATH")) if p)
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": path}
     process = subprocess.Popen(
         [sys.executable, "-m", "attnkit", "serve", "--checkpoint", str(run), "--port", "0",
          "--threads", "1", *extra],
