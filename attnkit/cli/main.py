@@ -30,6 +30,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "fill-mask": ("attnkit.cli.fill_mask", "fill in [MASK] tokens with a masked-LM checkpoint"),
     "export": ("attnkit.cli.export", "export a checkpoint to transformers, ONNX or CTranslate2"),
     "import": ("attnkit.cli.import_", "import pretrained weights (Hugging Face, GGUF)"),
+    "explore": ("attnkit.cli.explore", "write the attention explorer for one text (HTML)"),
+    "serve": ("attnkit.cli.serve", "serve a checkpoint over HTTP (API + explorer)"),
 }
 
 

@@ -1,0 +1,63 @@
+"""Write the attention explorer for one text as a self-contained HTML file.
+
+Works for every family. Translation models: the text is translated (beam
+search) and the page shows encoder self-, decoder self- and cross-attention
+(an RNN: its one cross-attention map). Causal LMs: the text is continued
+greedily for --max-new-tokens and the page shows the self-attention over
+prompt + continuation. Masked LMs: the text as it is ([MASK] markers filled
+in the output). The file needs no network: open it from disk. It shows what
+`attnkit serve` shows at / for the same text.
+
+Example:
+  attnkit explore --checkpoint quickstart-out --text "three hundred forty-two" --out page.html
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from attnkit.cli.common import add_device_argument
+from attnkit.errors import UsageError
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--checkpoint", required=True, help="checkpoint or run directory")
+    parser.add_argument("--text", required=True, help="the source sentence, prompt or text")
+    parser.add_argument("--out", required=True, help="HTML file to write")
+    parser.add_argument("--beam", type=int, default=4, help="beam size (default: 4)")
+    parser.add_argument("--nbest", type=int, default=4, help="hypotheses listed (default: 4)")
+    parser.add_argument(
+        "--max-new-tokens", type=int, default=20, help="causal LMs: tokens to add (default: 20)"
+    )
+    add_device_argument(parser)
+
+
+def run(args: argparse.Namespace) -> int:
+    from attnkit.checkpoints.loading import load_model
+    from attnkit.serve.engine import Engine, RequestError
+    from attnkit.visualize.explorer import write_page
+
+    if args.beam < 1:
+        raise UsageError(f"--beam must be >= 1, got {args.beam}")
+    if not 1 <= args.nbest:
+        raise UsageError(f"--nbest must be >= 1, got {args.nbest}")
+    if args.max_new_tokens < 0:
+        raise UsageError(f"--max-new-tokens must be >= 0, got {args.max_new_tokens}")
+    if not args.text.strip():
+        raise UsageError("--text must not be empty")
+    if not args.out.lower().endswith((".html", ".htm")):
+        raise UsageError(f"--out must name a .html file, got {args.out}")
+    engine = Engine(load_model(args.checkpoint, args.device))
+    try:
+        result = engine.explore(
+            args.text,
+            beam=args.beam,
+            nbest=min(args.nbest, args.beam),
+            max_new_tokens=args.max_new_tokens,
+            field="--text",
+        )
+    except RequestError as e:
+        raise UsageError(str(e)) from None
+    path = write_page(args.out, result["explore"])
+    print(f"wrote {path} ({engine.loaded.family.name}: {result['output']!r})")
+    return 0

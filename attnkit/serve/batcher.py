@@ -1,0 +1,255 @@
+"""Dynamic batching: one worker thread owns the model; requests wait on asyncio futures.
+
+Every model call of the server runs in the worker thread (torch is used from one
+thread only). Two kinds of work go through its queue:
+
+* batchable items (``submit``): a request's token-id sources under a batching
+  ``key`` (for translation ``(beam, alpha, nbest)``). The worker takes the
+  oldest item, then, for up to ``max_wait_ms`` after that item arrived, adds
+  later items with the *same* key while the batch stays within ``max_tokens``
+  (the sum of each item's ``cost``, e.g. source tokens x beam) and
+  ``max_sentences``. Items with another key stay queued, in order, for a later
+  batch. The whole batch is decoded by one ``run_batch(key, payloads)`` call.
+* plain jobs (``call``): a function run alone (generation, fill-mask, explorer
+  passes), in arrival order with the batches.
+
+Under load the worker is busy while requests arrive, so the oldest item has
+usually waited longer than ``max_wait_ms`` already and the batch is formed at
+once from everything compatible that is queued: batches grow with concurrency
+and an idle server adds at most ``max_wait_ms`` of latency.
+
+Results go back with ``loop.call_soon_threadsafe``; a request whose client went
+away (its future cancelled) is dropped before its batch is formed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["BatchInfo", "BatcherClosed", "DynamicBatcher"]
+
+
+class BatcherClosed(RuntimeError):
+    """The server is shutting down; the request was not run."""
+
+
+@dataclass(frozen=True)
+class BatchInfo:
+    """How one request was run: time queued, time of its batch, batch size."""
+
+    queue_ms: float
+    compute_ms: float
+    batch_requests: int
+    batch_sentences: int
+
+
+@dataclass
+class _Item:
+    key: Hashable | None  # None: a plain job
+    payload: Any  # the sources of a batchable item; the function of a job
+    cost: int
+    sentences: int
+    future: asyncio.Future[Any]
+    loop: asyncio.AbstractEventLoop
+    enqueued: float = field(default_factory=time.monotonic)
+
+
+@dataclass
+class BatcherStats:
+    """Counters since start; ``busy_s`` is the worker's time in batches and jobs."""
+
+    batches: int = 0
+    batched_requests: int = 0
+    jobs: int = 0
+    largest_batch: int = 0
+    busy_s: float = 0.0
+
+
+def _resolve(future: asyncio.Future[Any], value: Any, error: BaseException | None) -> None:
+    if future.done():  # cancelled: the client went away
+        return
+    if error is not None:
+        future.set_exception(error)
+    else:
+        future.set_result(value)
+
+
+class DynamicBatcher:
+    """Groups compatible requests into one ``run_batch`` call, in one worker thread.
+
+    Args:
+        run_batch: ``run_batch(key, payloads) -> results``, one result per payload,
+            called in the worker thread.
+        max_tokens: token budget of a batch (sum of the items' ``cost``); an item
+            larger than the budget runs alone.
+        max_wait_ms: how long the oldest item may wait for company.
+        max_sentences: sentences per batch at most.
+        init: called once in the worker thread before any work (e.g. torch settings).
+    """
+
+    def __init__(
+        self,
+        run_batch: Callable[[Hashable, list[Any]], Sequence[Any]],
+        *,
+        max_tokens: int = 8192,
+        max_wait_ms: float = 5.0,
+        max_sentences: int = 128,
+        init: Callable[[], None] | None = None,
+    ) -> None:
+        if max_tokens < 1:
+            raise ValueError(f"max_tokens: must be >= 1, got {max_tokens}")
+        if max_wait_ms < 0:
+            raise ValueError(f"max_wait_ms: must be >= 0, got {max_wait_ms}")
+        if max_sentences < 1:
+            raise ValueError(f"max_sentences: must be >= 1, got {max_sentences}")
+        self.run_batch = run_batch
+        self.max_tokens = max_tokens
+        self.max_wait = max_wait_ms / 1000.0
+        self.max_sentences = max_sentences
+        self.stats = BatcherStats()
+        self._init = init
+        self._pending: deque[_Item] = deque()
+        self._cond = threading.Condition()
+        self._closing = False
+        self._thread: threading.Thread | None = None
+
+    # -- life cycle ------------------------------------------------------------------
+
+    def start(self) -> None:
+        if self._thread is not None:
+            return
+        self._thread = threading.Thread(target=self._work, name="attnkit-model", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """Finish the running batch, fail what is still queued, join the thread."""
+        with self._cond:
+            self._closing = True
+            left, self._pending = list(self._pending), deque()
+            self._cond.notify_all()
+        for item in left:
+            item.loop.call_soon_threadsafe(
+                _resolve, item.future, None, BatcherClosed("the server is shutting down")
+            )
+        if self._thread is not None:
+            self._thread.join(timeout)
+            self._thread = None
+
+    def pending(self) -> int:
+        """Items waiting for the worker (not counting the batch it is running)."""
+        with self._cond:
+            return len(self._pending)
+
+    # -- submitting ------------------------------------------------------------------
+
+    async def submit(
+        self, key: Hashable, payload: Any, *, cost: int, sentences: int = 1
+    ) -> tuple[Any, BatchInfo]:
+        """Queue a batchable item; return its result and how it was batched."""
+        if key is None:
+            raise ValueError("key: None is reserved for plain jobs")
+        return await self._enqueue(key, payload, max(1, cost), max(1, sentences))
+
+    async def call(self, fn: Callable[[], Any]) -> tuple[Any, BatchInfo]:
+        """Run ``fn()`` alone in the worker thread; return its result."""
+        return await self._enqueue(None, fn, 1, 1)
+
+    async def _enqueue(
+        self, key: Hashable | None, payload: Any, cost: int, sentences: int
+    ) -> tuple[Any, BatchInfo]:
+        loop = asyncio.get_running_loop()
+        item = _Item(key, payload, cost, sentences, loop.create_future(), loop)
+        with self._cond:
+            if self._closing or self._thread is None:
+                raise BatcherClosed("the model worker is not running")
+            self._pending.append(item)
+            self._cond.notify_all()
+        result: tuple[Any, BatchInfo] = await item.future
+        return result
+
+    # -- the worker ------------------------------------------------------------------
+
+    def _work(self) -> None:
+        if self._init is not None:
+            self._init()
+        while True:
+            with self._cond:
+                while not self._pending and not self._closing:
+                    self._cond.wait()
+                if self._closing:
+                    return
+                first = self._pending.popleft()
+            if first.future.cancelled():
+                continue
+            if first.key is None:
+                self.stats.jobs += 1
+                self._run(None, [first])
+                continue
+            batch = self._gather(first)
+            key: Hashable = first.key
+            self.stats.batches += 1
+            self.stats.batched_requests += len(batch)
+            self.stats.largest_batch = max(self.stats.largest_batch, len(batch))
+            self._run(key, batch)
+
+    def _gather(self, first: _Item) -> list[_Item]:
+        """``first`` and the compatible queued items that fit, waiting until its deadline."""
+        batch, cost, sentences = [first], first.cost, first.sentences
+        deadline = first.enqueued + self.max_wait
+        with self._cond:
+            while True:
+                full = sentences >= self.max_sentences or cost >= self.max_tokens
+                kept: deque[_Item] = deque()
+                for item in self._pending:
+                    if item.future.cancelled():
+                        continue
+                    if full or item.key != first.key:
+                        kept.append(item)
+                    elif (
+                        cost + item.cost > self.max_tokens
+                        or sentences + item.sentences > self.max_sentences
+                    ):
+                        full = True  # first come, first served: no overtaking
+                        kept.append(item)
+                    else:
+                        batch.append(item)
+                        cost += item.cost
+                        sentences += item.sentences
+                self._pending = kept
+                left = deadline - time.monotonic()
+                if full or left <= 0 or self._closing:
+                    return batch
+                self._cond.wait(left)
+
+    def _run(self, key: Hashable | None, items: list[_Item]) -> None:
+        """Run a job (``key`` None) or a batch; hand each item its result or the error."""
+        start = time.monotonic()
+        results: Sequence[Any] = ()
+        error: BaseException | None = None
+        try:
+            if key is None:
+                results = [items[0].payload()]
+            else:
+                results = self.run_batch(key, [i.payload for i in items])
+            if len(results) != len(items):
+                raise RuntimeError(f"run_batch returned {len(results)} results for {len(items)}")
+        except Exception as e:  # handed to every request of the batch
+            error = e
+        end = time.monotonic()
+        self.stats.busy_s += end - start
+        sentences = sum(i.sentences for i in items)
+        for n, item in enumerate(items):
+            info = BatchInfo(
+                queue_ms=(start - item.enqueued) * 1000.0,
+                compute_ms=(end - start) * 1000.0,
+                batch_requests=len(items),
+                batch_sentences=sentences,
+            )
+            value = None if error is not None else (results[n], info)
+            item.loop.call_soon_threadsafe(_resolve, item.future, value, error)

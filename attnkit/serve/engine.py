@@ -1,0 +1,299 @@
+"""What the server does with its model, with no web framework in sight.
+
+``Engine`` wraps a loaded checkpoint. Tokenizing and checking a request
+(``encode_*``) is cheap and runs in the event loop; everything that touches
+torch (``translate``, ``generate``, ``fill_mask``, the ``*_payload`` passes)
+runs in the batcher's worker thread. ``attnkit explore`` uses the same engine
+without a server, so an exported page shows what the served page shows.
+
+Errors a client caused are ``RequestError`` (status 422, or 400 for an
+endpoint that does not fit the model), their message naming the field.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from attnkit.checkpoints.loading import LoadedModel
+from attnkit.decoding.common import DecodeResult
+
+# The endpoint (and CLI command) that serves each kind of model.
+KIND_ENDPOINTS: dict[str, str] = {
+    "seq2seq": "/v1/translate",
+    "causal_lm": "/v1/generate",
+    "masked_lm": "/v1/fill-mask",
+}
+MAX_LEN_B = 50  # output length limit = source length + this, as `attnkit translate`
+EXPLORE_NOTES: dict[str, str] = {
+    "seq2seq": "translated with beam search, then the source and BOS + the best output were "
+    "run once more with need_weights (teacher forcing): encoder self-, decoder self- and "
+    "cross-attention (an RNN: its one cross-attention map); row i is output token i",
+    "causal_lm": "the prompt was continued (greedily in /v1/explore), then prompt + "
+    "continuation was run once with need_weights: causal self-attention over the sequence "
+    "(rows: every token; the prompt is 'source', the continuation 'target')",
+    "masked_lm": "the input (mask markers as the mask token) was run once with need_weights: "
+    "bidirectional self-attention over the input tokens; 'output' is the text with every "
+    "mask filled by its most likely token",
+}
+
+
+class RequestError(ValueError):
+    """A request the model cannot serve; ``status`` is the HTTP status to answer."""
+
+    def __init__(self, message: str, status: int = 422) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+@dataclass(frozen=True)
+class MaskedText:
+    ids: list[int]
+    positions: list[int]
+
+
+class Engine:
+    """A checkpoint in eval mode plus the operations the server offers on it."""
+
+    def __init__(self, loaded: LoadedModel) -> None:
+        from attnkit.decoding.static import stepper_for
+
+        self.loaded = loaded
+        self.model = loaded.model
+        self.tokenizer = loaded.tokenizer
+        self.kind: str = loaded.family.kind
+        self.device = next(self.model.parameters()).device
+        self.max_len: int = self.model.config.max_len
+        self.stepper = stepper_for(self.model) if self.kind == "seq2seq" else None
+        self.vocab_rows = int(getattr(self.model.config, loaded.family.vocab_field))
+        # Counted once here, so that /v1/model never touches the model from the event loop.
+        self.parameters = int(sum(p.numel() for p in self.model.parameters()))
+
+    # -- checks (event loop) -----------------------------------------------------------
+
+    def require(self, kind: str, endpoint: str) -> None:
+        """``RequestError`` (400) naming the right endpoint unless the model is of ``kind``."""
+        if self.kind != kind:
+            from attnkit.models.registry import KIND_NAMES
+
+            name = self.loaded.family.name
+            article = "an" if name[0] in "aeiou" else "a"
+            raise RequestError(
+                f"{endpoint} needs a {KIND_NAMES[kind]}, but this server holds {article} "
+                f"{name} checkpoint (a {KIND_NAMES[self.kind]}): "
+                f"use POST {KIND_ENDPOINTS[self.kind]}",
+                status=400,
+            )
+
+    def encode_sources(self, texts: Sequence[str], field: str = "text") -> list[list[int]]:
+        """Source ids (EOS last) of each text; a text past the model's positions is a 422.
+
+        ``field`` names the texts in errors: ``text`` gives ``text[2]``, ``text[0]`` itself.
+        """
+        limit = self.max_len - 1
+        sources = []
+        for i, text in enumerate(texts):
+            ids = self.tokenizer.encode(text)
+            if len(ids) > limit:
+                where = field if field.endswith("]") or field.startswith("-") else f"{field}[{i}]"
+                raise RequestError(f"{where}: {len(ids)} tokens; the model reads at most {limit}")
+            sources.append([*ids, self.tokenizer.eos_id])
+        return sources
+
+    def encode_prompt(self, prompt: str, field: str = "prompt") -> list[int]:
+        ids = self.tokenizer.encode(prompt)
+        if not ids:
+            raise RequestError(f"{field}: holds no token the tokenizer knows")
+        return ids
+
+    def encode_masked(self, text: str, marker: str, field: str = "text") -> MaskedText:
+        mask_id = int(self.model.config.mask_id)
+        ids: list[int] = []
+        pieces = text.split(marker)
+        for i, piece in enumerate(pieces):
+            ids += self.tokenizer.encode(piece) if piece else []
+            if i < len(pieces) - 1:
+                ids.append(mask_id)
+        if len(ids) > self.max_len:
+            raise RequestError(
+                f"{field}: {len(ids)} tokens; the model reads at most {self.max_len}"
+            )
+        if not ids:
+            raise RequestError(f"{field}: holds no token the tokenizer knows")
+        return MaskedText(ids, [p for p, t in enumerate(ids) if t == mask_id])
+
+    # -- model work (worker thread) ----------------------------------------------------
+
+    @torch.no_grad()
+    def translate(
+        self, sources: Sequence[Sequence[int]], *, beam: int, alpha: float, nbest: int
+    ) -> list[DecodeResult]:
+        """One ``DecodeResult`` per source; all sources decoded as one length-sorted batch."""
+        from attnkit.decoding.text import decode_ids
+
+        assert self.stepper is not None
+        return decode_ids(
+            self.stepper,
+            sources,
+            beam=beam,
+            alpha=alpha,
+            nbest=nbest if beam > 1 else 1,
+            batch_size=max(1, len(sources)),
+            max_len_b=MAX_LEN_B,
+            max_len=self.max_len - 1,  # BOS takes the first position
+            device=self.device,
+        )
+
+    def result_json(self, result: DecodeResult, nbest: int) -> dict[str, Any]:
+        hyps = result.nbest[0][:nbest]
+        return {
+            "translation": self.tokenizer.decode(result.tokens[0]),
+            "score": _finite(result.scores[0]),
+            "nbest": [
+                {"text": self.tokenizer.decode(h.tokens), "score": _finite(h.score)} for h in hyps
+            ],  # fmt: skip
+        }
+
+    def translation_payload(self, src: Sequence[int], result: DecodeResult) -> dict[str, Any]:
+        from attnkit.visualize.explorer import build_payload
+        from attnkit.visualize.explorer.from_model import seq2seq_example
+
+        try:
+            with torch.no_grad():
+                example = seq2seq_example(
+                    self.model,
+                    self.tokenizer,
+                    src,
+                    [(h.tokens, h.score) for h in result.nbest[0]],
+                    title=self.loaded.family.name,
+                )
+        except ValueError as e:
+            raise RequestError(f"explore: {e}", status=400) from None
+        return build_payload(example)
+
+    @torch.no_grad()
+    def generate(
+        self,
+        prompt: Sequence[int],
+        *,
+        max_new_tokens: int,
+        temperature: float,
+        top_k: int,
+        top_p: float,
+        seed: int,
+    ) -> list[int]:
+        """New token ids after ``prompt``; a seeded generator per request (reproducible)."""
+        from attnkit.decoding.generate import stream
+        from attnkit.decoding.static import stepper_for
+
+        generator = torch.Generator(device=self.device).manual_seed(seed)
+        prompt_ids = torch.tensor([list(prompt)], dtype=torch.long, device=self.device)
+        return [
+            int(t[0])
+            for t in stream(
+                self.model,
+                prompt_ids,
+                max_new_tokens,
+                temperature=temperature,
+                top_k=min(top_k, self.vocab_rows),
+                top_p=top_p,
+                generator=generator,
+                stepper=stepper_for(self.model),
+            )
+        ]
+
+    def causal_payload(self, prompt: Sequence[int], new: Sequence[int]) -> dict[str, Any]:
+        from attnkit.visualize.explorer import build_payload
+        from attnkit.visualize.explorer.from_model import causal_lm_example
+
+        with torch.no_grad():
+            example = causal_lm_example(
+                self.model, self.tokenizer, prompt, new, title=self.loaded.family.name
+            )
+        return build_payload(example)
+
+    @torch.no_grad()
+    def fill_mask(self, masked: MaskedText, top_k: int) -> tuple[str, list[dict[str, Any]]]:
+        """The text with every mask filled by its best token, and each mask's candidates."""
+        ids = torch.tensor([masked.ids], device=self.device)
+        logits = self.model(ids, classify=False).mlm_logits[0].float()
+        logits[:, self.tokenizer.vocab_size :] = float("-inf")  # the mask id is no answer
+        probs = logits.softmax(-1)
+        filled = list(masked.ids)
+        masks = []
+        for pos in masked.positions:
+            top = probs[pos].topk(min(top_k, self.tokenizer.vocab_size))
+            filled[pos] = int(top.indices[0])
+            masks.append({
+                "position": pos,
+                "candidates": [{"text": self.tokenizer.decode([int(i)]), "score": float(p)}
+                               for p, i in zip(top.values, top.indices)],
+            })  # fmt: skip
+        return self.tokenizer.decode(filled), masks
+
+    def masked_payload(self, masked: MaskedText, filled: str) -> dict[str, Any]:
+        from attnkit.visualize.explorer import build_payload
+        from attnkit.visualize.explorer.from_model import masked_lm_example
+
+        with torch.no_grad():
+            example = masked_lm_example(
+                self.model, self.tokenizer, masked.ids, output=filled,
+                title=self.loaded.family.name,
+            )  # fmt: skip
+        return build_payload(example)
+
+    def explore(
+        self,
+        text: str,
+        *,
+        beam: int = 4,
+        nbest: int = 1,
+        max_new_tokens: int = 20,
+        field: str = "text[0]",
+    ) -> dict[str, Any]:
+        """``{"explore", "explore_note", "output"}`` for one text, for every family.
+
+        Translation: beam search then the teacher-forced pass; causal LM: a
+        greedy continuation of ``max_new_tokens``; masked LM: the text as is,
+        ``[MASK]`` markers filled in the output. Runs in the calling thread.
+        """
+        if self.kind == "seq2seq":
+            src = self.encode_sources([text], field)[0]
+            result = self.translate([src], beam=beam, alpha=0.6, nbest=min(nbest, beam))[0]
+            payload = self.translation_payload(src, result)
+        elif self.kind == "causal_lm":
+            prompt = self.encode_prompt(text, field)
+            new = self.generate(prompt, max_new_tokens=max_new_tokens, temperature=0.0,
+                                top_k=0, top_p=1.0, seed=0)  # fmt: skip
+            payload = self.causal_payload(prompt, new)
+        else:
+            masked = self.encode_masked(text, "[MASK]", field)
+            filled, _ = self.fill_mask(masked, 1) if masked.positions else (text, [])
+            payload = self.masked_payload(masked, filled)
+        note = EXPLORE_NOTES[self.kind]
+        return {"explore": payload, "explore_note": note, "output": payload["output"]}
+
+    def describe(self) -> dict[str, Any]:
+        """What ``GET /v1/model`` shows: family, config, vocabulary, parameters."""
+        config = self.model.config
+        family = self.loaded.family
+        return {
+            "family": family.name,
+            "kind": self.kind,
+            "endpoint": KIND_ENDPOINTS[self.kind],
+            "checkpoint": self.loaded.directory.name,
+            "config": config.to_dict(),
+            "vocab_size": self.tokenizer.vocab_size,
+            "model_vocab_size": self.vocab_rows,
+            "parameters": self.parameters,
+            "max_len": self.max_len,
+            "device": str(self.device),
+        }
+
+
+def _finite(x: float) -> float | None:
+    return float(x) if math.isfinite(x) else None

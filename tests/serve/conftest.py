@@ -1,0 +1,151 @@
+"""Tiny trained checkpoints of every family, and a real ``attnkit serve`` in a subprocess.
+
+The checkpoints are trained once per session with ``attnkit train`` on a few
+hundred number pairs (translation) or a short text (LM, MLM): seconds each.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from attnkit.cli.main import main
+from attnkit.data.synthetic import number_splits
+
+_TRANSLATION = """
+task: translation
+data: {{dir: {dir}, src_lang: en, tgt_lang: de, train: train, valid: valid, max_len: 60}}
+tokenizer: {{kind: char}}
+model: {model}
+train: {{max_steps: {steps}, max_tokens: 1500, schedule: constant, lr: 0.003, warmup_steps: 5,
+        log_every: 10, eval_every: {steps}, save_every: 0, valid_bleu_sentences: 4}}
+decode: {{beam: 2}}
+"""
+_MODELS = {
+    "transformer": "{preset: small, d_model: 32, num_heads: 2, d_ff: 64, num_encoder_layers: 2, "
+    "num_decoder_layers: 2, max_len: 64, dropout: 0.0}",
+    "rnn": "{family: rnn, preset: small, embed_dim: 16, hidden_size: 24, max_len: 64, "
+    "max_src_len: 64, dropout: 0.0}",
+}
+# Enough steps for the Transformer's cross-attention to pick out source tokens (the
+# browser test hovers it); ~10 s on 2 CPU cores.
+_STEPS = {"transformer": 400, "rnn": 60}
+_TEXT_TASK = """
+task: {task}
+data: {{dir: {dir}, text: tiny.txt, valid_fraction: 0.2}}
+tokenizer: {{kind: char}}
+model: {{preset: small, d_model: 32, num_heads: 2, d_ff: 64, num_layers: 2, max_len: 24,
+        dropout: 0.0}}
+train: {{max_steps: {steps}, max_tokens: 256, schedule: constant, lr: 0.01, warmup_steps: 5,
+        log_every: 10, eval_every: {steps}, save_every: 0}}
+"""
+TEXT = "the cat sat on the mat. the dog sat on the log. " * 40
+
+
+def _train(root: Path, family: str) -> Path:
+    """Train one tiny checkpoint of ``family`` under ``root``; return the run directory."""
+    if family in _MODELS:
+        for split, pairs in number_splits(300, 8, 6, low=1, high=999, seed=0).items():
+            for lang, side in (("en", 0), ("de", 1)):
+                text = "".join(p[side] + "\n" for p in pairs)
+                (root / f"{split}.{lang}").write_text(text, encoding="utf-8")
+        config = _TRANSLATION.format(dir=root, model=_MODELS[family], steps=_STEPS[family])
+    else:
+        (root / "tiny.txt").write_text(TEXT, encoding="utf-8")
+        task = {"decoder_only": "lm", "encoder_only": "mlm"}[family]
+        config = _TEXT_TASK.format(task=task, dir=root, steps=40)
+    (root / "run.yaml").write_text(config, encoding="utf-8")
+    out = root / "run"
+    code = main(["train", "--config", str(root / "run.yaml"), "--out", str(out), "--no-progress"])
+    assert code == 0, f"training the tiny {family} checkpoint failed"
+    return out
+
+
+@pytest.fixture(scope="session")
+def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Path]:
+    """``checkpoint(family)``: a trained run directory of that family (trained once)."""
+    runs: dict[str, Path] = {}
+
+    def get(family: str) -> Path:
+        if family not in runs:
+            runs[family] = _train(tmp_path_factory.mktemp(f"serve-{family}"), family)
+        return runs[family]
+
+    return get
+
+
+@dataclass
+class Served:
+    """A running ``attnkit serve`` subprocess."""
+
+    process: subprocess.Popen[str]
+    url: str
+    port: int
+
+
+def start_server(run: Path, *extra: str, timeout: float = 60.0) -> Served:
+    """``attnkit serve --checkpoint run --port 0 ...`` in a subprocess; waits until it listens."""
+    # This checkout's attnkit, whatever the working directory or an editable install says.
+    repo = str(Path(__file__).resolve().parents[2])
+    path = os.pathsep.join(p for p in (repo, os.environ.get("PYTHONPATH")) if p)
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": path}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "attnkit", "serve", "--checkpoint", str(run), "--port", "0",
+         "--threads", "1", *extra],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+    )  # fmt: skip
+    assert process.stdout is not None
+    deadline = time.monotonic() + timeout
+    line = ""
+    while time.monotonic() < deadline:
+        line = process.stdout.readline()
+        match = re.search(r"on http://([\d.]+):(\d+)", line)
+        if match:
+            port = int(match.group(2))
+            served = Served(process, f"http://{match.group(1)}:{port}", port)
+            _wait_healthy(served, deadline)
+            return served
+        if not line and process.poll() is not None:
+            break
+    process.kill()
+    raise AssertionError(f"attnkit serve did not start: {line!r}")
+
+
+def _wait_healthy(served: Served, deadline: float) -> None:
+    import httpx
+
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(served.url + "/v1/health", timeout=2).status_code == 200:
+                return
+        except httpx.TransportError:
+            time.sleep(0.1)
+    raise AssertionError("attnkit serve never answered /v1/health")
+
+
+def stop_server(served: Served) -> None:
+    served.process.terminate()
+    try:
+        served.process.wait(10)
+    except subprocess.TimeoutExpired:
+        served.process.kill()
+        served.process.wait(10)
+
+
+@pytest.fixture(scope="session")
+def served_transformer(checkpoint: Callable[[str], Path]) -> Iterator[Served]:
+    """The real server (uvicorn, subprocess) on the tiny Transformer, short read timeout."""
+    served = start_server(checkpoint("transformer"), "--read-timeout", "1.5")
+    yield served
+    stop_server(served)

@@ -1,0 +1,229 @@
+"""Dynamic batching: grouping rules on a fake model, then concurrent requests on a real one."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import threading
+import time
+from collections.abc import Hashable
+from typing import Any
+
+import httpx
+import pytest
+
+from attnkit.checkpoints.loading import load_model
+from attnkit.serve.app import ServeSettings, create_app
+from attnkit.serve.batcher import BatcherClosed, DynamicBatcher
+from attnkit.serve.engine import Engine
+
+
+class FakeModel:
+    """Records each batch; ``gate`` holds the worker until the test has queued everything."""
+
+    def __init__(self) -> None:
+        self.batches: list[tuple[Hashable, list[Any]]] = []
+        self.gate = threading.Event()
+        self.gate.set()
+
+    def __call__(self, key: Hashable, payloads: list[Any]) -> list[Any]:
+        self.gate.wait(10)
+        self.batches.append((key, list(payloads)))
+        if any(p == "boom" for p in payloads):
+            raise RuntimeError("boom")
+        return [(key, p) for p in payloads]
+
+
+async def _blocker(batcher: DynamicBatcher, fake: FakeModel) -> asyncio.Task[Any]:
+    """Occupy the worker with one batch that waits for ``fake.gate``."""
+    fake.gate.clear()
+    task = asyncio.ensure_future(batcher.submit("block", "first", cost=1))
+    while batcher.pending():  # the worker has taken it
+        await asyncio.sleep(0.001)
+    await asyncio.sleep(0.02)
+    return task
+
+
+def _run(coro: Any) -> Any:
+    return asyncio.run(coro)
+
+
+def test_compatible_requests_share_a_batch_and_keys_never_mix():
+    fake = FakeModel()
+    batcher = DynamicBatcher(fake, max_tokens=1000, max_wait_ms=1)
+    batcher.start()
+
+    async def go() -> list[Any]:
+        blocked = await _blocker(batcher, fake)
+        keys = ["a", "b", "a", "c", "b", "a"] * 3
+        tasks = [batcher.submit(k, f"{k}{i}", cost=10) for i, k in enumerate(keys)]
+        fake.gate.set()
+        return [await blocked, *await asyncio.gather(*tasks)]
+
+    results = _run(go())
+    batcher.stop()
+    for (key, payload), _ in results[1:]:
+        assert payload.startswith(key)  # each request got its own result
+    sizes = {key: [len(p) for k, p in fake.batches if k == key] for key in "abc"}
+    assert sizes == {"a": [9], "b": [6], "c": [3]}  # one batch per key, in arrival order
+    assert [k for k, _ in fake.batches] == ["block", "a", "b", "c"]
+    assert all(p[0] == k for k, ps in fake.batches[1:] for p in ps)
+    infos = [info for _, info in results[1:]]
+    assert {i.batch_requests for i in infos} == {9, 6, 3}
+
+
+def test_token_budget_and_sentence_cap_split_batches_in_order():
+    fake = FakeModel()
+    batcher = DynamicBatcher(fake, max_tokens=100, max_wait_ms=1, max_sentences=5)
+    batcher.start()
+
+    async def go() -> None:
+        blocked = await _blocker(batcher, fake)
+        tasks = [batcher.submit("k", i, cost=30) for i in range(7)]  # 3 fit in 100
+        tasks += [batcher.submit("k", 100 + i, cost=1, sentences=2) for i in range(3)]
+        tasks.append(batcher.submit("k", "big", cost=500))  # over the budget: runs alone
+        fake.gate.set()
+        await asyncio.gather(blocked, *tasks)
+
+    _run(go())
+    batcher.stop()
+    got = [p for k, p in fake.batches[1:]]
+    assert got == [[0, 1, 2], [3, 4, 5], [6, 100, 101], [102], ["big"]]
+
+
+def test_a_lone_request_waits_at_most_max_wait():
+    fake = FakeModel()
+    batcher = DynamicBatcher(fake, max_tokens=100, max_wait_ms=50)
+    batcher.start()
+    start = time.monotonic()
+    (_, info) = _run(batcher.submit("k", 1, cost=1))
+    elapsed = time.monotonic() - start
+    batcher.stop()
+    assert 0.045 <= info.queue_ms / 1000 and elapsed < 2.0
+    assert info.batch_requests == 1
+
+
+def test_an_error_fails_its_batch_only_and_the_worker_goes_on():
+    fake = FakeModel()
+    batcher = DynamicBatcher(fake, max_tokens=100, max_wait_ms=1)
+    batcher.start()
+
+    async def go() -> list[Any]:
+        blocked = await _blocker(batcher, fake)
+        bad = [batcher.submit("k", "boom", cost=1), batcher.submit("k", "fine", cost=1)]
+        other = batcher.submit("j", "fine", cost=1)
+        fake.gate.set()
+        return await asyncio.gather(blocked, *bad, other, return_exceptions=True)
+
+    _, boom, fine_same_batch, other = _run(go())
+    assert isinstance(boom, RuntimeError) and isinstance(fine_same_batch, RuntimeError)
+    assert other[0] == ("j", "fine")
+    assert _run(batcher.submit("k", "later", cost=1))[0] == ("k", "later")
+    batcher.stop()
+
+
+def test_jobs_run_in_the_worker_thread_and_cancelled_requests_are_dropped():
+    fake = FakeModel()
+    batcher = DynamicBatcher(fake, max_tokens=100, max_wait_ms=1)
+    batcher.start()
+
+    async def go() -> Any:
+        blocked = await _blocker(batcher, fake)
+        gone = asyncio.ensure_future(batcher.submit("k", "gone", cost=1))
+        await asyncio.sleep(0.01)
+        gone.cancel()
+        kept = batcher.submit("k", "kept", cost=1)
+        job = batcher.call(lambda: threading.current_thread().name)
+        fake.gate.set()
+        return await asyncio.gather(blocked, kept, job)
+
+    _, kept, (thread_name, _) = _run(go())
+    batcher.stop()
+    assert kept[0] == ("k", "kept") and thread_name == "attnkit-model"
+    assert all("gone" not in ps for _, ps in fake.batches)
+
+
+def test_stop_fails_what_is_queued():
+    fake = FakeModel()
+    batcher = DynamicBatcher(fake, max_tokens=100, max_wait_ms=1)
+    batcher.start()
+
+    async def go() -> list[Any]:
+        blocked = await _blocker(batcher, fake)
+        queued = asyncio.ensure_future(batcher.submit("k", 1, cost=1))
+        await asyncio.sleep(0.01)
+        stopper = threading.Thread(target=batcher.stop)
+        stopper.start()
+        await asyncio.sleep(0.05)
+        fake.gate.set()
+        stopper.join()
+        return await asyncio.gather(blocked, queued, return_exceptions=True)
+
+    first, queued = _run(go())
+    assert first[0] == ("block", "first") and isinstance(queued, BatcherClosed)
+    with pytest.raises(BatcherClosed):
+        _run(batcher.submit("k", 2, cost=1))
+
+
+def test_bad_knobs_name_the_field():
+    for kwargs, field in (({"max_tokens": 0}, "max_tokens"), ({"max_wait_ms": -1}, "max_wait_ms"),
+                          ({"max_sentences": 0}, "max_sentences")):  # fmt: skip
+        with pytest.raises(ValueError, match=field):
+            DynamicBatcher(FakeModel(), **kwargs)
+
+
+# -- the real model: concurrent requests give what decoding each alone gives ----------------
+
+WORDS = ["one", "two", "forty", "seven", "hundred", "thousand", "nine", "twelve", "eighty"]
+
+
+def _requests(n: int, seed: int = 0) -> list[dict[str, Any]]:
+    rng = random.Random(seed)
+    settings = [(1, 0.6, 1), (2, 0.6, 1), (2, 0.6, 2), (3, 1.0, 1), (3, 0.6, 3)]
+    out = []
+    for _ in range(n):
+        beam, alpha, nbest = rng.choice(settings)
+        texts = [" ".join(rng.choices(WORDS, k=rng.randint(1, 4)))
+                 for _ in range(rng.randint(1, 3))]  # fmt: skip
+        out.append({"text": texts, "beam": beam, "alpha": alpha, "nbest": nbest})
+    return out
+
+
+def test_concurrent_requests_equal_decoding_each_alone(checkpoint):
+    engine = Engine(load_model(checkpoint("transformer")))
+    app = create_app(engine, ServeSettings(max_wait_ms=20, max_batch_tokens=4000))
+    fastapi_app = app.app
+    batcher: DynamicBatcher = fastapi_app.state.batcher
+    seen: list[tuple[Hashable, int]] = []
+    run_batch = batcher.run_batch
+
+    def spy(key: Hashable, payloads: list[Any]) -> Any:
+        seen.append((key, len(payloads)))
+        return run_batch(key, payloads)
+
+    batcher.run_batch = spy
+    requests = _requests(30)
+
+    async def go() -> list[Any]:
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
+            answers = await asyncio.gather(*(client.post("/v1/translate", json=r)
+                                             for r in requests))  # fmt: skip
+        return [a.json() for a in answers]
+
+    batcher.start()
+    try:
+        answers = _run(go())
+    finally:
+        batcher.stop()
+    assert max(n for _, n in seen) > 1, f"nothing was batched: {seen}"
+    assert len(seen) < len(requests)
+    for req, ans in zip(requests, answers):
+        sources = engine.encode_sources(req["text"])
+        alone = engine.translate(sources, beam=req["beam"], alpha=req["alpha"], nbest=req["nbest"])
+        expected = [engine.result_json(r, req["nbest"]) for r in alone]
+        assert ans["translations"] == [e["translation"] for e in expected]
+        assert [[h["text"] for h in hs] for hs in ans["nbest"]] == [
+            [h["text"] for h in e["nbest"]] for e in expected
+        ]
+        assert ans["scores"] == pytest.approx([e["score"] for e in expected], abs=1e-4)
