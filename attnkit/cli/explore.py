@@ -33,7 +33,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from attnkit.checkpoints.loading import load_model
+    from attnkit.cli.common import load_for
     from attnkit.serve.engine import Engine, RequestError
     from attnkit.visualize.explorer import write_page
 
@@ -47,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--text must not be empty")
     if not args.out.lower().endswith((".html", ".htm")):
         raise UsageError(f"--out must name a .html file, got {args.out}")
-    engine = Engine(load_model(args.checkpoint, args.device))
+    engine = Engine(load_for("explore", args.checkpoint, args.device))
     try:
         result = engine.explore(
             args.text,

@@ -20,7 +20,7 @@ import argparse
 import os
 import socket
 
-from attnkit.cli.common import add_device_argument
+from attnkit.cli.common import add_device_argument, add_precision_argument
 from attnkit.errors import UsageError
 
 
@@ -35,6 +35,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="token budget of one decode batch: source tokens x beam (default: 512 on a "
         "CPU, where bigger batches add latency but no throughput; 16384 on a GPU)",
     )
+    add_precision_argument(parser)
     parser.add_argument(
         "--max-wait-ms",
         type=float,
@@ -101,10 +102,12 @@ def run(args: argparse.Namespace) -> int:
             f"attnkit serve needs the serve extra ({e.name} is missing): "
             "pip install 'attnkit[serve]'"
         ) from None
-    from attnkit.checkpoints.loading import load_model
+    from attnkit.cli.common import apply_precision, load_for
     from attnkit.serve.engine import Engine
 
-    engine = Engine(load_model(args.checkpoint, args.device))
+    loaded = load_for("serve", args.checkpoint, args.device)
+    apply_precision(loaded.model, args.precision)
+    engine = Engine(loaded)
     settings = ServeSettings(
         max_batch_tokens=args.max_batch_tokens or default_batch_tokens(engine.device.type),
         max_wait_ms=args.max_wait_ms,

@@ -69,7 +69,8 @@ class Engine:
         self.device = next(self.model.parameters()).device
         self.max_len: int = self.model.config.max_len
         self.stepper = stepper_for(self.model) if self.kind == "seq2seq" else None
-        self.vocab_rows = int(getattr(self.model.config, loaded.family.vocab_field))
+        field = loaded.family.vocab_field  # None only for image classifiers, which load_for refuses
+        self.vocab_rows = int(getattr(self.model.config, field)) if field else 0
         # Counted once here, so that /v1/model never touches the model from the event loop.
         self.parameters = int(sum(p.numel() for p in self.model.parameters()))
 
