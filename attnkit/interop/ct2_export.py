@@ -37,7 +37,7 @@ from typing import Any
 from attnkit.checkpoints import safe_files
 from attnkit.checkpoints.loading import LoadedModel
 from attnkit.errors import UsageError
-from attnkit.interop.hf_export import build_hf_marian, write_hf_directory
+from attnkit.interop.hf_export import build_hf_marian, quiet_transformers, write_hf_directory
 from attnkit.interop.outdir import staged_directory
 
 _USAGE = """# attnkit Transformer for CTranslate2
@@ -104,9 +104,10 @@ def export_ctranslate2(
         hf_dir = Path(scratch)
         write_hf_directory(hf_dir, hf, tokenizer_json, loaded)
         with staged_directory(out, overwrite=overwrite) as tmp:
-            _converter(ctranslate2, hf_dir, tokens).convert(
-                str(tmp), quantization=quantization, force=True
-            )
+            with quiet_transformers():
+                _converter(ctranslate2, hf_dir, tokens).convert(
+                    str(tmp), quantization=quantization, force=True
+                )
             plain = dict(tokenizer_json, post_processor=None)  # CTranslate2 adds </s> itself
             safe_files.write_text(tmp / "tokenizer.json", json.dumps(plain, ensure_ascii=False))
             card = _USAGE.format(source=loaded.directory, version=ctranslate2.__version__,

@@ -39,6 +39,8 @@ Greedy search (``num_beams=1``) is the same function on both sides.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -63,6 +65,22 @@ def _need_transformers() -> None:
         raise UsageError(
             "export --to hf needs transformers: pip install 'attnkit[export]'"
         ) from None
+
+
+@contextmanager
+def quiet_transformers() -> Iterator[None]:
+    """No progress bars or advice from transformers while it saves or loads for us."""
+    from transformers.utils import logging as hf_logging
+
+    bars, level = hf_logging.is_progress_bar_enabled(), hf_logging.get_verbosity()
+    hf_logging.disable_progress_bar()
+    hf_logging.set_verbosity_error()
+    try:
+        yield
+    finally:
+        hf_logging.set_verbosity(level)
+        if bars:
+            hf_logging.enable_progress_bar()
 
 
 def pad_last_order(vocab_size: int, pad_id: int) -> list[int]:
@@ -154,7 +172,8 @@ def write_hf_directory(
 
     hf.config.forced_eos_token_id = None
     hf.generation_config = GenerationConfig(**generation_settings(hf))
-    hf.save_pretrained(directory)
+    with quiet_transformers():
+        hf.save_pretrained(directory)
     text = json.dumps(tokenizer_json, ensure_ascii=False)
     safe_files.write_text(directory / "tokenizer.json", text)
     config = hf_tokenizer_config(loaded.tokenizer, hf.config.max_position_embeddings)
