@@ -83,3 +83,25 @@ def test_trained_run_exports_and_decodes(tiny_run, test_lines, tmp_path):
     )
     cross_k, _ = stepper.encoder.run(None, {"src_ids": np.array([[5, 6, 2]], dtype=np.int64)})
     assert cross_k.shape[0] == loaded.config.num_decoder_layers
+
+
+def test_variants_beyond_marian_export_to_onnx(tmp_path):
+    """Pre-LN, RMSNorm, SwiGLU, rotary positions and grouped-query attention: the graphs
+    run attnkit's own modules, so what Marian cannot express still exports."""
+    from interop_helpers import save_random_model
+
+    from attnkit.data.tokenizers import CharTokenizer
+
+    tok = CharTokenizer.train(["the quick brown fox jumps over the lazy dog"])
+    ckpt = save_random_model(tmp_path / "ck", tok, norm_position="pre", norm="rmsnorm",
+                             activation="swiglu", positions="rotary", num_kv_heads=2)  # fmt: skip
+    out = tmp_path / "onnx"
+    assert main(["export", "--checkpoint", str(ckpt), "--to", "onnx", "--out", str(out)]) == 0
+    loaded = load_model(ckpt, "cpu")
+    stepper, tokenizer = onnx_runner.load(out, threads=1)
+    texts = ["the fox", "lazy dog jumps", "quick"]
+    for beam in (1, 3):
+        kw = dict(beam=beam, max_len_b=MAX_LEN_B)
+        assert onnx_runner.translate(stepper, tokenizer, texts, **kw) == translate_texts(
+            loaded.model, loaded.tokenizer, texts, **kw
+        )
