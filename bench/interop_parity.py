@@ -115,7 +115,8 @@ def onnx_engine(directory: Path, texts: list[str], threads: int):
 
 def onnx_logit_gap(model: Any, stepper: Any, tokenizer: Any, texts: list[str]) -> float:
     """Max |logit difference| over greedy steps (attnkit's tokens fed to both)."""
-    ids = [tokenizer.encode(t) + [tokenizer.eos_id] for t in texts]
+    limit = model.config.max_len - 1
+    ids = [tokenizer.encode(t)[:limit] + [tokenizer.eos_id] for t in texts]
     width = max(map(len, ids))
     src = torch.full((len(ids), width), model.pad_id)
     for row, seq in enumerate(ids):
