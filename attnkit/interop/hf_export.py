@@ -51,7 +51,7 @@ from attnkit.checkpoints.loading import LoadedModel
 from attnkit.errors import ConfigError, UsageError
 from attnkit.interop.hf_marian import check_marian_expressible, to_hf_marian
 from attnkit.interop.hf_tokenizer import hf_tokenizer_config, hf_tokenizer_json, remap_ids
-from attnkit.interop.model_card import model_card
+from attnkit.interop.model_card import RUN_FILE, model_card, run_config
 from attnkit.interop.outdir import staged_directory
 
 # attnkit translate's defaults (attnkit.cli.translate): beam 4, alpha 0.6.
@@ -181,6 +181,9 @@ def write_hf_directory(
     specials = {k: config[k] for k in ("pad_token", "bos_token", "eos_token")}
     safe_files.write_json(directory / "special_tokens_map.json", specials)
     safe_files.write_text(directory / "README.md", model_card(loaded, hf, metrics=metrics))
+    run = run_config(loaded)
+    if run is not None:
+        safe_files.write_json(directory / RUN_FILE, run)
 
 
 def export_hf(

@@ -24,6 +24,7 @@ from attnkit.checkpoints.loading import LoadedModel
 from attnkit.errors import AttnkitError, UsageError
 
 METRICS_FILE = "test_metrics.json"
+RUN_FILE = "attnkit_run.json"  # the run config, copied into the export beside the card
 _JSON_LIMIT = 16 << 20
 
 
@@ -43,6 +44,11 @@ def _run_dirs(checkpoint: Path) -> list[Path]:
 
 def _first_existing(dirs: list[Path], name: str) -> Path | None:
     return next((d / name for d in dirs if (d / name).is_file()), None)
+
+
+def run_config(loaded: LoadedModel) -> dict[str, Any] | None:
+    """The run config of ``loaded``'s run (``run.json`` or the trainer state's copy), if any."""
+    return _run_config(loaded)[0]
 
 
 def _run_config(loaded: LoadedModel) -> tuple[dict[str, Any] | None, int | None, str]:
@@ -130,8 +136,8 @@ def _data_and_training(run: dict[str, Any] | None, step: int | None, source: str
         f"test `{data.get('test', 'unknown')}`",
         f"- tokenizer: {json.dumps(run.get('tokenizer'))}",
         f"- training steps: {step if step is not None else 'unknown'}",
-        f"- run config from `{source}`; to train again: "
-        "`attnkit train --config run.json --out RUN` (run.json reloads as a config)",
+        f"- run config from `{source}`, copied here as `{RUN_FILE}`; to train again: "
+        f"`attnkit train --config {RUN_FILE} --out RUN`",
         "",
         "```json",
         json.dumps(run, indent=2),

@@ -122,7 +122,8 @@ def test_bpe_tokenizer_round_trips_through_transformers(bpe_checkpoint, tmp_path
 def test_model_card_says_what_is_known(hf_export, tiny_run, tmp_path):
     card = (hf_export / "README.md").read_text()
     assert "## Architecture" in card and "| d_model / heads / d_ff | 32 / 2 / 64 |" in card
-    assert "attnkit train --config run.json" in card and "training steps: 40" in card
+    assert "attnkit train --config attnkit_run.json" in card and "training steps: 40" in card
+    assert json.loads((hf_export / "attnkit_run.json").read_text())["task"] == "translation"
     assert "Test scores: unknown" in card and "GNMT" in card
     metrics = {"bleu": 12.34, "bleu_signature": "nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|"
                "version:2.4.0", "chrf": 45.6, "chrf_signature": "nrefs:1|case:mixed|eff:yes|"
