@@ -132,15 +132,19 @@ def load(directory: str | Path, *, threads: int | None = None) -> tuple[OnnxStep
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m attnkit.interop.onnx_runner", description=__doc__.split("\n\n")[0]
+        prog="python -m attnkit.interop.onnx_runner",
+        description="Translate with an 'attnkit export --to onnx' directory on onnxruntime, "
+        "with attnkit's own greedy and beam search.",
     )
     parser.add_argument("directory", help="an 'attnkit export --to onnx' directory")
     parser.add_argument("--input", help="one sentence per line (default: stdin)")
-    parser.add_argument("--beam", type=int, default=4)
-    parser.add_argument("--alpha", type=float, default=0.6)
-    parser.add_argument("--greedy", action="store_true")
-    parser.add_argument("--batch-size", type=int, default=64)
-    parser.add_argument("--max-len-b", type=int, default=50)
+    parser.add_argument("--beam", type=int, default=4, help="beam size (default: 4)")
+    parser.add_argument("--alpha", type=float, default=0.6, help="GNMT length penalty (0.6)")
+    parser.add_argument("--greedy", action="store_true", help="greedy search (beam 1)")
+    parser.add_argument("--batch-size", type=int, default=64, help="sentences per batch")
+    parser.add_argument(
+        "--max-len-b", type=int, default=50, help="output limit = source length + this (50)"
+    )
     args = parser.parse_args(argv)
     try:
         from attnkit.cli.common import read_lines
