@@ -1,12 +1,24 @@
 """Export a checkpoint to run outside attnkit.
 
 Targets (--to):
-  hf           a Hugging Face directory transformers loads with no attnkit installed
-  onnx         encoder and decoder-with-past ONNX graphs (onnxruntime), with a runner
-  ctranslate2  a CTranslate2 model directory (through CTranslate2's own converter)
+  hf           a Hugging Face directory (MarianMTModel, PreTrainedTokenizerFast,
+               generation_config.json, README.md model card) that transformers
+               loads with no attnkit installed
+  onnx         encoder and decoder-with-past ONNX graphs (onnxruntime); decode them
+               with python -m attnkit.interop.onnx_runner DIR
+  ctranslate2  a CTranslate2 model directory, converted by CTranslate2's own
+               TransformersConverter from the hf export
 
-Example:
-  attnkit export --checkpoint runs/de_en/averaged --to hf --out exports/de_en_hf
+Encoder-decoder Transformers only; a variant a target cannot express (pre-LN,
+learned/relative/rotary positions, RMSNorm, SwiGLU, grouped-query attention,
+...) is a one-line error naming the config field. The exports need
+pip install 'attnkit[export]' (transformers, onnx, onnxruntime, ctranslate2).
+
+Examples:
+  attnkit export --checkpoint runs/de_en --to hf --out exports/de_en_hf \\
+      --metrics test_metrics.json
+  attnkit export --checkpoint runs/de_en --to ctranslate2 --out exports/de_en_ct2
+  attnkit export --checkpoint runs/de_en --to onnx --out exports/de_en_onnx
 """
 
 from __future__ import annotations
@@ -14,10 +26,11 @@ from __future__ import annotations
 import argparse
 import importlib
 from pathlib import Path
+from typing import Any
 
-from attnkit.cli.common import add_device_argument, check_out_dir
+from attnkit.errors import UsageError
 
-# --to NAME -> "module:function(loaded: LoadedModel, out: Path) -> None".
+# --to NAME -> "module:function(loaded: LoadedModel, out: Path, *, overwrite, **options)".
 EXPORTERS: dict[str, str] = {
     "hf": "attnkit.interop.hf_export:export_hf",
     "onnx": "attnkit.interop.onnx_export:export_onnx",
@@ -30,17 +43,44 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--to", required=True, choices=sorted(EXPORTERS), help="target format")
     parser.add_argument("--out", required=True, help="directory to write")
     parser.add_argument("--overwrite", action="store_true", help="replace --out if it exists")
-    add_device_argument(parser)
+    parser.add_argument(
+        "--metrics",
+        help="hf only: a JSON file from 'attnkit evaluate --json' for the model card "
+        "(default: test_metrics.json beside the checkpoint, if any)",
+    )
+    parser.add_argument(
+        "--quantization",
+        help="ctranslate2 only: weight type (int8, int8_float32, float16, ...; default: float32)",
+    )
+
+
+def _options(args: argparse.Namespace) -> dict[str, Any]:
+    """Target-specific options; one given for another target is a usage error."""
+    options: dict[str, Any] = {}
+    if args.metrics is not None:
+        if args.to != "hf":
+            raise UsageError("--metrics: only --to hf writes a model card")
+        metrics = Path(args.metrics)
+        if not metrics.is_file():
+            raise UsageError(f"--metrics {metrics}: file not found")
+        options["metrics"] = metrics
+    if args.quantization is not None:
+        if args.to != "ctranslate2":
+            raise UsageError("--quantization: only --to ctranslate2 quantizes")
+        options["quantization"] = args.quantization
+    return options
 
 
 def run(args: argparse.Namespace) -> int:
     from attnkit.checkpoints.loading import load_model
+    from attnkit.interop.outdir import check_target
 
     out = Path(args.out)
-    check_out_dir(out, overwrite=args.overwrite)
+    options = _options(args)
+    check_target(out, overwrite=args.overwrite)
     loaded = load_model(args.checkpoint, "cpu")
     module, _, name = EXPORTERS[args.to].partition(":")
     exporter = getattr(importlib.import_module(module), name)
-    exporter(loaded, out, overwrite=args.overwrite)
+    exporter(loaded, out, overwrite=args.overwrite, **options)
     print(f"exported {loaded.directory} to {out} ({args.to})")
     return 0

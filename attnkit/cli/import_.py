@@ -1,15 +1,18 @@
 """Import pretrained weights into an attnkit checkpoint.
 
 Sources (--from):
-  hf     a Hugging Face model directory (MarianMTModel, BertModel, GPT2LMHeadModel;
-         safetensors only, never a pickle)
+  hf     a Hugging Face model directory: MarianMTModel (as attnkit export --to hf
+         writes it), BERT (BertModel, BertForMaskedLM, ...) or GPT-2
+         (GPT2LMHeadModel); config.json, model.safetensors and tokenizer.json,
+         never a pickle (pytorch_model.bin is refused unread)
   gguf   a GGUF file (Llama-architecture models such as SmolLM2)
 
 The result is an attnkit checkpoint that translate/generate/evaluate/attention/
 export accept.
 
 Examples:
-  attnkit import --from hf path/to/opus-mt-de-en --out runs/opus_de_en
+  attnkit import --from hf exports/de_en_hf --out runs/de_en_back
+  attnkit import --from hf path/to/all-MiniLM-L6-v2 --out runs/minilm
   attnkit import --from gguf SmolLM2-135M-Instruct.Q4_1.gguf --out runs/smollm2
 """
 

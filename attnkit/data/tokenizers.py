@@ -39,13 +39,17 @@ def _import_hf_tokenizers() -> Any:
 
 
 class Tokenizer(ABC):
-    """Text <-> token ids. Special ids are fixed: pad 0, BOS 1, EOS 2, unk 3."""
+    """Text <-> token ids. Special ids are pad 0, BOS 1, EOS 2, unk 3.
+
+    The ids are class attributes; only ``PretrainedTokenizer`` (an imported
+    model's own vocabulary) sets other values, per instance.
+    """
 
     kind: ClassVar[str]
-    pad_id: ClassVar[int] = PAD_ID
-    bos_id: ClassVar[int] = BOS_ID
-    eos_id: ClassVar[int] = EOS_ID
-    unk_id: ClassVar[int] = UNK_ID
+    pad_id: int = PAD_ID
+    bos_id: int = BOS_ID
+    eos_id: int = EOS_ID
+    unk_id: int = UNK_ID
 
     @property
     @abstractmethod
@@ -249,7 +253,14 @@ def tokenizer_from_json(text: str) -> Tokenizer:
         data = json.loads(text)
     except json.JSONDecodeError as e:
         raise DataError(f"tokenizer JSON: not valid JSON (line {e.lineno})") from None
-    kinds: dict[str, Any] = {"bpe": BPETokenizer, "char": CharTokenizer, "word": WordTokenizer}
+    from attnkit.data.pretrained_tokenizer import PretrainedTokenizer
+
+    kinds: dict[str, Any] = {
+        "bpe": BPETokenizer,
+        "char": CharTokenizer,
+        "word": WordTokenizer,
+        "pretrained": PretrainedTokenizer,
+    }
     kind = data.get("kind") if isinstance(data, dict) else None
     if kind not in kinds:
         raise DataError(
@@ -258,8 +269,8 @@ def tokenizer_from_json(text: str) -> Tokenizer:
     if data.get("version") != _FORMAT_VERSION:
         raise DataError(f"tokenizer JSON: unsupported version {data.get('version')!r}")
     try:
-        if kind == "bpe":
-            return BPETokenizer._from_state(data)
+        if kind in ("bpe", "pretrained"):
+            return kinds[kind]._from_state(data)
         return kinds[kind](data["pieces"])
     except AttnkitError:
         raise

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor
 
+from attnkit.errors import ConfigError
 from attnkit.interop.keymap import KeyTable, check_keys, rename_keys
 from attnkit.models.config import TransformerConfig
 from attnkit.models.encoder_decoder import EncoderDecoder
@@ -89,18 +90,62 @@ def interleaved_to_halves(d_model: int) -> Tensor:
     return torch.cat([torch.arange(0, d_model, 2), torch.arange(1, d_model, 2)])
 
 
+# attnkit activation -> HF ``activation_function`` (HF "gelu" is the exact erf GELU, as
+# F.gelu; "gelu_pytorch_tanh" is F.gelu(approximate="tanh"), GPT-2's).
+MARIAN_ACTIVATIONS = {"relu": "relu", "gelu": "gelu", "gelu_tanh": "gelu_pytorch_tanh"}
+# Marian's LayerNorms are nn.LayerNorm(d_model): eps is fixed at 1e-5.
+MARIAN_NORM_EPS = 1e-5
+
+
+def check_marian_expressible(c: Any) -> None:
+    """Raise ``ConfigError`` naming the first field ``MarianMTModel`` cannot express.
+
+    Marian is the paper's model: post-LN LayerNorm (eps 1e-5), fixed sinusoids,
+    full multi-head attention with biases, a dense ReLU/GELU FFN, no norm
+    after the embeddings. Bias-free projections are fine (exported as zeros).
+    """
+    if not isinstance(c, TransformerConfig):
+        family = getattr(c, "family", type(c).__name__)
+        raise ConfigError(
+            f"family: only Transformer (encoder-decoder) checkpoints map to MarianMTModel; "
+            f"this is a {family!r} checkpoint"
+        )
+    wanted: list[tuple[str, Any, Any]] = [
+        ("norm_position", c.norm_position, "post"),
+        ("positions", c.positions, "sinusoidal"),
+        ("norm", c.norm, "layernorm"),
+        ("attention_score", c.attention_score, "scaled_dot"),
+        ("attention", c.attention, "dense"),
+        ("ffn", c.ffn, "dense"),
+        ("embedding_norm", c.embedding_norm, False),
+        ("num_kv_heads", c.kv_heads, c.num_heads),
+    ]
+    for field, got, expected in wanted:
+        if got != expected:
+            raise ConfigError(
+                f"{field}: MarianMTModel needs {field}={expected!r}; this model has "
+                f"{got!r}, which transformers' Marian cannot express"
+            )
+    if c.activation not in MARIAN_ACTIVATIONS:
+        raise ConfigError(
+            f"activation: MarianMTModel has a two-matrix FFN ({', '.join(MARIAN_ACTIVATIONS)}); "
+            f"cannot express activation={c.activation!r}"
+        )
+    if abs(c.norm_eps - MARIAN_NORM_EPS) > 1e-12:
+        raise ConfigError(
+            f"norm_eps: Marian's LayerNorms use eps {MARIAN_NORM_EPS}; this model has {c.norm_eps}"
+        )
+
+
 def hf_marian_config(c: TransformerConfig, attn_implementation: str = "sdpa") -> MarianConfig:
-    """A ``MarianConfig`` with ``c``'s sizes, ids and tying (post-LN, sinusoidal only)."""
+    """A ``MarianConfig`` with ``c``'s sizes, ids and tying.
+
+    Raises ``ConfigError`` (a ``ValueError``) naming the field of a variant
+    Marian cannot express (``check_marian_expressible``).
+    """
     from transformers import MarianConfig
 
-    if c.norm_position != "post":
-        raise ValueError(
-            f"norm_position: Marian is post-LN only; got norm_position={c.norm_position!r}"
-        )
-    if c.positions != "sinusoidal":
-        raise ValueError(
-            f"positions: Marian uses fixed sinusoids; cannot convert positions={c.positions!r}"
-        )
+    check_marian_expressible(c)
     # HF ties lm_head to the decoder embedding only when tie_word_embeddings, and
     # shares encoder/decoder embeddings only when both flags are set.
     return MarianConfig(  # type: ignore[call-arg]  # attn_implementation goes to the base
@@ -115,11 +160,11 @@ def hf_marian_config(c: TransformerConfig, attn_implementation: str = "sdpa") ->
         decoder_attention_heads=c.num_heads,
         encoder_ffn_dim=c.d_ff,
         decoder_ffn_dim=c.d_ff,
-        activation_function=c.activation,  # HF "gelu" is the exact (erf) GELU, like F.gelu
+        activation_function=MARIAN_ACTIVATIONS[c.activation],
         dropout=c.dropout,
         attention_dropout=c.attention_dropout,
         activation_dropout=0.0,  # attnkit has no dropout inside the FFN
-        scale_embedding=True,
+        scale_embedding=c.scale_embeddings,
         max_position_embeddings=c.max_len,
         pad_token_id=c.pad_id,
         bos_token_id=c.bos_id,
@@ -138,8 +183,9 @@ def to_hf_marian(
     ``model(src, tgt).logits`` equals ``hf(input_ids=src, attention_mask=src != pad,
     decoder_input_ids=tgt, decoder_attention_mask=tgt != pad).logits`` at every
     real target position (see the module docstring for ``permute_dims``).
-    Raises ``ValueError`` naming ``norm_position`` for pre-LN models and
-    ``positions`` for learned positions. Needs ``transformers``.
+    Raises ``ConfigError`` (a ``ValueError``) naming the field of a variant
+    Marian cannot express (pre-LN, learned positions, RMSNorm, SwiGLU, GQA,
+    ...). Needs ``transformers``.
     """
     from transformers import MarianMTModel
 
@@ -163,6 +209,10 @@ def to_hf_marian(
         mapped[key] = hf_state[key] if permute_dims else positions.table
     mapped["final_logits_bias"] = torch.zeros_like(hf_state["final_logits_bias"])
 
+    if not model.config.bias:  # Marian always has biases: zeros compute the same function
+        for key, value in hf_state.items():
+            if key.endswith("_proj.bias") or re.fullmatch(r".*\.fc[12]\.bias", key):
+                mapped.setdefault(key, torch.zeros_like(value))
     check_keys(set(hf_state), set(mapped))
     with torch.no_grad():
         hf.load_state_dict(mapped, strict=True)

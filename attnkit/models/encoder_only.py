@@ -51,11 +51,11 @@ class EncoderOnlyOutput:
 class MLMHead(nn.Module):
     """``(..., D) -> (..., V)``: transform, then the (tied) output projection."""
 
-    def __init__(self, d_model: int, vocab_size: int, activation: str):
+    def __init__(self, d_model: int, vocab_size: int, activation: str, eps: float = 1e-5):
         super().__init__()
         self.dense = nn.Linear(d_model, d_model)
         self.activation = ACTIVATIONS[activation]
-        self.norm = nn.LayerNorm(d_model)
+        self.norm = nn.LayerNorm(d_model, eps=eps)  # the config's norm_eps (BERT: 1e-12)
         self.output_proj = nn.Linear(d_model, vocab_size, bias=False)
         self.bias = nn.Parameter(torch.zeros(vocab_size))
 
@@ -95,7 +95,7 @@ class EncoderOnlyModel(nn.Module):
         tokens = builders.token_embedding(c, c.vocab_size)
         self.embed = builders.input_embedding(c, tokens)
         self.encoder = builders.encoder(c, c.num_layers)
-        self.mlm_head = MLMHead(c.d_model, c.vocab_size, c.activation)
+        self.mlm_head = MLMHead(c.d_model, c.vocab_size, c.activation, c.norm_eps)
         self.mlm_head.output_proj.weight = tokens.weight  # tied, as in BERT
         self.classifier = (
             ClassificationHead(c.d_model, c.num_labels, c.dropout) if c.num_labels else None

@@ -1,0 +1,123 @@
+"""An imported model's own tokenizer: any HF ``tokenizers.Tokenizer`` with its special ids.
+
+attnkit's own tokenizers fix the special ids (pad 0, BOS 1, EOS 2, unk 3).
+A pretrained model comes with its vocabulary as it is: BERT has ``[PAD]`` 0,
+``[CLS]`` 101, ``[SEP]`` 102, ``[MASK]`` 103; GPT-2 one ``<|endoftext|>``.
+``PretrainedTokenizer`` wraps such a ``tokenizer.json`` unchanged and carries
+the ids the model's config uses (``pad_id``, ``bos_id``, ``eos_id``,
+``unk_id``, optionally ``mask_id``) per instance.
+
+Conventions are attnkit's, so every command treats it like the others:
+
+* ``encode`` adds no special tokens (collation and the searches do), and
+  ignores the file's padding and truncation settings; for BERT,
+  ``[bos_id] + encode(text) + [eos_id]`` is what ``transformers`` gives for
+  ``tokenizer(text)["input_ids"]`` (``[CLS] ... [SEP]``);
+* ``decode`` drops ``skip_ids`` (the tokens the original tokenizer marks as
+  special and would skip, e.g. ``<s>``/``</s>``/``<pad>``), keeps the rest
+  (an unknown token shows as its text), then detokenizes with the file's own
+  decoder. Only real special tokens are dropped: GPT-2 has no pad token, so
+  its importer names ordinary ids as the config's ``pad_id``/``bos_id``
+  (never fed, see ``attnkit.interop.hf_gpt2``), and those must stay in text;
+* ``encode_special_tokens``: whether text such as ``"<s>"`` is encoded as
+  characters (attnkit's own BPE does so) rather than as the special token.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from attnkit.data.tokenizers import Tokenizer, _import_hf_tokenizers
+from attnkit.errors import DataError
+
+
+class PretrainedTokenizer(Tokenizer):
+    """A ``tokenizers.Tokenizer`` from a pretrained model, with explicit special ids."""
+
+    kind = "pretrained"
+
+    def __init__(
+        self,
+        hf_tokenizer: Any,
+        *,
+        pad_id: int,
+        bos_id: int,
+        eos_id: int,
+        unk_id: int,
+        mask_id: int | None = None,
+        skip_ids: Sequence[int] = (),
+        encode_special_tokens: bool = False,
+    ):
+        self._hf = hf_tokenizer
+        self._hf.no_padding()  # attnkit pads batches itself
+        self._hf.no_truncation()
+        self._hf.encode_special_tokens = encode_special_tokens
+        self.pad_id, self.bos_id, self.eos_id, self.unk_id = pad_id, bos_id, eos_id, unk_id
+        self.mask_id = mask_id
+        self.skip_ids = frozenset(int(i) for i in skip_ids)
+        size = self.vocab_size
+        named = {"pad_id": pad_id, "bos_id": bos_id, "eos_id": eos_id, "unk_id": unk_id}
+        if mask_id is not None:
+            named["mask_id"] = mask_id
+        for name, value in named.items():
+            if not 0 <= value < size:
+                raise DataError(f"pretrained tokenizer: {name}={value} is outside 0..{size - 1}")
+
+    @property
+    def vocab_size(self) -> int:
+        return int(self._hf.get_vocab_size(with_added_tokens=True))
+
+    @property
+    def hf_tokenizer(self) -> Any:
+        """The wrapped ``tokenizers.Tokenizer`` (padding and truncation off)."""
+        return self._hf
+
+    def token_to_id(self, token: str) -> int | None:
+        """The id of ``token`` in the vocabulary, or ``None``."""
+        found = self._hf.token_to_id(token)
+        return None if found is None else int(found)
+
+    def encode(self, text: str) -> list[int]:
+        return list(self._hf.encode(text, add_special_tokens=False).ids)
+
+    def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
+        encoded = self._hf.encode_batch(list(texts), add_special_tokens=False)
+        return [list(e.ids) for e in encoded]
+
+    def decode(self, ids: Sequence[int]) -> str:
+        kept = [int(i) for i in ids if int(i) not in self.skip_ids]
+        return str(self._hf.decode(kept, skip_special_tokens=False))
+
+    def id_to_token(self, i: int) -> str:
+        token = self._hf.id_to_token(int(i))
+        return f"<id {i}>" if token is None else str(token)
+
+    def _state(self) -> dict[str, Any]:
+        return {
+            "hf": json.loads(self._hf.to_str()),
+            "pad_id": self.pad_id,
+            "bos_id": self.bos_id,
+            "eos_id": self.eos_id,
+            "unk_id": self.unk_id,
+            "mask_id": self.mask_id,
+            "skip_ids": sorted(self.skip_ids),
+            "encode_special_tokens": bool(self._hf.encode_special_tokens),
+        }
+
+    @classmethod
+    def _from_state(cls, state: dict[str, Any]) -> PretrainedTokenizer:
+        tk = _import_hf_tokenizers()
+        try:
+            ids = {name: int(state[name]) for name in ("pad_id", "bos_id", "eos_id", "unk_id")}
+        except (KeyError, TypeError, ValueError) as e:
+            raise DataError(f"pretrained tokenizer: a special id is missing or bad ({e})") from None
+        mask = state.get("mask_id")
+        return cls(
+            tk.Tokenizer.from_str(json.dumps(state["hf"])),
+            **ids,
+            mask_id=None if mask is None else int(mask),
+            skip_ids=[int(i) for i in state.get("skip_ids", [])],
+            encode_special_tokens=bool(state.get("encode_special_tokens", False)),
+        )

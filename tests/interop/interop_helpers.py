@@ -1,0 +1,34 @@
+"""Helpers of the tests in tests/interop (importable: pytest puts this folder on the path)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+
+def save_random_model(directory: Path, tokenizer, *, seed: int = 0, **overrides) -> Path:
+    """A random Transformer checkpoint (every weight perturbed) with ``tokenizer``."""
+    from attnkit.checkpoints import save_checkpoint
+    from attnkit.models import EncoderDecoder, TransformerConfig
+
+    sizes = dict(d_model=32, num_heads=4, d_ff=64, num_encoder_layers=2, num_decoder_layers=2)
+    sizes.update(src_vocab_size=tokenizer.vocab_size, tgt_vocab_size=tokenizer.vocab_size)
+    cfg = TransformerConfig(**{**sizes, "max_len": 64, "dropout": 0.0, **overrides})
+    torch.manual_seed(seed)
+    model = EncoderDecoder(cfg).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.3 * torch.randn_like(p))
+    save_checkpoint(directory, model_state=model.state_dict(), config=cfg.to_dict(),
+                    tokenizer_json=tokenizer.to_json())  # fmt: skip
+    return directory
+
+
+BPE_TEXT = ["ein Haus am See", "zwei Hunde laufen schnell", "a dog runs fast",
+            "the house by the lake", "Kinder spielen im Garten"] * 20  # fmt: skip
+
+
+def source_limit(n_tokens: int, max_len_b: int = 50) -> int:
+    """attnkit's output limit for a source of ``n_tokens`` tokens (EOS added)."""
+    return n_tokens + 1 + max_len_b

@@ -1,0 +1,92 @@
+"""GPT2LMHeadModel checkpoints (random, saved by transformers) into DecoderOnlyLM."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from attnkit.checkpoints.loading import load_model
+from attnkit.cli.main import main
+from attnkit.decoding.greedy import greedy_search
+
+TEXT = ["the quick brown fox jumps over the lazy dog", "a lazy cat sleeps in the warm sun"]
+
+
+def byte_level_tokenizer():
+    """A small GPT-2 style (byte-level BPE) tokenizer with <|endoftext|>."""
+    import tokenizers as tk
+    from transformers import PreTrainedTokenizerFast
+
+    hf = tk.Tokenizer(tk.models.BPE())
+    hf.pre_tokenizer = tk.pre_tokenizers.ByteLevel(add_prefix_space=False)
+    hf.decoder = tk.decoders.ByteLevel()
+    trainer = tk.trainers.BpeTrainer(
+        vocab_size=320, special_tokens=["<|endoftext|>"], show_progress=False,
+        initial_alphabet=tk.pre_tokenizers.ByteLevel.alphabet(),
+    )  # fmt: skip
+    hf.train_from_iterator(TEXT * 30, trainer)
+    eot = "<|endoftext|>"
+    return PreTrainedTokenizerFast(tokenizer_object=hf, bos_token=eot, eos_token=eot,
+                                   unk_token=eot)  # fmt: skip
+
+
+@pytest.fixture(scope="module", params=[True, False], ids=["tied", "untied"])
+def gpt2(request, tmp_path_factory):
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    tok = byte_level_tokenizer()
+    eot = tok.convert_tokens_to_ids("<|endoftext|>")
+    cfg = GPT2Config(vocab_size=len(tok), n_positions=64, n_embd=32, n_layer=2, n_head=4,
+                     bos_token_id=eot, eos_token_id=eot,
+                     tie_word_embeddings=request.param)  # fmt: skip
+    torch.manual_seed(0)
+    model = GPT2LMHeadModel(cfg).eval()
+    with torch.no_grad():  # GPT-2's init is tiny: make the continuations vary
+        for p in model.parameters():
+            p.add_(0.2 * torch.randn_like(p))
+    src = tmp_path_factory.mktemp("gpt2") / "hf"
+    model.save_pretrained(src, safe_serialization=True)
+    tok.save_pretrained(src)
+    out = src.parent / "run"
+    assert main(["import", "--from", "hf", str(src), "--out", str(out)]) == 0
+    return model, tok, out
+
+
+def test_logits_match(gpt2):
+    hf, tok, run = gpt2
+    loaded = load_model(run, "cpu")
+    for text in TEXT:
+        ids = torch.tensor([loaded.tokenizer.encode(text)])
+        assert ids[0].tolist() == tok(text).input_ids
+        with torch.no_grad():
+            diff = (loaded.model(ids).logits - hf(ids).logits).abs().max().item()
+        assert diff <= 1e-5, diff
+
+
+def test_greedy_continuations_match(gpt2):
+    hf, tok, run = gpt2
+    loaded = load_model(run, "cpu")
+    eot = tok.convert_tokens_to_ids("<|endoftext|>")
+    for text in ["the quick", "a lazy cat", "dog"]:
+        ids = torch.tensor([tok(text).input_ids])
+        ours = greedy_search(loaded.model, ids, max_len_a=0, max_len_b=12).tokens[0]
+        theirs = hf.generate(ids, max_new_tokens=12, do_sample=False, eos_token_id=eot,
+                             pad_token_id=eot)[0, ids.size(1):].tolist()  # fmt: skip
+        if eot in theirs:
+            theirs = theirs[: theirs.index(eot)]
+        assert ours == theirs
+
+
+def test_config_and_generate_command(gpt2, capsys):
+    _, _, run = gpt2
+    c = load_model(run, "cpu").config
+    assert (c.norm_position, c.activation, c.positions, c.scale_embeddings) == (
+        "pre", "gelu_tanh", "learned", False)  # fmt: skip
+    assert len({c.pad_id, c.bos_id, c.eos_id}) == 3
+    notes = json.loads((run / "import.json").read_text())["notes"]
+    assert any("pad_id" in n for n in notes)
+    args = ["generate", "--checkpoint", str(run), "--prompt", "the quick", "--max-new-tokens", "5"]
+    assert main(args) == 0
+    assert capsys.readouterr().out.startswith("the quick")
