@@ -91,7 +91,7 @@ class PastCache:
     def advance(self, steps: int = 1) -> None:
         pass
 
-    def reorder(self, indices: Tensor, *, cross: bool = True) -> PastCache:
+    def reorder(self, indices: Tensor, *, cross: bool | Tensor = True) -> PastCache:
         raise NotImplementedError("the runner reorders the arrays it feeds back")
 
     def stacked_present(self) -> tuple[Tensor, Tensor]:
