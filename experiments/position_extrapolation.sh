@@ -11,7 +11,7 @@
 # Environment:
 #   DATA   Tiny Shakespeare directory (default ../shared/data/tinyshakespeare)
 #   OUT    runs and results.jsonl (default runs/positions)
-#   STEPS  training steps per row (default: the config's 1500)
+#   STEPS  training steps per row (default: the config's 800)
 #   LOCK   a lock file that serialises the training runs on a shared machine
 #          (default /tmp/attnkit-cpu.lock when flock exists; LOCK= turns it off)
 #
