@@ -103,9 +103,11 @@ def _check_safetensors_file(path: Path) -> None:
             head = f.read(9)
             if len(head) < 9:
                 raise CheckpointError(f"{path}: truncated ({size} bytes), not a safetensors file")
-            if _is_pickle(head):
-                raise CheckpointError(f"{path}: {_describe_non_safetensors(head, size)}")
             (header_len,) = struct.unpack("<Q", head[:8])
+            # A header of 640 bytes starts b"\x80\x02": a pickle's first two bytes. Byte 8
+            # decides: "{" opens a safetensors header, while a pickle has a frame length there.
+            if _is_pickle(head) and not (head[8:9] == b"{" and 8 + header_len <= size):
+                raise CheckpointError(f"{path}: {_describe_non_safetensors(head, size)}")
             # The length prefix is untrusted: cap it before comparing or reading.
             if header_len > MAX_HEADER_BYTES:
                 raise CheckpointError(

@@ -5,8 +5,10 @@ chrF, tokenized lowercased BLEU (for comparison with published Multi30k
 numbers), and the perplexity of the references.
 
 Language-model checkpoints (--text, one UTF-8 file): the mean loss per scored
-token and the perplexity, over blocks of the model's context; a masked LM
-predicts 15% of the tokens (masked 80/10/10 with --seed).
+token and the perplexity, over blocks of the model's context (or of --context
+tokens: longer than trained works for sinusoidal, rotary, ALiBi and relative
+positions, not for a learned position table); a masked LM predicts 15% of the
+tokens (masked 80/10/10 with --seed).
 
 Image classifiers (--images): accuracy, cross-entropy and per-class accuracy
 on ``digits`` (the 359 held-out digits of the fixed split) or a folder of
@@ -16,6 +18,7 @@ mapped through the class names saved in the checkpoint).
 Examples:
   attnkit evaluate --checkpoint runs/de_en --src test2016.de --ref test2016.en --json
   attnkit evaluate --checkpoint runs/shakespeare --text held_out.txt
+  attnkit evaluate --checkpoint runs/shakespeare --text held_out.txt --context 512
   attnkit evaluate --checkpoint runs/vit_digits --images digits
 """
 
@@ -49,6 +52,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--hyp-out", help="also write the translations to this file")
     parser.add_argument("--seed", type=int, default=0, help="masked LMs: masking seed")
+    parser.add_argument(
+        "--context", type=int, help="language models: tokens per scored block (default: max_len)"
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     add_device_argument(parser)
 
@@ -80,6 +86,8 @@ def _check_inputs(args: argparse.Namespace, kind: str) -> None:
             raise UsageError("--src and --ref: a translation checkpoint is scored on both")
         if args.text:
             raise UsageError("--text: for language models; give --src and --ref here")
+        if args.context is not None:
+            raise UsageError("--context: for language models (--text), not translation")
     else:
         if not args.text:
             raise UsageError(f"--text: a {kind} checkpoint is scored on a text file")
@@ -95,17 +103,20 @@ def _score_text(loaded: Any, args: argparse.Namespace) -> dict[str, Any]:
     from attnkit.evaluation.perplexity import text_perplexity
 
     tokenizer, model = loaded.tokenizer, loaded.model
+    context = model.config.max_len if args.context is None else args.context
+    model = with_context(model, context)
     ids = torch.tensor(tokenizer.encode(read_text(args.text)), dtype=torch.long)
-    if ids.numel() <= model.config.max_len:
+    if ids.numel() <= context:
         raise DataError(
-            f"{args.text}: {ids.numel()} tokens are too few for one block of the model's "
-            f"{model.config.max_len} + 1; use a longer text"
+            f"{args.text}: {ids.numel()} tokens are too few for one block of {context} + 1; "
+            "use a longer text"
         )
     masked = loaded.family.kind == "masked_lm"
     start = time.perf_counter()
-    metrics = text_perplexity(model, ids, masked=masked, batch_size=args.batch_size, seed=args.seed)
+    metrics = text_perplexity(model, ids, masked=masked, batch_size=args.batch_size,
+                              seed=args.seed, block_size=context)  # fmt: skip
     return {"loss": metrics["loss"], "perplexity": metrics["ppl"], "tokens": int(metrics["tokens"]),
-            "objective": "masked_lm" if masked else "causal_lm",
+            "objective": "masked_lm" if masked else "causal_lm", "context": context,
             "seconds": round(time.perf_counter() - start, 2)}  # fmt: skip
 
 
@@ -128,6 +139,32 @@ def _score_images(loaded: Any, args: argparse.Namespace) -> dict[str, Any]:
     return {"accuracy": scores.accuracy, "correct": scores.correct, "images": scores.total,
             "loss": scores.nll, "per_class_accuracy": per_class, "data": name,
             "seconds": round(time.perf_counter() - start, 2)}  # fmt: skip
+
+
+def with_context(model: Any, context: int) -> Any:
+    """``model``, rebuilt with ``max_len=context`` when that is longer than it was trained for.
+
+    Sinusoidal, rotary, ALiBi and Shaw's clipped relative positions have no
+    weights that depend on ``max_len`` (their tables are computed), so the
+    same weights load into the longer model; a learned position table has
+    exactly ``max_len`` rows, and there is nothing to read past it.
+    """
+    from attnkit.checkpoints.loading import build_for_loading
+
+    config = model.config
+    if context < 1:
+        raise UsageError(f"--context must be >= 1, got {context}")
+    if context <= config.max_len:
+        return model
+    if config.absolute_positions == "learned":
+        raise UsageError(
+            f"--context {context}: this model's learned position table has {config.max_len} "
+            f"rows (positions: {config.positions}); it cannot read past position {config.max_len}"
+        )
+    longer = build_for_loading(config.replace(max_len=context))
+    longer.load_state_dict(model.state_dict(), strict=True)
+    device = next(model.parameters()).device
+    return longer.to(device).eval()
 
 
 def _score_translation(loaded: Any, args: argparse.Namespace, corpus: Any) -> dict[str, Any]:

@@ -2,8 +2,10 @@
 
 The prompt is echoed, then each new piece of text is written to standard
 output as soon as its token is drawn. Sampling uses --temperature (0 = greedy),
---top-k and --top-p; --seed makes it reproducible. Past the model's context
-length the window slides, as in nanoGPT.
+--top-k and --top-p; --seed makes it reproducible. Generation stops after
+--max-new-tokens or at the model's end-of-sequence token (an instruct model's
+end of turn; --ignore-eos runs on). Past the model's context length the window
+slides, as in nanoGPT.
 """
 
 from __future__ import annotations
@@ -29,6 +31,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=0, help="sampling seed (default: 0)")
     parser.add_argument(
         "--no-echo", action="store_true", help="print only the generated text, not the prompt"
+    )
+    parser.add_argument(
+        "--ignore-eos", action="store_true", help="keep generating past the end-of-sequence token"
     )
     add_device_argument(parser)
 
@@ -77,6 +82,7 @@ def run(args: argparse.Namespace) -> int:
         top_k=args.top_k,
         top_p=args.top_p,
         generator=generator,
+        eos_id=None if args.ignore_eos else model.eos_id,
         stepper=stepper_for(model),  # the static cache
     ):
         ids.append(int(token[0]))

@@ -37,6 +37,7 @@ class PretrainedTokenizer(Tokenizer):
     """A ``tokenizers.Tokenizer`` from a pretrained model, with explicit special ids."""
 
     kind = "pretrained"
+    unk_id: int  # always set (BERT's [UNK], GPT-2's <|endoftext|>)
 
     def __init__(
         self,

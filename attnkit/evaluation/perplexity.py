@@ -146,11 +146,14 @@ def text_perplexity(
     max_blocks: int | None = None,
     mask_prob: float = 0.15,
     seed: int = 0,
+    block_size: int | None = None,
 ) -> dict[str, float]:
     """Mean NLL per scored token and perplexity of token stream ``ids`` ``(N,)``.
 
-    The stream is cut into non-overlapping blocks of the model's context
-    (``config.max_len``), the first ``max_blocks`` scored. A masked LM
+    The stream is cut into non-overlapping blocks of ``block_size`` tokens
+    (default: the model's context, ``config.max_len``; a longer block needs a
+    model whose positions reach that far), the first ``max_blocks`` scored.
+    A masked LM
     (``masked=True``) predicts ``mask_prob`` of the tokens, masked 80/10/10
     from a generator seeded with ``seed``.
     """
@@ -159,7 +162,7 @@ def text_perplexity(
 
     config = model.config
     device = next(model.parameters()).device
-    blocks = LMBlocks(ids, config.max_len, name="text")
+    blocks = LMBlocks(ids, config.max_len if block_size is None else block_size, name="text")
     generator = torch.Generator().manual_seed(seed)
 
     def batches() -> Iterable[tuple[Tensor, Tensor]]:

@@ -37,7 +37,7 @@ def _specials(tokenizer: Tokenizer) -> dict[str, tuple[str, int]]:
     """Role -> (token string, id) of pad, bos, eos and unk."""
     ids = {"pad": tokenizer.pad_id, "bos": tokenizer.bos_id, "eos": tokenizer.eos_id,
            "unk": tokenizer.unk_id}  # fmt: skip
-    return {role: (tokenizer.id_to_token(i), i) for role, i in ids.items()}
+    return {role: (tokenizer.id_to_token(i), i) for role, i in ids.items() if i is not None}
 
 
 def _piece_tokenizer(tokenizer: CharTokenizer | WordTokenizer) -> dict[str, Any]:
@@ -45,6 +45,7 @@ def _piece_tokenizer(tokenizer: CharTokenizer | WordTokenizer) -> dict[str, Any]
     import tokenizers as tk
 
     vocab = {piece: i for i, piece in enumerate(tokenizer.pieces)}
+    assert tokenizer.unk_id is not None  # attnkit's own tokenizers always have one
     hf = tk.Tokenizer(tk.models.WordLevel(vocab, unk_token=tokenizer.id_to_token(tokenizer.unk_id)))
     if isinstance(tokenizer, CharTokenizer):
         hf.pre_tokenizer = tk.pre_tokenizers.Split(tk.Regex("."), behavior="isolated")

@@ -49,6 +49,61 @@ DECODER_ONLY_PRESETS: dict[str, dict[str, Any]] = {
     },
 }
 
+# The Llama family (Touvron et al., 2023): pre-norm RMSNorm blocks, rotary positions,
+# SwiGLU, no biases, unscaled embeddings, no dropout. "llama" is these options alone
+# (give the shape as overrides, as `attnkit import --from gguf` does from a file's
+# llama.* metadata); the named shapes add a model's sizes. SmolLM2 (Allal et al.,
+# 2025) is a small Llama with grouped-query attention and tied embeddings; its
+# special ids are <|endoftext|> 0, <|im_start|> 1, <|im_end|> 2 (pad, BOS, EOS).
+LLAMA_OPTIONS: dict[str, Any] = {
+    "positions": "rotary",
+    "norm": "rmsnorm",
+    "norm_position": "pre",
+    "activation": "swiglu",
+    "bias": False,
+    "scale_embeddings": False,
+    "dropout": 0.0,
+    "attention_dropout": 0.0,
+    "norm_eps": 1e-5,
+}
+LLAMA_SHAPES: dict[str, dict[str, Any]] = {
+    "smollm2_135m": {
+        "d_model": 576,
+        "num_heads": 9,
+        "num_kv_heads": 3,
+        "d_ff": 1536,
+        "num_layers": 30,
+        "vocab_size": 49152,
+        "max_len": 8192,
+        "rope_theta": 100000.0,
+        "tie_embeddings": True,
+    },
+    "smollm2_360m": {
+        "d_model": 960,
+        "num_heads": 15,
+        "num_kv_heads": 5,
+        "d_ff": 2560,
+        "num_layers": 32,
+        "vocab_size": 49152,
+        "max_len": 8192,
+        "rope_theta": 100000.0,
+        "tie_embeddings": True,
+    },
+    "llama2_7b": {
+        "d_model": 4096,
+        "num_heads": 32,
+        "d_ff": 11008,
+        "num_layers": 32,
+        "vocab_size": 32000,
+        "max_len": 4096,
+        "rope_theta": 10000.0,
+        "tie_embeddings": False,
+    },
+}
+DECODER_ONLY_PRESETS["llama"] = dict(LLAMA_OPTIONS)
+for _name, _shape in LLAMA_SHAPES.items():
+    DECODER_ONLY_PRESETS[_name] = {**LLAMA_OPTIONS, **_shape}
+
 # BERT-base's shape (Devlin et al., 2019); "small" is CPU-sized.
 ENCODER_ONLY_PRESETS: dict[str, dict[str, Any]] = {
     "small": {"d_model": 128, "num_heads": 4, "d_ff": 512, "num_layers": 4, "max_len": 256},

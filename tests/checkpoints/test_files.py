@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pickle
 import random
+import struct
 
 import numpy as np
 import pytest
@@ -209,6 +210,17 @@ def test_malicious_pickle_is_never_unpickled(tmp_path, protocol):
     with pytest.raises(CheckpointError, match=r"model\.safetensors: is a Python pickle"):
         ckpt.load_checkpoint(tmp_path / "c")
     assert not victim.exists()
+
+
+@pytest.mark.parametrize("header_len", [0x280, 0x380, 0x480, 0x580])
+def test_header_length_that_starts_like_a_pickle_is_read(tmp_path, header_len):
+    # A header of 0x280 bytes makes the file start b"\x80\x02", a pickle's first bytes.
+    from attnkit.checkpoints.safe_files import load_tensors
+
+    header = b'{"x":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}}'.ljust(header_len)
+    path = tmp_path / "model.safetensors"
+    path.write_bytes(header_len.to_bytes(8, "little") + header + struct.pack("<f", 1.5))
+    assert load_tensors(path)["x"].tolist() == [1.5]
 
 
 # -- atomic writes --------------------------------------------------------------------

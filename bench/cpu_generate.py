@@ -1,0 +1,283 @@
+"""CPU text generation, batch 1, greedy: attnkit vs HF ``generate`` vs llama.cpp on one GGUF.
+
+Issue 15's speed measurement. Every engine continues the same prompt ids for
+exactly ``--new-tokens`` tokens (EOS ignored), greedy, one sequence, on
+``--threads`` CPU threads. Reported per engine: load time (file to ready), the
+prefill (prompt in, first new token out) and the decode rate of the remaining
+tokens, as medians over ``--rounds`` rounds timed round-robin (one generation of
+each engine per round, so load from other processes hits all alike), after one
+warm-up generation each (which is also when ``torch.compile`` compiles).
+
+Engines (``--engines``):
+
+* ``attnkit``: the imported checkpoint in fp32 on the static KV cache
+  (``stepper_for(model)``, what ``attnkit generate`` runs);
+* ``attnkit_compiled``: the same with the decode step compiled
+  (``StaticCacheStepper(model, compile=True)``, inductor's C++ code);
+* ``attnkit_bf16`` / ``attnkit_bf16_compiled``: the model cast to bfloat16
+  (``model.to(torch.bfloat16)``: weights, activations and the cache);
+* ``attnkit_int8`` / ``attnkit_int8_compiled``: fp32 activations, weight-only
+  int8 linears (per-row scales, ``torch._weight_int8pack_mm``), set up here
+  (``int8_weight_only``) until ``attnkit.quantize`` lands;
+* ``hf``: ``AutoModelForCausalLM.from_pretrained(dir, gguf_file=...)`` in fp32,
+  ``generate``; prefill and decode are split by a logits processor that
+  notes the time of each new token;
+* ``llama_cpp``: ``llama-cpp-python`` on the GGUF file as it is (its own
+  quantized kernels), skipped when the package is missing.
+
+Token agreement with the first attnkit engine is printed for each engine.
+
+    python bench/cpu_generate.py --checkpoint runs/smollm2 --gguf SmolLM2-135M-Instruct.Q4_1.gguf
+    python bench/cpu_generate.py ... --engines attnkit --profile   # torch.profiler of decode steps
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+from common import cpu_name, environment, format_table, load_average
+from torch import Tensor, nn
+
+PROMPT = "<|im_start|>user\nWrite a short story about a robot who learns to paint.<|im_end|>\n"
+PROMPT += "<|im_start|>assistant\n"
+Run = Callable[[list[int], int], tuple[float, float, list[int]]]
+
+
+# -- attnkit ----------------------------------------------------------------------------
+
+
+class Int8WeightOnlyLinear(nn.Module):
+    """``x W^T`` with ``W`` stored int8 per output row (scale ``max|w_row| / 127``)."""
+
+    def __init__(self, linear: nn.Linear) -> None:
+        super().__init__()
+        w = linear.weight.detach().float()
+        scale = w.abs().amax(dim=1).clamp(min=1e-12) / 127.0
+        self.register_buffer("weight_int8", torch.round(w / scale[:, None]).to(torch.int8))
+        self.register_buffer("scale", scale)
+        self.bias = linear.bias
+
+    def forward(self, x: Tensor) -> Tensor:
+        flat = x.reshape(-1, x.size(-1))
+        out = torch._weight_int8pack_mm(flat, self.weight_int8, self.scale.to(x.dtype))
+        out = out.view(*x.shape[:-1], -1)
+        return out if self.bias is None else out + self.bias
+
+
+def int8_weight_only(model: nn.Module) -> nn.Module:
+    """Every ``nn.Linear`` (the tied output projection included) -> ``Int8WeightOnlyLinear``."""
+    for module in list(model.modules()):
+        for child_name, child in list(module.named_children()):
+            if isinstance(child, nn.Linear):
+                setattr(module, child_name, Int8WeightOnlyLinear(child))
+    return model
+
+
+def attnkit_engine(checkpoint: Path, variant: str) -> tuple[float, Run]:
+    from attnkit.checkpoints import load_model
+    from attnkit.decoding.static import StaticCacheStepper
+
+    start = time.perf_counter()
+    model = load_model(checkpoint, "cpu").model
+    if "bf16" in variant:
+        model = model.to(torch.bfloat16)
+    if "int8" in variant:
+        model = int8_weight_only(model)
+    stepper = StaticCacheStepper(model, compile="compiled" in variant)
+    seconds = time.perf_counter() - start
+
+    @torch.inference_mode()
+    def run(ids: list[int], n: int) -> tuple[float, float, list[int]]:
+        prompt = torch.tensor([ids])
+        t0 = time.perf_counter()
+        state = stepper.start(prompt, max_steps=n)
+        logits, state = stepper.step(prompt[:, -1], state)
+        token = logits.argmax(-1)
+        out = [int(token)]
+        t1 = time.perf_counter()
+        for _ in range(n - 1):
+            logits, state = stepper.step(token, state)
+            token = logits.argmax(-1)
+            out.append(int(token))
+        return t1 - t0, time.perf_counter() - t1, out
+
+    return seconds, run
+
+
+# -- Hugging Face -----------------------------------------------------------------------
+
+
+def hf_engine(gguf: Path) -> tuple[float, Run]:
+    import transformers
+
+    start = time.perf_counter()
+    model = transformers.AutoModelForCausalLM.from_pretrained(
+        gguf.parent, gguf_file=gguf.name, dtype=torch.float32
+    ).eval()
+    seconds = time.perf_counter() - start
+
+    class Clock(transformers.LogitsProcessor):
+        def __init__(self) -> None:
+            self.times: list[float] = []
+
+        def __call__(self, input_ids: Tensor, scores: Tensor) -> Tensor:
+            self.times.append(time.perf_counter())
+            return scores
+
+    @torch.inference_mode()
+    def run(ids: list[int], n: int) -> tuple[float, float, list[int]]:
+        clock = Clock()
+        prompt = torch.tensor([ids])
+        t0 = time.perf_counter()
+        out = model.generate(
+            prompt, max_new_tokens=n, min_new_tokens=n, do_sample=False, pad_token_id=0,
+            logits_processor=transformers.LogitsProcessorList([clock]),
+        )  # fmt: skip
+        end = time.perf_counter()
+        # The clock ticks once per new token, just after its forward: the first tick
+        # ends the prefill; the sampling after the last tick belongs to the decode.
+        return clock.times[0] - t0, end - clock.times[0], out[0, len(ids) :].tolist()
+
+    return seconds, run
+
+
+# -- llama.cpp --------------------------------------------------------------------------
+
+
+def llama_cpp_engine(gguf: Path, threads: int) -> tuple[float, Run]:
+    import numpy as np
+    from llama_cpp import Llama
+
+    start = time.perf_counter()
+    llm = Llama(model_path=str(gguf), n_ctx=512, n_batch=512, n_threads=threads,
+                n_threads_batch=threads, verbose=False)  # fmt: skip
+    seconds = time.perf_counter() - start
+
+    def run(ids: list[int], n: int) -> tuple[float, float, list[int]]:
+        llm.reset()
+        t0 = time.perf_counter()
+        llm.eval(ids)
+        token = int(np.argmax(llm.scores[llm.n_tokens - 1]))
+        out = [token]
+        t1 = time.perf_counter()
+        for _ in range(n - 1):
+            llm.eval([token])
+            token = int(np.argmax(llm.scores[llm.n_tokens - 1]))
+            out.append(token)
+        return t1 - t0, time.perf_counter() - t1, out
+
+    return seconds, run
+
+
+# -- the measurement --------------------------------------------------------------------
+
+
+def profile_decode(checkpoint: Path, variant: str, ids: list[int], steps: int = 32) -> str:
+    """torch.profiler over ``steps`` decode steps: the ops by self CPU time."""
+    from torch.profiler import ProfilerActivity, profile
+
+    _, run = attnkit_engine(checkpoint, variant)
+    run(ids, steps + 1)  # warm-up (and compile)
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        run(ids, steps + 1)
+    return prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=18)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--checkpoint", type=Path, required=True, help="attnkit import output")
+    parser.add_argument("--gguf", type=Path, required=True, help="the GGUF file itself")
+    parser.add_argument(
+        "--engines", default="attnkit,attnkit_compiled,attnkit_bf16,attnkit_int8,hf,llama_cpp"
+    )
+    parser.add_argument("--new-tokens", type=int, default=128)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--prompt", default=PROMPT)
+    parser.add_argument("--profile", action="store_true", help="profile the first engine's decode")
+    parser.add_argument("--json", type=Path, help="also write the results here")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+
+    from attnkit.checkpoints import load_tokenizer
+
+    tokenizer = load_tokenizer(args.checkpoint)
+    assert tokenizer is not None, f"{args.checkpoint}: no tokenizer.json"
+    ids = tokenizer.encode(args.prompt)
+    names = [e.strip() for e in args.engines.split(",") if e.strip()]
+    if args.profile:
+        print(profile_decode(args.checkpoint, names[0], ids))
+        return
+    print(f"# cpu_generate: {cpu_name()}, {args.threads} threads, prompt {len(ids)} tokens, "
+          f"{args.new_tokens} new, load before {load_average()}")  # fmt: skip
+
+    loads: dict[str, float] = {}
+    runs: dict[str, Run] = {}
+    for name in names:
+        try:
+            if name.startswith("attnkit"):
+                loads[name], runs[name] = attnkit_engine(args.checkpoint, name)
+            elif name == "hf":
+                loads[name], runs[name] = hf_engine(args.gguf)
+            elif name == "llama_cpp":
+                loads[name], runs[name] = llama_cpp_engine(args.gguf, args.threads)
+            else:
+                raise SystemExit(f"--engines: unknown engine {name!r}")
+        except ImportError as e:
+            print(f"# {name}: skipped ({e})")
+    warm: dict[str, float] = {}
+    tokens: dict[str, list[int]] = {}
+    for name, run in runs.items():  # warm-up: compiles, page-ins, allocator
+        start = time.perf_counter()
+        tokens[name] = run(ids, args.new_tokens)[2]
+        warm[name] = time.perf_counter() - start
+    samples: dict[str, list[tuple[float, float]]] = {name: [] for name in runs}
+    for _ in range(args.rounds):
+        for name, run in runs.items():
+            prefill, decode, _ = run(ids, args.new_tokens)
+            samples[name].append((prefill, decode))
+
+    reference = tokens[next(iter(runs))]
+    hf_rate = None
+    rows, results = [], []
+    for name in runs:
+        prefill = statistics.median(p for p, _ in samples[name])
+        rates = [(args.new_tokens - 1) / d for _, d in samples[name]]
+        rate = statistics.median(rates)
+        if name == "hf":
+            hf_rate = rate
+        same = sum(a == b for a, b in zip(tokens[name], reference))
+        results.append({"engine": name, "load_s": loads[name], "first_run_s": warm[name],
+                        "prefill_ms": 1000 * prefill, "decode_tok_s": rate,
+                        "decode_tok_s_all": rates, "same_tokens": same})  # fmt: skip
+    llama_rate = next((r["decode_tok_s"] for r in results if r["engine"] == "llama_cpp"), None)
+    for r in results:
+        vs_hf = f"{r['decode_tok_s'] / hf_rate:.2f}x" if hf_rate else "-"
+        vs_llama = f"{r['decode_tok_s'] / llama_rate:.2f}x" if llama_rate else "-"
+        spread = "-".join(f"{x:.1f}" for x in (min(r["decode_tok_s_all"]),
+                                               max(r["decode_tok_s_all"])))  # fmt: skip
+        rows.append([r["engine"], f"{r['load_s']:.2f}", f"{r['first_run_s']:.1f}",
+                     f"{r['prefill_ms']:.0f}", f"{r['decode_tok_s']:.1f} ({spread})", vs_hf,
+                     vs_llama, f"{r['same_tokens']}/{args.new_tokens}"])  # fmt: skip
+    headers = ["engine", "load s", "first run s", "prefill ms", "decode tok/s (min-max)",
+               "vs HF", "vs llama.cpp", "same tokens"]  # fmt: skip
+    print(format_table(headers, rows))
+    print(f"# load after {load_average()}")
+    if args.json:
+        env = environment(torch.device("cpu"))
+        payload: dict[str, Any] = {
+            "env": env, "prompt_tokens": len(ids), "new_tokens": args.new_tokens,
+            "threads": args.threads, "results": results,
+        }  # fmt: skip
+        args.json.write_text(json.dumps(payload, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
