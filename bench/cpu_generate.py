@@ -10,15 +10,12 @@ warm-up generation each (which is also when ``torch.compile`` compiles).
 
 Engines (``--engines``):
 
-* ``attnkit``: the imported checkpoint in fp32 on the static KV cache
-  (``stepper_for(model)``, what ``attnkit generate`` runs);
-* ``attnkit_compiled``: the same with the decode step compiled
-  (``StaticCacheStepper(model, compile=True)``, inductor's C++ code);
-* ``attnkit_bf16`` / ``attnkit_bf16_compiled``: the model cast to bfloat16
-  (``model.to(torch.bfloat16)``: weights, activations and the cache);
-* ``attnkit_int8`` / ``attnkit_int8_compiled``: fp32 activations, weight-only
-  int8 linears (per-row scales, ``torch._weight_int8pack_mm``), set up here
-  (``int8_weight_only``) until ``attnkit.quantize`` lands;
+* ``attnkit``, ``attnkit_bf16``, ``attnkit_int8``: what ``attnkit generate
+  --precision fp32|bf16|int8`` runs on the CPU: ``quantize_model`` (oneDNN-packed
+  fp32, AVX512-BF16 weights, fbgemm int8 with dynamic activations) on the
+  model's own KV cache (``stepper_for(model)``);
+* ``attnkit_compiled``: plain fp32 linears on the static cache, the decode
+  step compiled (``StaticCacheStepper(model, compile=True)``, inductor's C++);
 * ``hf``: ``AutoModelForCausalLM.from_pretrained(dir, gguf_file=...)`` in fp32,
   ``generate``; prefill and decode are split by a logits processor that
   notes the time of each new token;
@@ -43,7 +40,7 @@ from typing import Any
 
 import torch
 from common import cpu_name, environment, format_table, load_average
-from torch import Tensor, nn
+from torch import Tensor
 
 PROMPT = "<|im_start|>user\nWrite a short story about a robot who learns to paint.<|im_end|>\n"
 PROMPT += "<|im_start|>assistant\n"
@@ -53,44 +50,19 @@ Run = Callable[[list[int], int], tuple[float, float, list[int]]]
 # -- attnkit ----------------------------------------------------------------------------
 
 
-class Int8WeightOnlyLinear(nn.Module):
-    """``x W^T`` with ``W`` stored int8 per output row (scale ``max|w_row| / 127``)."""
-
-    def __init__(self, linear: nn.Linear) -> None:
-        super().__init__()
-        w = linear.weight.detach().float()
-        scale = w.abs().amax(dim=1).clamp(min=1e-12) / 127.0
-        self.register_buffer("weight_int8", torch.round(w / scale[:, None]).to(torch.int8))
-        self.register_buffer("scale", scale)
-        self.bias = linear.bias
-
-    def forward(self, x: Tensor) -> Tensor:
-        flat = x.reshape(-1, x.size(-1))
-        out = torch._weight_int8pack_mm(flat, self.weight_int8, self.scale.to(x.dtype))
-        out = out.view(*x.shape[:-1], -1)
-        return out if self.bias is None else out + self.bias
-
-
-def int8_weight_only(model: nn.Module) -> nn.Module:
-    """Every ``nn.Linear`` (the tied output projection included) -> ``Int8WeightOnlyLinear``."""
-    for module in list(model.modules()):
-        for child_name, child in list(module.named_children()):
-            if isinstance(child, nn.Linear):
-                setattr(module, child_name, Int8WeightOnlyLinear(child))
-    return model
-
-
 def attnkit_engine(checkpoint: Path, variant: str) -> tuple[float, Run]:
     from attnkit.checkpoints import load_model
-    from attnkit.decoding.static import StaticCacheStepper
+    from attnkit.decoding.static import StaticCacheStepper, stepper_for
+    from attnkit.quantize import quantize_model
 
     start = time.perf_counter()
     model = load_model(checkpoint, "cpu").model
-    if "bf16" in variant:
-        model = model.to(torch.bfloat16)
-    if "int8" in variant:
-        model = int8_weight_only(model)
-    stepper = StaticCacheStepper(model, compile="compiled" in variant)
+    stepper: Any
+    if variant == "attnkit_compiled":  # plain fp32 linears on the compiled static cache
+        stepper = StaticCacheStepper(model, compile=True)
+    else:  # what `attnkit generate --precision P` runs on the CPU
+        precision = variant.removeprefix("attnkit").removeprefix("_") or "fp32"
+        stepper = stepper_for(quantize_model(model, precision))
     seconds = time.perf_counter() - start
 
     @torch.inference_mode()

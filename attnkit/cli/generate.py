@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from attnkit.cli.common import add_device_argument
+from attnkit.cli.common import add_device_argument, add_precision_argument
 from attnkit.errors import UsageError
 
 
@@ -35,6 +35,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--ignore-eos", action="store_true", help="keep generating past the end-of-sequence token"
     )
+    add_precision_argument(parser)
     add_device_argument(parser)
 
 
@@ -52,13 +53,14 @@ def check_arguments(args: argparse.Namespace) -> None:
 def run(args: argparse.Namespace) -> int:
     import torch
 
-    from attnkit.cli.common import load_for
+    from attnkit.cli.common import apply_precision, load_for
     from attnkit.decoding.generate import stream
     from attnkit.decoding.static import stepper_for
 
     check_arguments(args)
     loaded = load_for("generate", args.checkpoint, getattr(args, "device", None))
     model, tokenizer = loaded.model, loaded.tokenizer
+    apply_precision(model, args.precision)
     prompt = tokenizer.encode(args.prompt)
     if not prompt:
         raise UsageError("--prompt must hold at least one token, got an empty prompt")
@@ -83,7 +85,7 @@ def run(args: argparse.Namespace) -> int:
         top_p=args.top_p,
         generator=generator,
         eos_id=None if args.ignore_eos else model.eos_id,
-        stepper=stepper_for(model),  # the static cache
+        stepper=stepper_for(model),  # CPU: the model's own cache; GPU: the static cache
     ):
         ids.append(int(token[0]))
         text = tokenizer.decode(ids)

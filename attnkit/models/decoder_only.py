@@ -130,7 +130,8 @@ class DecoderOnlyLM(nn.Module):
             shape = tuple(prompt_ids.shape)
             raise ValueError(f"prompt_ids: expected (batch, length >= 1) token ids, got {shape}")
         c = self.config
-        weight = self.embed.tokens.weight
+        # The activations' dtype: a float parameter's (the embedding may be quantized).
+        weight = next(p for p in self.parameters() if p.is_floating_point())
         prefix = prompt_ids.size(1) - 1
         positions = c.max_len if max_steps is None else min(c.max_len, prefix + max_steps)
         make = default_cache(c) if cache is None else cache

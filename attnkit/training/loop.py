@@ -382,6 +382,13 @@ class Trainer:
                     set_total_steps(self.scheduler, int(total / self.dist.world_size))
             stats = self.train_step()
             window_tokens += stats["tokens"]
+            if cfg.max_minutes is not None and self.step % 10 == 0:
+                # A time budget ends the run before max_steps: the bar's total (and so its
+                # ETA) is the step the budget will end at, at the speed so far.
+                left = remaining_steps(self.step - first_step, time.perf_counter() - start,
+                                       60.0 * cfg.max_minutes)  # fmt: skip
+                if left is not None:
+                    bar.total = min(cfg.max_steps, self.step + left)
             bar.update(1)
             if stats["skipped"]:
                 log.log({"split": "skipped", "step": self.step, "reason": stats["skipped"]})

@@ -128,3 +128,21 @@ def test_through_the_attnkit_command(checkpoint, monkeypatch, capsys):
     assert cli_main.main(["generate", "--checkpoint", str(run), "--top-p", "2"]) == 2
     err = capsys.readouterr().err
     assert err == "attnkit generate: error: --top-p must be in (0, 1], got 2.0\n"
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16", "int8"])
+def test_precision_reaches_generate(checkpoint, capsys, monkeypatch, precision):
+    """--precision converts the model (quantize_model) before it generates; fp32
+    (packed) gives the plain model's greedy text."""
+    import attnkit.quantize as quantize
+
+    run, model, tok = checkpoint
+    seen = []
+    real = quantize.quantize_model
+    monkeypatch.setattr(quantize, "quantize_model", lambda m, p: seen.append(p) or real(m, p))
+    argv = ["--checkpoint", str(run), "--max-new-tokens", "20", "--temperature", "0"]
+    assert cli.run(parse(*argv, "--prompt", "not", "--no-echo", "--precision", precision)) == 0
+    text = capsys.readouterr().out
+    assert seen == [precision] and text.endswith("\n")
+    if precision == "fp32":
+        assert text == expected_text(model, tok, "not", 20, 0, temperature=0.0)[3:]

@@ -178,3 +178,26 @@ def test_a_gpu_model_is_refused_by_name():
     else:  # pragma: no cover - the GPU runbook
         with pytest.raises(ValueError, match="precision: .*CPU"):
             quantize_model(small().cuda(), "int8")
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16", "int8"])
+def test_a_quantized_decoder_only_model_decodes_on_its_cache(precision):
+    """``DecoderOnlyLM.start`` sizes its cache from a float parameter, not the
+    (quantized) embedding: each step's logits match a full forward of the same
+    quantized model over the prefix. int8 only to its quantisation error: its
+    activations are quantised per call (one scale for all rows), so a step of
+    one row and a forward of all rows round differently."""
+    model = _families()["decoder_only"]
+    prompt = _inputs("decoder_only")[0][:, :4]
+    quantize_model(model, precision)
+    with torch.no_grad():
+        state = model.start(prompt, max_steps=3)
+        tokens = prompt
+        for _ in range(3):
+            logits, state = model.step(tokens[:, -1], state)
+            full = model(tokens).logits[:, -1]
+            if precision == "int8":
+                assert float((logits - full).abs().max() / full.abs().max()) < 0.1
+            else:
+                torch.testing.assert_close(logits, full, atol=1e-4, rtol=1e-4)
+            tokens = torch.cat([tokens, logits.argmax(-1, keepdim=True)], dim=1)
