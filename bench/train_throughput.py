@@ -11,7 +11,8 @@ random init) are:
   ``compile`` (``torch.compile`` of forward + loss; backward is compiled
   with it by AOTAutograd), ``chunked`` (``chunked_label_smoothed_cross_entropy``:
   no full fp32 logits), ``fused`` (``AdamW(fused=True)`` where the device
-  supports it, else ``foreach=True``);
+  supports it, else ``foreach=True``), ``onednn`` (fp32 linears on oneDNN's
+  GEMM, what ``attnkit train`` does on a CPU: ``train.cpu_matmul``);
 * ``attnkit+compile``, ``attnkit+chunked+fused``, ... -- any subset, for
   ablations (one row per change, as bench/NOTES.md asks);
 * ``torch_nn``      -- ``torch.nn.Transformer`` wrapped as a user would;
@@ -61,7 +62,7 @@ SHAPES = {
     "base": ("base", 200, 64, 64, 32000),  # issue #6: the paper's base model
     "big": ("big", 200, 64, 64, 32000),  # issue #6: the paper's big model
 }
-FEATURES = ("compile", "chunked", "fused")
+FEATURES = ("compile", "chunked", "fused", "onednn")
 MODELS = ("attnkit", "attnkit_fast", "torch_nn", "hf")
 PEERS = ("torch_nn", "hf")
 EPS = 0.1
@@ -126,6 +127,10 @@ def prepare(name: str, c: TransformerConfig, batch: dict[str, Tensor], args, dev
         before = torch.cuda.memory_allocated(device)  # the other models' weights and state
     model, forward = build(base, c)
     model.to(device).train()
+    if "onednn" in features:  # what attnkit train does on a CPU (train.cpu_matmul: auto)
+        from attnkit.kernels.onednn_linear import use_onednn_linear
+
+        use_onednn_linear(model)
     opt, opt_kind = adamw(model.parameters(), device, "fused" in features)
     amp = torch.autocast("cuda", dtype=torch.bfloat16, enabled=cuda)
     src, tgt, labels = batch["src"], batch["tgt"], batch["labels"]
@@ -181,8 +186,8 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--models", default=",".join(MODELS),
                    help="comma-separated: attnkit, attnkit_fast, attnkit+<features>, torch_nn, "
                         "torch_nn_paper, hf (default: %(default)s)")  # fmt: skip
-    p.add_argument("--fast", default=",".join(FEATURES),
-                   help="attnkit_fast's features, from compile, chunked, fused "
+    p.add_argument("--fast", default="compile,chunked,fused",
+                   help="attnkit_fast's features, from compile, chunked, fused, onednn "
                         "(default: %(default)s)")  # fmt: skip
     p.add_argument("--compile-peers", action="store_true",
                    help="also torch.compile the peers' forward + loss")  # fmt: skip
