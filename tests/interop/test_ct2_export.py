@@ -49,9 +49,9 @@ def test_ctranslate2_translates_as_attnkit(which, request, test_lines, tmp_path)
     for beam in (1, 4):  # alpha 0: CTranslate2's length_penalty divides by len**alpha
         ours = translate_texts(model, tok, texts, beam=beam, alpha=0.0, max_len_b=MAX_LEN_B)
         assert ct2_translate(out, texts, beam=beam, alpha=0.0) == ours
-    # The one documented difference: CTranslate2 returns nothing for an empty source
-    # without running the model (attnkit decodes the lone </s>).
+    # An empty source gives an empty line in both, without running the model.
     assert ct2_translate(out, [""], beam=1, alpha=0.0) == [""]
+    assert translate_texts(model, tok, [""], beam=1, alpha=0.0) == [""]
 
 
 def test_ctranslate2_refuses_what_marian_cannot_express(tmp_path, capsys):

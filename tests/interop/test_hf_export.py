@@ -36,7 +36,9 @@ for name, kwargs in job["searches"].items():
 print(json.dumps(result))
 """
 
-ODD = ["", "forty-two <s> </s> <pad>", "zwölf €€ straße"]  # empty, literal specials, unseen chars
+# Literal specials, unseen characters. Not a blank line: attnkit translates one to a
+# blank line without running the model, transformers decodes the lone </s>.
+ODD = ["forty-two <s> </s> <pad>", "zwölf €€ straße", "x"]
 
 
 def run_standalone(directory, texts, limits, searches) -> dict:
