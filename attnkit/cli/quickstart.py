@@ -112,7 +112,7 @@ def _prepare_out(out: Path, overwrite: bool) -> None:
 def run(args: argparse.Namespace) -> int:
     import torch
 
-    from attnkit.data.synthetic import number_splits
+    from attnkit.data.synthetic import number_splits, round_numbers
     from attnkit.data.tokenizers import BPETokenizer
     from attnkit.decoding.text import translate_texts
     from attnkit.device import resolve_device
@@ -131,6 +131,7 @@ def run(args: argparse.Namespace) -> int:
     splits = number_splits(
         args.train_size, 300, args.test_size, low=1, seed=args.seed, balanced=True,
         always_train=100,  # every number under 100 is seen: the irregular ones ("zwölf")
+        also_train=round_numbers(),  # and "five hundred", "two thousand": typed first, rare
     )  # fmt: skip
     train, valid, test = splits["train"], splits["valid"], splits["test"]
     print(f"task: English number words -> German, {len(train)} training pairs, e.g.")

@@ -10,6 +10,8 @@ Numbers run from 0 to 999,999; English follows the US style without "and".
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 
 from attnkit.errors import UsageError
@@ -124,6 +126,17 @@ def number_pairs(
     return _pairs(sample_numbers(n_examples, low, high, seed=seed))
 
 
+def round_numbers(high: int = MAX_NUMBER) -> list[int]:
+    """Hundreds and thousands with nothing after them (500, 2000, 300000), up to ``high``.
+
+    Few of them come up in a uniform sample (about 1 in 1000), yet they are what a
+    newcomer types first; without them a model says "fünfhundertfünf" for 500.
+    """
+    hundreds = [h * 100 for h in range(1, 10)]
+    thousands = [t * 1000 for t in range(1, 1000)]
+    return [n for n in hundreds + thousands if n <= high]
+
+
 def number_splits(
     n_train: int,
     n_valid: int,
@@ -134,24 +147,28 @@ def number_splits(
     seed: int = 0,
     balanced: bool = False,
     always_train: int = 0,
+    also_train: Sequence[int] = (),
 ) -> dict[str, list[tuple[str, str]]]:
     """Train/valid/test pairs over disjoint number sets, so evaluation is on unseen numbers.
 
     ``always_train``: every number in ``[low, always_train)`` is a training pair
     (the irregular words under 100 are what a newcomer types first; a model
     cannot guess "zwölf" from "twelve" if it never saw it); the held-out
-    splits are drawn from the rest.
+    splits are drawn from the rest. ``also_train``: more numbers that are always
+    training pairs (``round_numbers``: "five hundred", "two thousand").
     """
     sizes = {"train": n_train, "valid": n_valid, "test": n_test}
     for name, size in sizes.items():
         if size < 0:
             raise UsageError(f"n_{name} must be >= 0, got {size}")
     numbers = sample_numbers(sum(sizes.values()), low, high, seed=seed, balanced=balanced)
-    if always_train > low:
+    if always_train > low or also_train:
         first = list(range(low, min(always_train, high + 1)))
+        first += sorted({n for n in also_train if low <= n <= high} - set(first))
         if len(first) > n_train:
             raise UsageError(f"always_train={always_train}: more numbers than n_train={n_train}")
-        rest = [n for n in numbers if n >= always_train]
+        kept = set(first)
+        rest = [n for n in numbers if n not in kept]
         numbers = first + rest[: n_train - len(first)] + rest[n_train - len(first) :]
         numbers = numbers[: sum(sizes.values())]
         rng = np.random.default_rng(seed + 1)

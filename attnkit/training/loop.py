@@ -373,6 +373,7 @@ class Trainer:
         last_valid: dict[str, float] = {}
         stopped_early = False
         first_step = self.step
+        reached_goal = False
         while self.step < cfg.max_steps:
             if cfg.decay_to_budget and cfg.max_minutes is not None:  # ranks agree on the mean
                 steps_left = remaining_steps(self.step - first_step, time.perf_counter() - start,
@@ -410,7 +411,7 @@ class Trainer:
                 if self.dist.from_main(
                     stop_when is not None and bool(last_valid) and stop_when(last_valid)
                 ):
-                    out_of_time = last = True  # reached the goal: save and stop
+                    out_of_time = last = reached_goal = True  # save and stop
                 if last_valid and main:
                     log.log({"split": "valid", "step": self.step, **last_valid})
                     bar.write(
@@ -422,7 +423,9 @@ class Trainer:
                 self.save()
             if out_of_time:
                 stopped_early = True
-                if main and cfg.max_minutes is not None and self.step < cfg.max_steps:
+                if main and reached_goal:
+                    bar.write(f"stopping at step {self.step}: the validation goal is reached")
+                elif main and cfg.max_minutes is not None and self.step < cfg.max_steps:
                     bar.write(f"stopping at step {self.step}: train.max_minutes reached")
                 break
         bar.close()

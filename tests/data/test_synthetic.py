@@ -81,3 +81,19 @@ def test_splits_are_disjoint() -> None:
     train, valid, test = (set(splits[k]) for k in ("train", "valid", "test"))
     assert not (train & valid) and not (train & test) and not (valid & test)
     assert splits == number_splits(300, 50, 50, 0, 999, seed=0)
+
+
+def test_small_and_round_numbers_are_always_training_pairs() -> None:
+    """What a newcomer types first ("twelve", "five hundred", "two thousand") is
+    always seen in training and never held out; the splits stay disjoint."""
+    from attnkit.data.synthetic import number_splits, round_numbers
+
+    rounds = round_numbers()
+    assert {500, 2000, 300_000, 999_000} <= set(rounds) and 501 not in rounds
+    splits = number_splits(3000, 300, 300, low=1, seed=3, balanced=True,
+                           always_train=100, also_train=rounds)  # fmt: skip
+    train = {src for src, _ in splits["train"]}
+    held = {src for name in ("valid", "test") for src, _ in splits[name]}
+    must = {number_to_english(n) for n in [*range(1, 100), *rounds]}
+    assert must <= train and not must & held and not train & held
+    assert [len(splits[k]) for k in ("train", "valid", "test")] == [3000, 300, 300]
