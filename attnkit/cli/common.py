@@ -54,7 +54,8 @@ def add_precision_argument(parser: argparse.ArgumentParser) -> None:
         choices=("fp32", "bf16", "int8"),
         help="CPU inference weights: fp32 (default; oneDNN-packed, same results to float "
         "rounding), bf16 (AVX512-BF16 GEMMs), int8 (per-channel weights, dynamic "
-        "activations; fastest, smallest). bf16/int8 change results slightly: see the README",
+        "activations; fastest, smallest; inaccurate on Llama-type models, whose activations "
+        "have outliers: use bf16 there). bf16/int8 change results: see the README",
     )
 
 
