@@ -5,7 +5,10 @@ docs/results.md: the progression (against its published anchors) and the small T
     python experiments/progression_table.py runs/progression/results.jsonl
 
 Steps and parameter counts are read from each row's training log beside results.jsonl
-(``OUT/ROW.train.log``).
+(``OUT/ROW.train.log``, or ``OUT/ROW_sSEED.train.log`` for a run with ``SEED``). A row run
+with several seeds shows each seed's figure and their mean. A third table follows the
+validation loss of the position ablation rows step by step (issue 13), read from each
+run's ``metrics.jsonl``.
 """
 
 from __future__ import annotations
@@ -46,37 +49,89 @@ TABLE3: dict[str, tuple[str, str, str, int]] = {
 }
 
 
-def train_facts(results_path: Path, row: str) -> tuple[str, str]:
-    """(steps, parameters) from ``ROW.train.log`` beside the results, or ``?``."""
-    log = results_path.parent / f"{row}.train.log"
+# The position ablation (why sinusoidal positions start slowly): rows and what each tests.
+ABLATION = {
+    "transformer_sinusoidal": "sinusoids (amplitude 1) + token embeddings x sqrt(D) (std 1)",
+    "transformer_learned": "learned positions, initialised with std D^-0.5 (small)",
+    "transformer_no_positions": "no positions at all",
+    "transformer_unscaled": "sinusoids + token embeddings not scaled (std D^-0.5)",
+}
+
+
+def _log_name(row: str, seed: int | None) -> str:
+    return row if seed is None else f"{row}_s{seed}"
+
+
+def _log_lines(results_path: Path, name: str, file: str = "{name}.train.log") -> list[dict]:
+    """The JSON lines of ``NAME.train.log`` beside the results (none if it is missing),
+    or of another file named by ``file`` (the run's ``{name}/metrics.jsonl``)."""
+    log = results_path.parent / file.format(name=name)
     if not log.is_file():
-        return "?", "?"
-    text = log.read_text(encoding="utf-8", errors="replace")
-    params = re.search(r"([\d.]+)M parameters", text)
-    steps = "?"
-    for line in reversed(text.splitlines()):
+        return []
+    records = []
+    for line in log.read_text(encoding="utf-8", errors="replace").splitlines():
         if line.startswith("{"):
             try:
-                steps = str(json.loads(line)["step"])
-            except (json.JSONDecodeError, KeyError):
+                records.append(json.loads(line))
+            except json.JSONDecodeError:
                 pass
-            break
-    return steps, f"{params.group(1)}M" if params else "?"
+    return records
 
 
-def by_row(records: list[dict]) -> dict[str, dict[str, dict]]:
-    """``{row: {"greedy": record, "beam": record}}`` (the last record of each wins)."""
-    rows: dict[str, dict[str, dict]] = {}
+def train_facts(results_path: Path, row: str, seeds: list[int | None] = [None]) -> tuple[str, str]:  # noqa: B006
+    """(steps, parameters) from each seed's training log beside the results, or ``?``."""
+    steps, params = [], "?"
+    for seed in seeds:
+        name = _log_name(row, seed)
+        log = results_path.parent / f"{name}.train.log"
+        if not log.is_file():
+            steps.append("?")
+            continue
+        found = re.search(
+            r"([\d.]+)M parameters", log.read_text(encoding="utf-8", errors="replace")
+        )
+        params = f"{found.group(1)}M" if found else params
+        with_step = [r for r in _log_lines(results_path, name) if "step" in r]
+        steps.append(str(with_step[-1]["step"]) if with_step else "?")
+    return " / ".join(steps), params
+
+
+Rows = dict[str, dict[str, list[dict]]]
+
+
+def by_row(records: list[dict]) -> Rows:
+    """``{row: {"greedy": [record per seed], "beam": [...]}}`` (a seed's last record wins)."""
+    keyed: dict[tuple[str, str, int | None], dict] = {}
     for r in records:
-        rows.setdefault(r["row"], {})[r["search"]] = r
+        keyed[(r["row"], r["search"], r.get("seed"))] = r
+    rows: Rows = {}
+    for (row, search, _), r in keyed.items():
+        rows.setdefault(row, {}).setdefault(search, []).append(r)
+    for searches in rows.values():
+        for runs in searches.values():
+            runs.sort(key=lambda r: r.get("seed") or 0)
     return rows
 
 
-def _fmt(record: dict | None, key: str) -> str:
-    return "-" if record is None or key not in record else f"{record[key]:.1f}"
+def _fmt(runs: list[dict] | None, key: str) -> str:
+    """One figure, or each seed's and their mean: ``33.1 / 33.9 (33.5)``."""
+    values = [r[key] for r in runs or [] if key in r]
+    if not values:
+        return "-"
+    if len(values) == 1:
+        return f"{values[0]:.1f}"
+    return " / ".join(f"{v:.1f}" for v in values) + f" ({sum(values) / len(values):.1f})"
 
 
-def progression_table(rows: dict[str, dict[str, dict]], path: Path) -> str:
+def _first(runs: dict[str, list[dict]]) -> dict:
+    return next(iter(runs.get("greedy") or runs.get("beam") or []))
+
+
+def _seeds(runs: dict[str, list[dict]]) -> list[int | None]:
+    return [r.get("seed") for r in runs.get("greedy") or runs.get("beam") or []]
+
+
+def progression_table(rows: Rows, path: Path) -> str:
     lines = [
         "| row | params | steps | train s | greedy: tok. lc BLEU | beam 5: tok. lc BLEU "
         "| beam 5: sacreBLEU | beam 5: chrF | test ppl | anchor (greedy, tok. lc) |",
@@ -86,24 +141,24 @@ def progression_table(rows: dict[str, dict[str, dict]], path: Path) -> str:
         if row not in rows:
             continue
         greedy, beam = rows[row].get("greedy"), rows[row].get("beam")
-        any_record = greedy or beam
-        steps, params = train_facts(path, row)
+        steps, params = train_facts(path, row, _seeds(rows[row]))
+        seconds = " / ".join(str(r["train_seconds"]) for r in greedy or beam or [])
         lines.append(
-            f"| {row} | {params} | {steps} | {any_record['train_seconds']} | "
+            f"| {row} | {params} | {steps} | {seconds} | "
             f"{_fmt(greedy, 'bleu_lc')} | {_fmt(beam, 'bleu_lc')} | {_fmt(beam, 'bleu')} | "
-            f"{_fmt(beam, 'chrf')} | {_fmt(any_record, 'perplexity')} | {anchor} |"
+            f"{_fmt(beam, 'chrf')} | {_fmt(greedy or beam, 'perplexity')} | {anchor} |"
         )
     return "\n".join(lines)
 
 
-def table3(rows: dict[str, dict[str, dict]], path: Path) -> str:
+def table3(rows: Rows, path: Path) -> str:
     lines = [
         "| row | change | steps | beam 5: tok. lc BLEU | change in BLEU | test ppl "
         "| the paper | same direction as the paper? |",
         "|---|---|---|---|---|---|---|---|",
     ]
     if BASE in rows:
-        steps, _ = train_facts(path, BASE)
+        steps, _ = train_facts(path, BASE, _seeds(rows[BASE]))
         base = rows[BASE].get("beam")
         lines.append(
             f"| {BASE} | base: 4 heads, dropout 0.3, eps_ls 0.1, sinusoids | {steps} | "
@@ -114,10 +169,10 @@ def table3(rows: dict[str, dict[str, dict]], path: Path) -> str:
         if beam is None:
             continue
         ref = rows.get(against, {}).get("beam")
-        steps, _ = train_facts(path, row)
+        steps, _ = train_facts(path, row, _seeds(rows[row]))
         delta, verdict = "-", "-"
         if ref is not None:
-            d = beam["bleu_lc"] - ref["bleu_lc"]
+            d = _mean(beam, "bleu_lc") - _mean(ref, "bleu_lc")
             delta = f"{d:+.1f} vs {against}"
             if sign:
                 verdict = "yes" if d * sign > 0 else "no" if d * sign < 0 else "no change"
@@ -125,6 +180,36 @@ def table3(rows: dict[str, dict[str, dict]], path: Path) -> str:
             f"| {row} | {change} | {steps} | {_fmt(beam, 'bleu_lc')} | {delta} | "
             f"{_fmt(beam, 'perplexity')} | {paper} | {verdict} |"
         )
+    return "\n".join(lines)
+
+
+def _mean(runs: list[dict], key: str) -> float:
+    return sum(r[key] for r in runs) / len(runs)
+
+
+def ablation_table(rows: Rows, path: Path) -> str:
+    """Validation loss every ``eval_every`` steps of the position ablation rows."""
+    curves = {}
+    for row in ABLATION:
+        if row in rows:
+            for seed in _seeds(rows[row]):
+                valid = [
+                    r for r in _log_lines(path, _log_name(row, seed)) if r.get("split") == "valid"
+                ]
+                curves[_log_name(row, seed)] = (row, {r["step"]: r["loss"] for r in valid})
+    steps = sorted({s for _, losses in curves.values() for s in losses})
+    if not steps:
+        return ""
+    lines = [
+        "| run | what it tests | "
+        + " | ".join(f"valid loss @ {s}" for s in steps)
+        + " | greedy BLEU |",
+        "|---|---|" + "---|" * (len(steps) + 1),
+    ]
+    for name, (row, losses) in curves.items():
+        cells = " | ".join(f"{losses[s]:.2f}" if s in losses else "-" for s in steps)
+        greedy = [r for r in rows[row].get("greedy", []) if _log_name(row, r.get("seed")) == name]
+        lines.append(f"| {name} | {ABLATION[row]} | {cells} | {_fmt(greedy, 'bleu_lc')} |")
     return "\n".join(lines)
 
 
@@ -136,8 +221,11 @@ def main(path_text: str) -> None:
     print()
     print(table3(rows, path))
     print()
+    print(ablation_table(rows, path))
+    print()
     for r in records:
-        print(f"- {r['row']} ({r['search']}): `{r['command']}`, commit {r['commit']}, "
+        name = _log_name(r["row"], r.get("seed"))
+        print(f"- {name} ({r['search']}): `{r['command']}`, commit {r['commit']}, "
               f"{r['device']}, {r['date']}")  # fmt: skip
 
 

@@ -2,7 +2,9 @@
 
 ``attend`` takes PyTorch's fused ``F.scaled_dot_product_attention`` whenever
 nobody asked for the weights, and an explicit reference path that returns
-them otherwise. Both give the same values and gradients (tested).
+them otherwise. Both give the same values and gradients (tested). One query
+per row on the CPU without gradients (a decode step) takes two batched GEMVs
+instead (``attnkit.attention.one_query``: the fused kernel is slow there).
 
 Relative positions (Shaw et al., 2018; ``attnkit.positions.relative``) take a
 third, explicit path, using the paper's efficient split (§3.3) so no
@@ -38,6 +40,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from attnkit.attention.gqa import repeat_kv
+from attnkit.attention.one_query import one_query_attention, use_one_query_path
 from attnkit.attention.scores import DotScore, ScaledDotScore, dot_score, scaled_dot_score
 from attnkit.positions.relative import RelativePositionTerms
 
@@ -111,6 +114,9 @@ def attend(
         raise ValueError("position: relative and bias terms need a dot-product score")
     if is_causal and tq == 1:
         is_causal = False  # one query at the newest position sees every key
+    plain = custom is None and position is None and bias is None and not need_weights
+    if plain and tq == 1 and dropout_p == 0.0 and use_one_query_path(q, k):
+        return one_query_attention(q, k, v, mask, scale), None  # a CPU decode step
     explicit = need_weights or position is not None or custom is not None
     if groups > 1 and explicit:  # the explicit paths want one key/value head per query head
         k, v = repeat_kv(k, groups), repeat_kv(v, groups)

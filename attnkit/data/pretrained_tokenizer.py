@@ -20,7 +20,14 @@ Conventions are attnkit's, so every command treats it like the others:
   its importer names ordinary ids as the config's ``pad_id``/``bos_id``
   (never fed, see ``attnkit.interop.hf_gpt2``), and those must stay in text;
 * ``encode_special_tokens``: whether text such as ``"<s>"`` is encoded as
-  characters (attnkit's own BPE does so) rather than as the special token.
+  characters (attnkit's own BPE does so) rather than as the special token
+  (Hugging Face's default: SmolLM2's ``"<|im_start|>"`` is one id);
+* ``chat_template`` (a Jinja string, or ``None``) travels with the
+  tokenizer's JSON (the GGUF importer keeps the file's); nothing in attnkit
+  needs it to run.
+
+Checkpoints saved before this class took over GGUF imports hold kind
+``"hf"``; ``from_hf_state`` reads them.
 """
 
 from __future__ import annotations
@@ -37,7 +44,6 @@ class PretrainedTokenizer(Tokenizer):
     """A ``tokenizers.Tokenizer`` from a pretrained model, with explicit special ids."""
 
     kind = "pretrained"
-    unk_id: int  # always set (BERT's [UNK], GPT-2's <|endoftext|>)
 
     def __init__(
         self,
@@ -46,10 +52,11 @@ class PretrainedTokenizer(Tokenizer):
         pad_id: int,
         bos_id: int,
         eos_id: int,
-        unk_id: int,
+        unk_id: int | None,
         mask_id: int | None = None,
         skip_ids: Sequence[int] = (),
         encode_special_tokens: bool = False,
+        chat_template: str | None = None,
     ):
         self._hf = hf_tokenizer
         self._hf.no_padding()  # attnkit pads batches itself
@@ -58,12 +65,12 @@ class PretrainedTokenizer(Tokenizer):
         self.pad_id, self.bos_id, self.eos_id, self.unk_id = pad_id, bos_id, eos_id, unk_id
         self.mask_id = mask_id
         self.skip_ids = frozenset(int(i) for i in skip_ids)
+        self.chat_template = chat_template
         size = self.vocab_size
-        named = {"pad_id": pad_id, "bos_id": bos_id, "eos_id": eos_id, "unk_id": unk_id}
-        if mask_id is not None:
-            named["mask_id"] = mask_id
+        named = {"pad_id": pad_id, "bos_id": bos_id, "eos_id": eos_id, "unk_id": unk_id,
+                 "mask_id": mask_id}  # fmt: skip
         for name, value in named.items():
-            if not 0 <= value < size:
+            if value is not None and not 0 <= value < size:
                 raise DataError(f"pretrained tokenizer: {name}={value} is outside 0..{size - 1}")
 
     @property
@@ -105,20 +112,45 @@ class PretrainedTokenizer(Tokenizer):
             "mask_id": self.mask_id,
             "skip_ids": sorted(self.skip_ids),
             "encode_special_tokens": bool(self._hf.encode_special_tokens),
+            "chat_template": self.chat_template,
         }
+
+    @classmethod
+    def with_special_skipped(cls, hf_tokenizer: Any, **ids: Any) -> PretrainedTokenizer:
+        """Wrap ``hf_tokenizer`` so ``decode`` drops pad/BOS/EOS and every added token
+        the file marks special (what ``skip_special_tokens=True`` does in HF)."""
+        marked = [i for i, t in hf_tokenizer.get_added_tokens_decoder().items() if t.special]
+        named = [ids[k] for k in ("pad_id", "bos_id", "eos_id") if ids.get(k) is not None]
+        return cls(hf_tokenizer, skip_ids=sorted({*marked, *named}), **ids)
 
     @classmethod
     def _from_state(cls, state: dict[str, Any]) -> PretrainedTokenizer:
         tk = _import_hf_tokenizers()
         try:
-            ids = {name: int(state[name]) for name in ("pad_id", "bos_id", "eos_id", "unk_id")}
+            ids = {name: int(state[name]) for name in ("pad_id", "bos_id", "eos_id")}
         except (KeyError, TypeError, ValueError) as e:
             raise DataError(f"pretrained tokenizer: a special id is missing or bad ({e})") from None
-        mask = state.get("mask_id")
+        unk, mask = state.get("unk_id"), state.get("mask_id")
         return cls(
             tk.Tokenizer.from_str(json.dumps(state["hf"])),
             **ids,
+            unk_id=None if unk is None else int(unk),
             mask_id=None if mask is None else int(mask),
             skip_ids=[int(i) for i in state.get("skip_ids", [])],
             encode_special_tokens=bool(state.get("encode_special_tokens", False)),
+            chat_template=state.get("chat_template"),
+        )
+
+    @classmethod
+    def from_hf_state(cls, state: dict[str, Any]) -> PretrainedTokenizer:
+        """Read kind ``"hf"`` (GGUF imports saved before this class replaced it)."""
+        tk = _import_hf_tokenizers()
+        specials = state["special_ids"]
+        return cls.with_special_skipped(
+            tk.Tokenizer.from_str(json.dumps(state["hf"])),
+            pad_id=specials["pad_id"],
+            bos_id=specials["bos_id"],
+            eos_id=specials["eos_id"],
+            unk_id=specials.get("unk_id"),
+            chat_template=state.get("chat_template"),
         )

@@ -5,9 +5,10 @@ collation and decoding never need to ask:
 
     0 <pad>   1 <s> (BOS)   2 </s> (EOS)   3 <unk>
 
-``HFTokenizer`` is the exception: it wraps a pretrained ``tokenizers.Tokenizer``
-(an imported model's, e.g. SmolLM2's) with the special ids that model uses,
-so it has instance-level ``pad_id``/``bos_id``/``eos_id``/``unk_id``.
+``PretrainedTokenizer`` (``attnkit.data.pretrained_tokenizer``) is the
+exception: it wraps a pretrained ``tokenizers.Tokenizer`` (an imported
+model's: BERT's, GPT-2's, Marian's, SmolLM2's) with the special ids that model
+uses, so it has instance-level ``pad_id``/``bos_id``/``eos_id``/``unk_id``.
 
 ``encode`` adds no BOS/EOS (collation does); ``decode`` drops pad/BOS/EOS and
 detokenizes, showing unknown pieces as ``<unk>``. A tokenizer serialises to
@@ -50,7 +51,7 @@ class Tokenizer(ABC):
     """
 
     kind: ClassVar[str]
-    # Class-level defaults; PretrainedTokenizer and HFTokenizer set their own per instance.
+    # Class-level defaults; PretrainedTokenizer sets its own per instance.
     pad_id: int = PAD_ID
     bos_id: int = BOS_ID
     eos_id: int = EOS_ID
@@ -252,89 +253,6 @@ class BPETokenizer(Tokenizer):
         return cls(tk.Tokenizer.from_str(json.dumps(state["hf"])))
 
 
-class HFTokenizer(Tokenizer):
-    """A pretrained HF ``tokenizers.Tokenizer`` with the special ids its model uses.
-
-    For imported checkpoints (``attnkit import``), whose vocabularies put their
-    special tokens where their authors did (SmolLM2: ``<|endoftext|>`` 0,
-    ``<|im_start|>`` 1, ``<|im_end|>`` 2). ``encode`` adds nothing (no BOS,
-    whatever the wrapped post-processor says) and matches special tokens
-    written in the text as the wrapped tokenizer does (``"<|im_start|>"`` is
-    one id, as in Hugging Face); ``decode`` drops pad/BOS/EOS and every token
-    marked special. ``chat_template`` (a Jinja string, or ``None``) travels
-    with the tokenizer's JSON; nothing in attnkit needs it to run.
-    """
-
-    kind = "hf"
-
-    def __init__(
-        self,
-        hf_tokenizer: Any,
-        *,
-        pad_id: int,
-        bos_id: int,
-        eos_id: int,
-        unk_id: int | None = None,
-        chat_template: str | None = None,
-    ) -> None:
-        self._hf = hf_tokenizer
-        size = self._hf.get_vocab_size(with_added_tokens=True)
-        ids = {"pad_id": pad_id, "bos_id": bos_id, "eos_id": eos_id, "unk_id": unk_id}
-        for name, value in ids.items():
-            if value is not None and not (isinstance(value, int) and 0 <= value < size):
-                raise DataError(f"HF tokenizer: {name}: {value!r} is not an id of {size} tokens")
-        self.pad_id, self.bos_id, self.eos_id, self.unk_id = pad_id, bos_id, eos_id, unk_id
-        self.chat_template = chat_template
-
-    @property
-    def vocab_size(self) -> int:
-        return self._hf.get_vocab_size(with_added_tokens=True)
-
-    @property
-    def hf(self) -> Any:
-        """The wrapped ``tokenizers.Tokenizer``."""
-        return self._hf
-
-    def encode(self, text: str) -> list[int]:
-        return self._hf.encode(text, add_special_tokens=False).ids
-
-    def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
-        return [e.ids for e in self._hf.encode_batch(list(texts), add_special_tokens=False)]
-
-    def decode(self, ids: Sequence[int]) -> str:
-        drop = {self.pad_id, self.bos_id, self.eos_id}
-        return self._hf.decode([int(i) for i in ids if int(i) not in drop],
-                               skip_special_tokens=True)  # fmt: skip
-
-    def id_to_token(self, i: int) -> str:
-        return self._hf.id_to_token(i)
-
-    def _state(self) -> dict[str, Any]:
-        return {
-            "hf": json.loads(self._hf.to_str()),
-            "special_ids": {
-                "pad_id": self.pad_id,
-                "bos_id": self.bos_id,
-                "eos_id": self.eos_id,
-                "unk_id": self.unk_id,
-            },  # fmt: skip
-            "chat_template": self.chat_template,
-        }
-
-    @classmethod
-    def _from_state(cls, state: dict[str, Any]) -> HFTokenizer:
-        tk = _import_hf_tokenizers()
-        specials = state["special_ids"]
-        return cls(
-            tk.Tokenizer.from_str(json.dumps(state["hf"])),
-            pad_id=specials["pad_id"],
-            bos_id=specials["bos_id"],
-            eos_id=specials["eos_id"],
-            unk_id=specials.get("unk_id"),
-            chat_template=state.get("chat_template"),
-        )
-
-
 def tokenizer_from_json(text: str) -> Tokenizer:
     """Rebuild a tokenizer from ``Tokenizer.to_json()`` output."""
     try:
@@ -348,7 +266,7 @@ def tokenizer_from_json(text: str) -> Tokenizer:
         "char": CharTokenizer,
         "word": WordTokenizer,
         "pretrained": PretrainedTokenizer,
-        "hf": HFTokenizer,
+        "hf": PretrainedTokenizer,  # GGUF imports saved before PretrainedTokenizer took them
     }
     kind = data.get("kind") if isinstance(data, dict) else None
     if kind not in kinds:
@@ -358,7 +276,9 @@ def tokenizer_from_json(text: str) -> Tokenizer:
     if data.get("version") != _FORMAT_VERSION:
         raise DataError(f"tokenizer JSON: unsupported version {data.get('version')!r}")
     try:
-        if kind in ("bpe", "pretrained", "hf"):
+        if kind == "hf":
+            return PretrainedTokenizer.from_hf_state(data)
+        if kind in ("bpe", "pretrained"):
             return kinds[kind]._from_state(data)
         return kinds[kind](data["pieces"])
     except AttnkitError:

@@ -12,7 +12,7 @@ tokenizer. This module maps them onto attnkit:
   ``q_proj``, ``k_proj`` and ``v_proj`` are stacked into attnkit's fused
   ``qkv_proj`` (rows ``q | k | v``, ``(D + 2 h_kv d, D)``); a tied output
   projection is the embedding itself;
-* the tokenizer becomes an ``HFTokenizer`` with the file's special ids and
+* the tokenizer becomes a ``PretrainedTokenizer`` with the file's special ids and
   chat template (stored in ``tokenizer.json``; ``attnkit generate`` never
   needs the template).
 
@@ -49,7 +49,7 @@ from torch import Tensor
 
 from attnkit.checkpoints.files import save_checkpoint
 from attnkit.checkpoints.loading import build_for_loading, load_model_state
-from attnkit.data.tokenizers import HFTokenizer
+from attnkit.data.pretrained_tokenizer import PretrainedTokenizer
 from attnkit.errors import CheckpointError, UsageError
 from attnkit.interop.gguf import GGUFCheckpoint, LlamaHParams, read_gguf
 from attnkit.models.lm_config import DecoderOnlyConfig
@@ -143,11 +143,12 @@ def llama_state_dict(tensors: dict[str, Tensor], hp: LlamaHParams) -> dict[str, 
     return state
 
 
-def build_tokenizer(ckpt: GGUFCheckpoint, config: DecoderOnlyConfig) -> HFTokenizer:
+def build_tokenizer(ckpt: GGUFCheckpoint, config: DecoderOnlyConfig) -> PretrainedTokenizer:
     """The file's tokenizer with the config's special ids and the file's chat template."""
     if ckpt.tokenizer is None:
         raise CheckpointError(f"{ckpt.path}: tokenizer.ggml.tokens: no tokenizer was read")
-    return HFTokenizer(
+    # decode skips what HF's skip_special_tokens=True skips (the parity tests compare texts)
+    return PretrainedTokenizer.with_special_skipped(
         ckpt.tokenizer,
         pad_id=config.pad_id,
         bos_id=config.bos_id,

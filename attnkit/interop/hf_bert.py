@@ -164,6 +164,9 @@ def import_bert(d: HFDirectory) -> Imported:
         pad_id=tokenizer.pad_id,
         bos_id=tokenizer.bos_id,
         eos_id=tokenizer.eos_id,
-        mask_id=tokenizer.mask_id if tokenizer.mask_id is not None else tokenizer.unk_id,
+        # bert_tokenizer always finds [MASK]; a vocabulary without one masks with [UNK]
+        mask_id=next(
+            i for i in (tokenizer.mask_id, tokenizer.unk_id, tokenizer.pad_id) if i is not None
+        ),
     )
     return Imported(config, w.state, w.origin, tokenizer, notes)

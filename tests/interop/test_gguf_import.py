@@ -49,7 +49,8 @@ from gguf_helpers import (
 
 from attnkit.checkpoints import load_model
 from attnkit.cli.main import main
-from attnkit.data.tokenizers import HFTokenizer, tokenizer_from_json
+from attnkit.data.pretrained_tokenizer import PretrainedTokenizer
+from attnkit.data.tokenizers import tokenizer_from_json
 from attnkit.decoding.generate import generate
 from attnkit.decoding.static import stepper_for
 from attnkit.interop.gguf import read_gguf
@@ -100,7 +101,8 @@ def test_crafted_file_imports_to_hf_llama_logits(tmp_path, capsys, tied):
     torch.testing.assert_close(ours, theirs, rtol=0, atol=1e-5)
     # The file's EOS is 0 and BOS 1, with no padding id: pad takes the next free id.
     assert (model.config.pad_id, model.config.bos_id, model.config.eos_id) == (2, 1, 0)
-    assert isinstance(loaded.tokenizer, HFTokenizer) and loaded.tokenizer.chat_template == "{{x}}"
+    assert isinstance(loaded.tokenizer, PretrainedTokenizer)
+    assert loaded.tokenizer.chat_template == "{{x}}"
 
 
 def test_import_refuses_to_overwrite_unless_asked(tmp_path, capsys):
@@ -118,7 +120,7 @@ def test_import_api_takes_a_pre_tokenizer(tmp_path):
     source = write_gguf(tmp_path / "tiny.gguf", to_gguf(hf_weights()), metadata())
     out = import_gguf(source, tmp_path / "gpt2", pre_tokenizer="gpt2")
     assert json.loads((out / "import.json").read_text())["pre_tokenizer"] == "gpt2"
-    assert json.loads((out / "tokenizer.json").read_text())["kind"] == "hf"
+    assert json.loads((out / "tokenizer.json").read_text())["kind"] == "pretrained"
 
 
 def _bad_files(tmp_path: Path) -> list[tuple[Path, str]]:
