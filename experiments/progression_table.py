@@ -188,28 +188,38 @@ def _mean(runs: list[dict], key: str) -> float:
 
 
 def ablation_table(rows: Rows, path: Path) -> str:
-    """Validation loss every ``eval_every`` steps of the position ablation rows."""
+    """Validation loss of the position ablation rows at every shared evaluation step
+    (``train.eval_every``), then at each run's last step."""
     curves = {}
     for row in ABLATION:
-        if row in rows:
-            for seed in _seeds(rows[row]):
-                valid = [
-                    r for r in _log_lines(path, _log_name(row, seed)) if r.get("split") == "valid"
-                ]
-                curves[_log_name(row, seed)] = (row, {r["step"]: r["loss"] for r in valid})
-    steps = sorted({s for _, losses in curves.values() for s in losses})
-    if not steps:
+        for seed in _seeds(rows.get(row, {})):
+            name = _log_name(row, seed)
+            logged = _log_lines(path, name, "{name}/metrics.jsonl")
+            valid = {r["step"]: r["loss"] for r in logged if r.get("split") == "valid"}
+            if valid:
+                curves[name] = (row, valid)
+    if not curves:
         return ""
+    # the evaluation steps most runs share (the last evaluation falls where the time ran out)
+    counts: dict[int, int] = {}
+    for _, losses in curves.values():
+        for step in list(losses)[:-1]:
+            counts[step] = counts.get(step, 0) + 1
+    shared = sorted(s for s, n in counts.items() if n * 2 > len(curves))
     lines = [
         "| run | what it tests | "
-        + " | ".join(f"valid loss @ {s}" for s in steps)
-        + " | greedy BLEU |",
-        "|---|---|" + "---|" * (len(steps) + 1),
+        + " | ".join(f"valid loss @ {s}" for s in shared)
+        + " | last: valid loss @ step | greedy BLEU |",
+        "|---|---|" + "---|" * (len(shared) + 2),
     ]
     for name, (row, losses) in curves.items():
-        cells = " | ".join(f"{losses[s]:.2f}" if s in losses else "-" for s in steps)
+        cells = " | ".join(f"{losses[s]:.2f}" if s in losses else "-" for s in shared)
+        last = max(losses)
         greedy = [r for r in rows[row].get("greedy", []) if _log_name(row, r.get("seed")) == name]
-        lines.append(f"| {name} | {ABLATION[row]} | {cells} | {_fmt(greedy, 'bleu_lc')} |")
+        lines.append(
+            f"| {name} | {ABLATION[row]} | {cells} | {losses[last]:.2f} @ {last} | "
+            f"{_fmt(greedy, 'bleu_lc')} |"
+        )
     return "\n".join(lines)
 
 
