@@ -10,14 +10,52 @@ reads each cached key once instead of repeating it per query head.
 
 The result equals ``F.scaled_dot_product_attention`` to float rounding
 (tested); ``attend`` takes this path only for inference on the CPU.
+
+A decoder passes the same mask tensors at every step (the source padding
+mask, a cache's validity mask updated in place), so their additive form and
+whether every row sees a key are remembered per tensor object and version
+(``_additive``): at one query the mask work would otherwise cost as much as
+the attention itself.
 """
 
 from __future__ import annotations
 
 import math
+import threading
+import weakref
+from collections import OrderedDict
 
 import torch
 from torch import Tensor
+
+_MASKS: OrderedDict[int, tuple[weakref.ref[Tensor], int, torch.dtype, Tensor, Tensor | None]]
+_MASKS = OrderedDict()
+_MASKS_LOCK = threading.Lock()
+_MASKS_KEPT = 8  # a decoder's self and cross masks, a few decodes at once
+
+
+def _additive(mask: Tensor, dtype: torch.dtype) -> tuple[Tensor, Tensor | None]:
+    """``mask`` as an additive float tensor, and ``has_key`` (``None`` when every row
+    sees a key, the usual case: then nothing is zeroed). Remembered per tensor object
+    and version, so an in-place update (a cache's mask) is seen."""
+    key = id(mask)
+    with _MASKS_LOCK:
+        hit = _MASKS.get(key)
+    if hit is not None and hit[0]() is mask and hit[1] == mask._version and hit[2] == dtype:
+        return hit[3], hit[4]
+    # The most negative finite value, not -inf: a row with no key stays finite
+    # (uniform weights, then zeroed) instead of NaN; exp() of it is 0. where() builds
+    # it in the default float32, which a float64 floor would not fit.
+    floor = max(torch.finfo(dtype).min, torch.finfo(torch.float32).min) / 2
+    additive = torch.where(mask, 0.0, floor).to(dtype)
+    has_key: Tensor | None = mask.any(dim=-1, keepdim=True)
+    if bool(has_key.all()):  # type: ignore[union-attr]
+        has_key = None
+    with _MASKS_LOCK:
+        _MASKS[key] = (weakref.ref(mask), mask._version, dtype, additive, has_key)
+        while len(_MASKS) > _MASKS_KEPT:
+            _MASKS.popitem(last=False)
+    return additive, has_key
 
 
 def use_one_query_path(q: Tensor, k: Tensor) -> bool:
@@ -58,15 +96,9 @@ def one_query_attention(
         weights = torch.softmax(scores.mul_(scale), dim=-1, dtype=acc).to(q.dtype)
         has_key = None
     else:
-        # The mask is small (usually (B, 1, 1, T)): turn it into an additive one and
-        # add it with the scale in one op. The most negative finite value, not -inf:
-        # a row with no key stays finite (uniform, then zeroed below); exp() of it is 0.
-        # (where() builds it in the default float32: a float64 floor would not fit)
-        floor = max(torch.finfo(scores.dtype).min, torch.finfo(torch.float32).min) / 2
-        additive = torch.where(mask, 0.0, floor).to(scores.dtype)
-        logits = torch.add(additive, scores, alpha=scale)
+        additive, has_key = _additive(mask, scores.dtype)
+        logits = torch.add(additive, scores, alpha=scale)  # the mask and the scale in one op
         weights = torch.softmax(logits, dim=-1, dtype=acc).to(q.dtype)
-        has_key = mask.any(dim=-1, keepdim=True)
     out = torch.bmm(weights.view(b * h_kv, g, t), v.reshape(b * h_kv, t, v.size(-1)))
     out = out.view(b, h, 1, v.size(-1))
     return out if has_key is None else out * has_key

@@ -92,3 +92,18 @@ def test_attend_routes_decode_steps_here_and_nothing_else(monkeypatch) -> None:
 def test_kv_heads_must_divide_query_heads() -> None:
     q, k, _ = tensors(h=4, h_kv=3)
     assert not use_one_query_path(q, k)
+
+
+def test_a_mask_changed_in_place_is_seen() -> None:
+    """The additive form is remembered per mask tensor; an in-place update must not be missed."""
+    q, k, v = tensors()
+    mask = torch.ones(3, 1, 1, 7, dtype=torch.bool)
+    first = one_query_attention(q, k, v, mask, None)
+    torch.testing.assert_close(first, textbook(q, k, v, mask), rtol=1e-5, atol=1e-6)
+    mask[0, ..., 4:] = False  # as a cache's validity mask is updated
+    mask[2] = False
+    second = one_query_attention(q, k, v, mask, None)
+    torch.testing.assert_close(second, textbook(q, k, v, mask), rtol=1e-5, atol=1e-6)
+    assert (second[2] == 0).all() and not torch.equal(second[0], first[0])
+    same_values = mask.clone()  # another tensor: computed afresh, same answer
+    torch.testing.assert_close(one_query_attention(q, k, v, same_values, None), second)
