@@ -34,28 +34,34 @@ _MASKS_LOCK = threading.Lock()
 _MASKS_KEPT = 8  # a decoder's self and cross masks, a few decodes at once
 
 
+def _fresh(mask: Tensor, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+    """``mask`` as an additive float tensor, and which rows see a key at all."""
+    # The most negative finite value, not -inf: a row with no key stays finite
+    # (uniform weights, then zeroed) instead of NaN; exp() of it is 0. where() builds
+    # it in the default float32, which a float64 floor would not fit.
+    floor = max(torch.finfo(dtype).min, torch.finfo(torch.float32).min) / 2
+    return torch.where(mask, 0.0, floor).to(dtype), mask.any(dim=-1, keepdim=True)
+
+
 def _additive(mask: Tensor, dtype: torch.dtype) -> tuple[Tensor, Tensor | None]:
-    """``mask`` as an additive float tensor, and ``has_key`` (``None`` when every row
-    sees a key, the usual case: then nothing is zeroed). Remembered per tensor object
-    and version, so an in-place update (a cache's mask) is seen."""
+    """``_fresh(mask)``, with ``has_key`` ``None`` when every row sees a key (the usual
+    case: then nothing is zeroed). Remembered per tensor object and version, so an
+    in-place update (a cache's mask) is seen. Tensors made under ``inference_mode``
+    keep no version counter: theirs are computed afresh at every call."""
+    if mask.is_inference():
+        return _fresh(mask, dtype)
     key = id(mask)
     with _MASKS_LOCK:
         hit = _MASKS.get(key)
     if hit is not None and hit[0]() is mask and hit[1] == mask._version and hit[2] == dtype:
         return hit[3], hit[4]
-    # The most negative finite value, not -inf: a row with no key stays finite
-    # (uniform weights, then zeroed) instead of NaN; exp() of it is 0. where() builds
-    # it in the default float32, which a float64 floor would not fit.
-    floor = max(torch.finfo(dtype).min, torch.finfo(torch.float32).min) / 2
-    additive = torch.where(mask, 0.0, floor).to(dtype)
-    has_key: Tensor | None = mask.any(dim=-1, keepdim=True)
-    if bool(has_key.all()):  # type: ignore[union-attr]
-        has_key = None
+    additive, has_key = _fresh(mask, dtype)
+    kept = None if bool(has_key.all()) else has_key
     with _MASKS_LOCK:
-        _MASKS[key] = (weakref.ref(mask), mask._version, dtype, additive, has_key)
+        _MASKS[key] = (weakref.ref(mask), mask._version, dtype, additive, kept)
         while len(_MASKS) > _MASKS_KEPT:
             _MASKS.popitem(last=False)
-    return additive, has_key
+    return additive, kept
 
 
 def use_one_query_path(q: Tensor, k: Tensor) -> bool:

@@ -107,3 +107,15 @@ def test_a_mask_changed_in_place_is_seen() -> None:
     assert (second[2] == 0).all() and not torch.equal(second[0], first[0])
     same_values = mask.clone()  # another tensor: computed afresh, same answer
     torch.testing.assert_close(one_query_attention(q, k, v, same_values, None), second)
+
+
+def test_inference_mode_masks_work_and_in_place_updates_are_seen() -> None:
+    """inference_mode tensors keep no version counter: their mask is never remembered."""
+    q, k, v = tensors()
+    with torch.inference_mode():
+        mask = torch.ones(3, 1, 1, 7, dtype=torch.bool)
+        first = one_query_attention(q, k, v, mask, None)
+        mask[1] = False
+        second = one_query_attention(q, k, v, mask, None)
+    torch.testing.assert_close(first, textbook(q, k, v, torch.ones_like(mask)))
+    assert (second[1] == 0).all() and torch.equal(second[0], first[0])
