@@ -10,9 +10,10 @@ warm-up generation each (which is also when ``torch.compile`` compiles).
 
 Engines (``--engines``):
 
-* ``attnkit``, ``attnkit_bf16``, ``attnkit_int8``: what ``attnkit generate
-  --precision fp32|bf16|int8`` runs on the CPU: ``quantize_model`` (oneDNN-packed
-  fp32, AVX512-BF16 weights, fbgemm int8 with dynamic activations) on the
+* ``attnkit``, ``attnkit_bf16``, ``attnkit_int8``, ``attnkit_int8w``: what
+  ``attnkit generate --precision fp32|bf16|int8|int8w`` runs on the CPU:
+  ``quantize_model`` (oneDNN-packed fp32, AVX512-BF16 weights, fbgemm int8
+  with dynamic activations, int8 weights with bf16 activations) on the
   model's own KV cache (``stepper_for(model)``);
 * ``attnkit_compiled``: plain fp32 linears on the static cache, the decode
   step compiled (``StaticCacheStepper(model, compile=True)``, inductor's C++);
@@ -167,7 +168,8 @@ def main() -> None:
     parser.add_argument("--checkpoint", type=Path, required=True, help="attnkit import output")
     parser.add_argument("--gguf", type=Path, required=True, help="the GGUF file itself")
     parser.add_argument(
-        "--engines", default="attnkit,attnkit_compiled,attnkit_bf16,attnkit_int8,hf,llama_cpp"
+        "--engines",
+        default="attnkit,attnkit_compiled,attnkit_bf16,attnkit_int8,attnkit_int8w,hf,llama_cpp",
     )
     parser.add_argument("--new-tokens", type=int, default=128)
     parser.add_argument("--rounds", type=int, default=3)

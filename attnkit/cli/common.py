@@ -51,11 +51,12 @@ def add_precision_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--precision",
         default="fp32",
-        choices=("fp32", "bf16", "int8"),
+        choices=("fp32", "bf16", "int8", "int8w"),
         help="CPU inference weights: fp32 (default; oneDNN-packed, same results to float "
         "rounding), bf16 (AVX512-BF16 GEMMs), int8 (per-channel weights, dynamic "
         "activations; fastest, smallest; inaccurate on Llama-type models, whose activations "
-        "have outliers: use bf16 there). bf16/int8 change results: see the README",
+        "have outliers), int8w (int8 weights, bf16 activations: small and accurate on those "
+        "models). bf16/int8/int8w change results: see the README",
     )
 
 

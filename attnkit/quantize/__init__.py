@@ -1,6 +1,6 @@
 """CPU inference weights: packed fp32/bf16 and int8 linears, and ``quantize_model``.
 
-``quantize_model(model, "fp32" | "bf16" | "int8")`` converts any attnkit
+``quantize_model(model, "fp32" | "bf16" | "int8" | "int8w")`` converts any attnkit
 model in place; the converted model decodes with the same searches and
 steppers as before (``attnkit.decoding``). ``bench/NOTES.md`` has the
 measurements behind each choice; the README the speed/quality trade-off.
@@ -14,10 +14,12 @@ from attnkit.quantize.model import (
     model_bytes,
     quantize_model,
 )
+from attnkit.quantize.weight_only import Int8WeightOnlyLinear
 
 __all__ = [
     "PRECISIONS",
     "Int8Linear",
+    "Int8WeightOnlyLinear",
     "PackedLinear",
     "QuantizedTokenEmbedding",
     "SplitCrossAttention",

@@ -7,7 +7,10 @@ Precisions (``PRECISIONS``):
   rate of MKL's sgemm on this AMD CPU: ``bench/NOTES.md``);
 * ``"bf16"``: ``PackedLinear(precision="bf16")``; token embeddings in bf16;
 * ``"int8"``: ``Int8Linear`` (per-channel int8 weights, dynamic activations);
-  token embeddings int8 per row.
+  token embeddings int8 per row;
+* ``"int8w"``: ``Int8WeightOnlyLinear`` (the same int8 weights, bf16
+  activations: accurate where activations have outliers, as in Llama-type
+  models); token embeddings int8 per row.
 
 The residual stream, norms, softmax and attention stay fp32; so do the
 layers that decide rather than transform (a mixture-of-experts router, the
@@ -35,8 +38,9 @@ from attnkit.blocks.feedforward import FeedForward
 from attnkit.blocks.moe import MoEFeedForward
 from attnkit.models.embeddings import TokenEmbedding
 from attnkit.quantize.linear import Int8Linear, PackedLinear
+from attnkit.quantize.weight_only import Int8WeightOnlyLinear
 
-PRECISIONS = ("fp32", "bf16", "int8")
+PRECISIONS = ("fp32", "bf16", "int8", "int8w")
 
 
 class SplitCrossAttention(MultiHeadAttention):
@@ -87,6 +91,8 @@ def _convert(
 ) -> nn.Module:
     if precision == "int8":
         return Int8Linear(weight, bias, activation=activation)
+    if precision == "int8w":
+        return Int8WeightOnlyLinear(weight, bias, activation=activation)
     return PackedLinear(weight, bias, precision=precision, activation=activation)
 
 
@@ -111,7 +117,7 @@ def quantize_model(model: nn.Module, precision: str) -> nn.Module:
     if precision not in PRECISIONS:
         raise ValueError(f"precision: expected one of {', '.join(PRECISIONS)}, got {precision!r}")
     if any(p.device.type != "cpu" for p in model.parameters()):
-        raise ValueError("precision: fp32/bf16/int8 kernels run on the CPU; load the model there")
+        raise ValueError("precision: these kernels run on the CPU; load the model there")
     model.eval()
     keep_float = {
         id(m)
@@ -149,7 +155,8 @@ def _quantize_embeddings(model: nn.Module, precision: str) -> None:
         for name, child in list(module.named_children()):
             if isinstance(child, TokenEmbedding):
                 if id(child) not in converted:
-                    converted[id(child)] = QuantizedTokenEmbedding(child, precision)
+                    rows = "int8" if precision == "int8w" else precision  # int8 rows either way
+                    converted[id(child)] = QuantizedTokenEmbedding(child, rows)
                 setattr(module, name, converted[id(child)])
 
 

@@ -91,3 +91,36 @@ def test_bad_arguments_name_the_field():
         PackedLinear.from_linear(linear(), precision="fp16")
     with pytest.raises(ValueError, match="activation"):
         Int8Linear.from_linear(linear(), activation="gelu")
+
+
+def test_int8_weight_only_keeps_bf16_accuracy_on_outlier_activations():
+    """One activation channel 100x the others: dynamic int8 (one scale per call) loses the
+    small channels; int8 weights with bf16 activations do not."""
+    from attnkit.quantize import Int8Linear, Int8WeightOnlyLinear
+
+    torch.manual_seed(0)
+    w, b = torch.randn(96, 64) / 8, torch.randn(96) / 10
+    x = torch.randn(5, 64)
+    x[:, 3] *= 100.0
+    ref = torch.nn.functional.linear(x, w, b)
+    err = lambda y: float((y - ref).abs().max() / ref.abs().max())  # noqa: E731
+    weight_only = Int8WeightOnlyLinear(w, b)
+    assert err(weight_only(x)) < 2e-2
+    assert err(weight_only(x)) < err(Int8Linear(w, b)(x))
+    relu = Int8WeightOnlyLinear(w, b, activation="relu")
+    torch.testing.assert_close(relu(x), torch.relu(weight_only(x)))
+    assert weight_only(x[None]).shape == (1, 5, 96)  # any leading dims
+
+
+def test_int8_weight_only_state_round_trip_and_int8_compatible_keys():
+    from attnkit.quantize import Int8Linear, Int8WeightOnlyLinear
+
+    w = torch.randn(32, 16)
+    a, fresh = (
+        Int8WeightOnlyLinear(w, torch.randn(32)),
+        Int8WeightOnlyLinear(torch.zeros(32, 16), torch.zeros(32)),
+    )
+    fresh.load_state_dict(a.state_dict())
+    x = torch.randn(4, 16)
+    assert torch.equal(a(x), fresh(x))
+    assert set(a.state_dict()) == set(Int8Linear(w, torch.zeros(32)).state_dict())
