@@ -65,9 +65,14 @@ def _additive(mask: Tensor, dtype: torch.dtype) -> tuple[Tensor, Tensor | None]:
 
 
 def use_one_query_path(q: Tensor, k: Tensor) -> bool:
-    """Whether ``attend`` should take ``one_query_attention`` for these tensors."""
+    """Whether ``attend`` should take ``one_query_attention`` for these tensors.
+
+    Not under ``torch.compile``: the mask cache is Python state a graph cannot
+    hold, and inductor fuses the SDPA path itself (a compiled step is unchanged).
+    """
     return (
-        q.dim() == 4
+        not torch.compiler.is_compiling()
+        and q.dim() == 4
         and q.size(-2) == 1
         and q.device.type == "cpu"
         and not (q.requires_grad or k.requires_grad)
