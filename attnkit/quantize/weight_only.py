@@ -9,9 +9,10 @@ activations stay bf16 and the product is PyTorch's
 the error is the bf16 path's plus the weights' rounding.
 
 Measured at SmolLM2's decode shapes (one row; ``bench/NOTES.md``):
-``_weight_int8pack_mm`` with bf16 input ran 1.5x the oneDNN bf16 GEMM and
-about a third of fbgemm's dynamic int8; with fp32 input it is several times
-slower than either, hence bf16 activations.
+``_weight_int8pack_mm`` with bf16 input ran 1.5x as fast as the oneDNN bf16
+GEMM and 0.3-0.7x as fast as fbgemm's dynamic int8; with fp32 input it was
+several times slower than either, hence bf16 activations. It does not scale
+with rows: on batched translation int8w is slower than fp32 (docs/results.md).
 """
 
 from __future__ import annotations
