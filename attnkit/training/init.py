@@ -49,7 +49,8 @@ from torch import Tensor, nn
 
 from attnkit.checkpoints.files import MODEL_FILE, TRAINER_FILE, load_checkpoint
 from attnkit.checkpoints.rundir import resolve_checkpoint
-from attnkit.data.tokenizers import Tokenizer, tokenizer_from_json
+from attnkit.data.tokenizer_kinds import tokenizer_from_json
+from attnkit.data.tokenizers import Tokenizer
 from attnkit.errors import CheckpointError, ConfigError
 from attnkit.models.config_base import ModelConfig
 from attnkit.models.registry import FAMILIES, get_family
