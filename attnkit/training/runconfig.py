@@ -152,6 +152,10 @@ class TrainConfig:
     log_every: int = 50
     eval_every: int = 1000
     save_every: int = 1000
+    # with max_minutes: also checkpoint each time the run passes another share of the
+    # steps its budget will reach (re-estimated from the speed), e.g. 0.05: every 5%, so
+    # the last keep_last checkpoints are the end of the run on any machine. null: off.
+    save_fraction: float | None = None
     keep_last: int = 5  # checkpoints kept on disk (0: all)
     valid_bleu_sentences: int = 500  # translation: 0 = no BLEU during training
     eval_blocks: int = 200  # lm/mlm: validation blocks per evaluation
@@ -190,6 +194,10 @@ class TrainConfig:
         if self.decay_to_budget:
             require("decay_to_budget", self.max_minutes is not None and self.schedule == "cosine",
                     "needs train.max_minutes and train.schedule=cosine")  # fmt: skip
+        if self.save_fraction is not None:
+            require("save_fraction", self.max_minutes is not None, "needs train.max_minutes")
+            require("save_fraction", 0.0 < self.save_fraction < 1.0,
+                    f"must be in (0, 1), got {self.save_fraction}")  # fmt: skip
         if self.warmup_fraction is not None:
             require("warmup_fraction", self.decay_to_budget, "needs train.decay_to_budget: true")
             require("warmup_fraction", 0.0 < self.warmup_fraction < 1.0,
