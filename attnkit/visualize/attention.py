@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from torch import Tensor
+
+from attnkit.data.tokenizers import Tokenizer
+from attnkit.models.protocols import LanguageModel, Seq2SeqModel
 
 
 def select_heads(weights: Sequence[Tensor], *, layer: int = -1, head: int | None = None) -> Tensor:
@@ -57,8 +59,8 @@ def plot_attention(
 
 
 def attention_for_translation(
-    model: Any,
-    tokenizer: Any,
+    model: Seq2SeqModel,
+    tokenizer: Tokenizer,
     text: str,
     *,
     layer: int = -1,
@@ -95,8 +97,8 @@ def attention_for_translation(
 
 
 def attention_for_text(
-    model: Any,
-    tokenizer: Any,
+    model: LanguageModel,
+    tokenizer: Tokenizer,
     text: str,
     *,
     layer: int = -1,
@@ -122,9 +124,7 @@ def attention_for_text(
     return weights, labels, labels
 
 
-def token_strings(tokenizer: Any, ids: Sequence[int]) -> list[str]:
+def token_strings(tokenizer: Tokenizer, ids: Sequence[int]) -> list[str]:
     """Readable labels for token ids (subword pieces as the tokenizer shows them)."""
     specials = {tokenizer.eos_id: "</s>", tokenizer.bos_id: "<s>", tokenizer.pad_id: "<pad>"}
-    if hasattr(tokenizer, "id_to_token"):
-        return [specials.get(i) or str(tokenizer.id_to_token(i)) for i in ids]
-    return [specials.get(i) or tokenizer.decode([i]) for i in ids]
+    return [specials.get(i) or tokenizer.id_to_token(i) for i in ids]

@@ -14,11 +14,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import torch
 from torch import Tensor
 
+from attnkit.models.vit import VisionTransformer
 from attnkit.visualize.attention import select_heads
 
 
@@ -41,7 +41,7 @@ class PatchAttention:
 
 @torch.no_grad()
 def patch_attention(
-    model: Any, image: Tensor, *, layer: int = -1, head: int | None = None
+    model: VisionTransformer, image: Tensor, *, layer: int = -1, head: int | None = None
 ) -> PatchAttention:
     """Layer ``layer``'s attention (head ``head`` or the mean) for ``image`` ``(C, H, W)``."""
     model.eval()

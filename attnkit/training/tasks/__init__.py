@@ -9,7 +9,6 @@ causal LM), ``mlm`` (encoder-only masked LM) and ``image_classification``
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from attnkit.data.tokenizers import Tokenizer
 from attnkit.errors import ConfigError
@@ -19,10 +18,14 @@ from attnkit.training.tasks.image import ImageClassificationTask, load_images
 from attnkit.training.tasks.language_model import CausalLMTask, MaskedLMTask
 from attnkit.training.tasks.translation import TranslationTask, build_tokenizer, load_parallel
 
-TASK_CLASSES: dict[str, type[Any]] = {
-    "translation": TranslationTask,
+# The tasks on one text file, built from the run and the corpus alike.
+TEXT_TASKS: dict[str, type[CausalLMTask] | type[MaskedLMTask]] = {
     "lm": CausalLMTask,
     "mlm": MaskedLMTask,
+}
+TASK_CLASSES: dict[str, type[Task]] = {
+    "translation": TranslationTask,
+    **TEXT_TASKS,
     "image_classification": ImageClassificationTask,
 }
 
@@ -59,7 +62,7 @@ def task_from_run(run: RunConfig, tokenizer: Tokenizer | None = None) -> Task:
         vocab_size=run.tokenizer.vocab_size if run.tokenizer.kind == "bpe" else None,
         valid_fraction=data.held_out_fraction(run.task),
     )
-    return TASK_CLASSES[run.task](run, corpus)
+    return TEXT_TASKS[run.task](run, corpus)
 
 
 __all__ = [

@@ -68,7 +68,7 @@ DIGITS = "digits"
 
 def _vit_config(run: RunConfig, defaults: dict[str, Any]) -> ViTConfig:
     config: ViTConfig = model_config_from_run(
-        run, families=("vit",), defaults=defaults, preset="digits"
+        run, families=(ViTConfig,), defaults=defaults, preset="digits"
     )
     return config
 
