@@ -9,6 +9,7 @@ from torch import Tensor
 
 from attnkit.data.tokenizers import Tokenizer
 from attnkit.models.protocols import LanguageModel, Seq2SeqModel
+from attnkit.visualize.figures import pyplot, save_figure
 
 
 def select_heads(weights: Sequence[Tensor], *, layer: int = -1, head: int | None = None) -> Tensor:
@@ -33,15 +34,10 @@ def plot_attention(
     title: str = "",
 ) -> Path:
     """Draw one ``(T, S)`` map to ``path`` (PNG) with token labels on both axes."""
-    import matplotlib
-
-    matplotlib.use("Agg")  # no display needed
-    import matplotlib.pyplot as plt
-
     w = weights.detach().float().cpu().numpy()[: len(tgt_tokens), : len(src_tokens)]
     width = max(5.5, 0.45 * len(src_tokens) + 2)
     height = max(3.0, 0.4 * len(tgt_tokens) + 1.5)
-    fig, ax = plt.subplots(figsize=(width, height))
+    fig, ax = pyplot().subplots(figsize=(width, height))
     im = ax.imshow(w, cmap="viridis", vmin=0.0, vmax=max(float(w.max()), 1e-6), aspect="auto")
     ax.set_xticks(range(len(src_tokens)), labels=list(src_tokens), rotation=60, ha="right")
     ax.set_yticks(range(len(tgt_tokens)), labels=list(tgt_tokens))
@@ -50,12 +46,7 @@ def plot_attention(
     if title:
         ax.set_title(title, fontsize=10)
     fig.colorbar(im, ax=ax, fraction=0.046, pad=0.04)
-    fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)
 
 
 def attention_for_translation(
