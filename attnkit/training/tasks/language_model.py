@@ -37,12 +37,14 @@ from attnkit.evaluation.perplexity import (
     mlm_special_ids,
     text_perplexity,
 )
-from attnkit.models import DecoderOnlyConfig, EncoderOnlyConfig, build_model
+from attnkit.models import DecoderOnlyConfig, EncoderOnlyConfig
 from attnkit.models.protocols import LanguageModel
+from attnkit.training.init import Initial
 from attnkit.training.runconfig import RunConfig
 from attnkit.training.tasks.base import (
     LossSums,
     TaskContext,
+    build_task_model,
     check_vocab_fits,
     model_config_from_run,
     with_moe_losses,
@@ -58,13 +60,26 @@ class _BlockTask(Generic[LMConfig]):
     name: ClassVar[str]
     betas: ClassVar[tuple[float, float]] = (0.9, 0.99)  # nanoGPT's
     eps: ClassVar[float] = 1e-8
+    # Model fields that may differ from an --init checkpoint's, and the modules they
+    # rebuild (an MLM started from a classifier drops its classification head).
+    head_fields: ClassVar[tuple[str, ...]] = ()
+    head: ClassVar[tuple[str, ...]] = ()
 
-    def __init__(self, run: RunConfig, corpus: LMCorpus, config_class: type[LMConfig]) -> None:
+    def __init__(
+        self,
+        run: RunConfig,
+        corpus: LMCorpus,
+        config_class: type[LMConfig],
+        *,
+        initial: Initial | None = None,
+    ) -> None:
         self.run, self.cfg, self.tokenizer = run, run.train, corpus.tokenizer
         self.corpus = corpus
+        self.initial = initial  # --init: the checkpoint whose weights the model starts from
         self.model_config: LMConfig = model_config_from_run(
-            run, families=(config_class,), defaults=self._model_defaults()
-        )
+            run, families=(config_class,), defaults=self._model_defaults(), initial=initial,
+            head_fields=self.head_fields,
+        )  # fmt: skip
         check_vocab_fits(self.model_config, ("vocab_size",), self.tokenizer)
         block = self.model_config.max_len
         self.train_blocks = LMBlocks(corpus.train, block, name="train split")
@@ -81,7 +96,7 @@ class _BlockTask(Generic[LMConfig]):
         self.context = context
 
     def build_model(self) -> nn.Module:
-        return build_model(self.model_config)
+        return build_task_model(self.model_config, self.initial, head=self.head)
 
     def describe(self) -> str:
         return (
@@ -130,8 +145,8 @@ class CausalLMTask(_BlockTask[DecoderOnlyConfig]):
 
     name: ClassVar[str] = "lm"
 
-    def __init__(self, run: RunConfig, corpus: LMCorpus) -> None:
-        super().__init__(run, corpus, DecoderOnlyConfig)
+    def __init__(self, run: RunConfig, corpus: LMCorpus, *, initial: Initial | None = None):
+        super().__init__(run, corpus, DecoderOnlyConfig, initial=initial)
 
     def next_batch(self) -> tuple[Batch, bool]:
         x, y = self._share(*self._global_batch())
@@ -147,9 +162,11 @@ class MaskedLMTask(_BlockTask[EncoderOnlyConfig]):
     """Masked-token prediction with an ``EncoderOnlyModel`` (no classification head)."""
 
     name: ClassVar[str] = "mlm"
+    head_fields: ClassVar[tuple[str, ...]] = ("num_labels",)
+    head: ClassVar[tuple[str, ...]] = ("classifier",)
 
-    def __init__(self, run: RunConfig, corpus: LMCorpus) -> None:
-        super().__init__(run, corpus, EncoderOnlyConfig)
+    def __init__(self, run: RunConfig, corpus: LMCorpus, *, initial: Initial | None = None):
+        super().__init__(run, corpus, EncoderOnlyConfig, initial=initial)
         self.special_ids = mlm_special_ids(self.tokenizer)
         self.mask_rng = torch.Generator().manual_seed(self.cfg.seed + 1)
 
