@@ -36,5 +36,5 @@ def test_importing_the_package_does_not_import_torch():
 def test_an_unknown_name_is_an_attribute_error():
     import pytest
 
-    with pytest.raises(AttributeError, match="no attribute 'Nope'"):
+    with pytest.raises(AttributeError, match="No attnkit attribute Nope"):
         attnkit.Nope  # noqa: B018

@@ -97,7 +97,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _image_map(args: argparse.Namespace, model: object, config: Any) -> int:
+def _image_map(args: argparse.Namespace, model: Any, config: Any) -> int:
     """``--image``: the class token's attention over the patches, drawn on the image."""
     from attnkit.cli.common import image_for
     from attnkit.visualize.image_attention import patch_attention, plot_patch_attention

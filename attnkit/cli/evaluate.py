@@ -100,7 +100,7 @@ def _score_text(loaded: Any, args: argparse.Namespace) -> dict[str, Any]:
 
     from attnkit.data.readers import read_text
     from attnkit.errors import DataError
-    from attnkit.evaluation.perplexity import text_perplexity
+    from attnkit.evaluation.perplexity import mlm_special_ids, text_perplexity
 
     tokenizer, model = loaded.tokenizer, loaded.model
     context = model.config.max_len if args.context is None else args.context
@@ -114,7 +114,8 @@ def _score_text(loaded: Any, args: argparse.Namespace) -> dict[str, Any]:
     masked = loaded.family.kind == "masked_lm"
     start = time.perf_counter()
     metrics = text_perplexity(model, ids, masked=masked, batch_size=args.batch_size,
-                              seed=args.seed, block_size=context)  # fmt: skip
+                              seed=args.seed, block_size=context,
+                              special_ids=mlm_special_ids(tokenizer))  # fmt: skip
     return {"loss": metrics["loss"], "perplexity": metrics["ppl"], "tokens": int(metrics["tokens"]),
             "objective": "masked_lm" if masked else "causal_lm", "context": context,
             "seconds": round(time.perf_counter() - start, 2)}  # fmt: skip

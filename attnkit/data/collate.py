@@ -2,6 +2,7 @@
 
 Shapes: ``B`` sentences, ``S`` source length (tokens + EOS), ``T`` target
 length (tokens + 1: BOS in front for the input, EOS behind for the labels).
+The special ids are the tokenizer's (``tokenizer.pad_id`` ...): no defaults.
 """
 
 from __future__ import annotations
@@ -12,11 +13,10 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from attnkit.data.tokenizers import BOS_ID, EOS_ID, PAD_ID
 from attnkit.errors import UsageError
 
 
-def pad_batch(seqs: Sequence[Sequence[int]], pad_id: int = PAD_ID) -> Tensor:
+def pad_batch(seqs: Sequence[Sequence[int]], pad_id: int) -> Tensor:
     """(B, T) LongTensor, each row a sequence right-padded with ``pad_id``; T = longest."""
     if not seqs:
         raise UsageError("pad_batch: got no sequences")
@@ -36,7 +36,7 @@ class TranslationBatch:
     src: Tensor
     tgt_in: Tensor
     tgt_out: Tensor
-    pad_id: int = PAD_ID
+    pad_id: int
 
     @property
     def num_tgt_tokens(self) -> int:
@@ -52,9 +52,9 @@ class TranslationBatch:
 
 def collate_translation(
     examples: Sequence[tuple[Sequence[int], Sequence[int]]],
-    pad_id: int = PAD_ID,
-    bos_id: int = BOS_ID,
-    eos_id: int = EOS_ID,
+    pad_id: int,
+    bos_id: int,
+    eos_id: int,
 ) -> TranslationBatch:
     """Batch ``(src_ids, tgt_ids)`` pairs (no specials yet) for teacher forcing.
 

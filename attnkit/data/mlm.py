@@ -6,8 +6,8 @@ token 10% of the time and kept 10% of the time. The model is trained to
 predict the original token at selected positions only: ``labels`` hold it
 there and ``ignore_index`` (-100, ``F.cross_entropy``'s default) elsewhere.
 
-attnkit tokenizers have no mask token; ``mlm_vocab`` gives the model one more
-id for it.
+attnkit's own tokenizers have no mask token; ``mlm_vocab`` then gives the
+model one more id for it (an imported BERT's tokenizer has its ``[MASK]``).
 """
 
 from __future__ import annotations
@@ -24,11 +24,10 @@ IGNORE_INDEX = -100
 
 
 def mlm_vocab(tokenizer: Tokenizer) -> tuple[int, int]:
-    """``(vocab_size, mask_id)`` for an MLM model: the tokenizer's ids plus one mask id,
-    or a pretrained vocabulary's own mask token (BERT's ``[MASK]``) where it has one."""
-    mask_id = getattr(tokenizer, "mask_id", None)
-    if mask_id is not None:
-        return tokenizer.vocab_size, int(mask_id)
+    """``(vocab_size, mask_id)`` for an MLM model: the tokenizer's own mask token if it
+    has one, otherwise its ids plus one mask id."""
+    if tokenizer.mask_id is not None:
+        return tokenizer.vocab_size, tokenizer.mask_id
     return tokenizer.vocab_size + 1, tokenizer.vocab_size
 
 

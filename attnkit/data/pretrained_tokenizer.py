@@ -120,13 +120,22 @@ class PretrainedTokenizer(Tokenizer):
 
     @classmethod
     def with_special_skipped(
-        cls, hf_tokenizer: hf_tokenizers.Tokenizer, **ids: Any
+        cls,
+        hf_tokenizer: hf_tokenizers.Tokenizer,
+        *,
+        pad_id: int,
+        bos_id: int,
+        eos_id: int,
+        unk_id: int | None,
+        mask_id: int | None = None,
+        chat_template: str | None = None,
     ) -> PretrainedTokenizer:
         """Wrap ``hf_tokenizer`` so ``decode`` drops pad/BOS/EOS and every added token
         the file marks special (what ``skip_special_tokens=True`` does in HF)."""
         marked = [i for i, t in hf_tokenizer.get_added_tokens_decoder().items() if t.special]
-        named = [ids[k] for k in ("pad_id", "bos_id", "eos_id") if ids.get(k) is not None]
-        return cls(hf_tokenizer, skip_ids=sorted({*marked, *named}), **ids)
+        return cls(hf_tokenizer, pad_id=pad_id, bos_id=bos_id, eos_id=eos_id, unk_id=unk_id,
+                   mask_id=mask_id, skip_ids=sorted({*marked, pad_id, bos_id, eos_id}),
+                   chat_template=chat_template)  # fmt: skip
 
     @classmethod
     def from_state(cls, state: dict[str, Any]) -> Self:

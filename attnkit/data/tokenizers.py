@@ -24,6 +24,7 @@ from abc import ABC, abstractmethod
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from pathlib import Path
+from types import ModuleType
 from typing import TYPE_CHECKING, Any, ClassVar, Self
 
 from attnkit.errors import AttnkitError, DataError, UsageError
@@ -38,7 +39,7 @@ FORMAT_VERSION = 1  # the "version" of every tokenizer JSON
 _METASPACE = "\u2581"  # "▁", SentencePiece's word-start marker
 
 
-def import_hf_tokenizers() -> Any:
+def import_hf_tokenizers() -> ModuleType:
     """The ``tokenizers`` package, or ``AttnkitError`` naming the extra that installs it."""
     try:
         import tokenizers
@@ -289,7 +290,8 @@ class BPETokenizer(_OwnSpecials):
         return self._hf.decode(self._drop_special(ids), skip_special_tokens=False)
 
     def id_to_token(self, i: int) -> str:
-        return self._hf.id_to_token(i)
+        token = self._hf.id_to_token(int(i))
+        return f"<id {i}>" if token is None else token
 
     def _state(self) -> dict[str, Any]:
         # The HF tokenizer's own JSON, embedded as an object (readable, diffable).

@@ -14,12 +14,12 @@ Two BLEU flavours:
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from types import ModuleType
 
 from attnkit.errors import AttnkitError, UsageError
 
 
-def _import_sacrebleu() -> Any:
+def _import_sacrebleu() -> ModuleType:
     try:
         import sacrebleu
     except ImportError:

@@ -19,16 +19,20 @@ from __future__ import annotations
 
 import math
 import sys
-from collections.abc import Iterable, Sequence
-from typing import Any
+from collections.abc import Collection, Iterable, Sequence
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from attnkit.data.collate import collate_translation
+from attnkit.data.lm import LMBlocks
+from attnkit.data.mlm import mask_tokens
+from attnkit.data.tokenizers import Tokenizer
 from attnkit.errors import UsageError
 from attnkit.losses import label_smoothed_cross_entropy
+from attnkit.models import CausalLMOutput, EncoderOnlyModel, EncoderOnlyOutput
+from attnkit.models.protocols import LanguageModel, Seq2SeqModel
 
 # math.exp raises OverflowError above ~709.78; a diverged model should read as inf.
 _MAX_EXP = math.log(sys.float_info.max)
@@ -48,9 +52,12 @@ def _at_least_fp32(logits: Tensor) -> Tensor:
     return logits.to(torch.promote_types(logits.dtype, torch.float32))
 
 
-def causal_lm_forward(model: nn.Module, x: Tensor, y: Tensor) -> tuple[Tensor, int, Any]:
-    """``causal_lm_nll`` and the model's output (its ``moe`` report, for training)."""
-    out = model(x)
+def causal_lm_forward(model: nn.Module, x: Tensor, y: Tensor) -> tuple[Tensor, int, CausalLMOutput]:
+    """``causal_lm_nll`` and the model's output (its ``moe`` report, for training).
+
+    ``model``: a ``DecoderOnlyLM``, maybe compiled or wrapped for data parallelism.
+    """
+    out: CausalLMOutput = model(x)
     logits = out.logits
     nll = F.cross_entropy(_at_least_fp32(logits.flatten(0, 1)), y.flatten(), reduction="sum")
     return nll, y.numel(), out
@@ -62,10 +69,17 @@ def causal_lm_nll(model: nn.Module, x: Tensor, y: Tensor) -> tuple[Tensor, int]:
     return nll, count
 
 
-def masked_lm_forward(model: nn.Module, inputs: Tensor, labels: Tensor) -> tuple[Tensor, int, Any]:
-    """``masked_lm_nll`` and the model's output (its ``moe`` report, for training)."""
+def masked_lm_forward(
+    model: nn.Module, inputs: Tensor, labels: Tensor
+) -> tuple[Tensor, int, EncoderOnlyOutput]:
+    """``masked_lm_nll`` and the model's output (its ``moe`` report, for training).
+
+    ``model``: an ``EncoderOnlyModel``, maybe compiled or wrapped for data parallelism.
+    """
     selected = labels != IGNORE_INDEX
-    out = model(inputs, classify=False, mlm_positions=selected)
+    out: EncoderOnlyOutput = model(inputs, classify=False, mlm_positions=selected)
+    if out.mlm_logits is None:  # the MLM head runs unless mlm=False
+        raise ValueError(f"{type(model).__name__}: returned no MLM logits")
     nll = F.cross_entropy(_at_least_fp32(out.mlm_logits), labels[selected], reduction="sum")
     return nll, int(selected.sum()), out
 
@@ -78,8 +92,8 @@ def masked_lm_nll(model: nn.Module, inputs: Tensor, labels: Tensor) -> tuple[Ten
 
 @torch.no_grad()
 def translation_sums(
-    model: Any,
-    tokenizer: Any,
+    model: Seq2SeqModel,
+    tokenizer: Tokenizer,
     pairs: Sequence[tuple[str, str]],
     *,
     label_smoothing: float = 0.0,
@@ -128,19 +142,20 @@ def block_nll(
     return total, count
 
 
-def mlm_special_ids(config: Any) -> list[int]:
-    """Ids an MLM never selects for prediction: pad, BOS, EOS and unknown."""
-    from attnkit.data.tokenizers import UNK_ID
-
-    return [config.pad_id, config.bos_id, config.eos_id, UNK_ID]
+def mlm_special_ids(tokenizer: Tokenizer) -> list[int]:
+    """Ids an MLM never selects for prediction: the tokenizer's own pad, BOS, EOS,
+    unknown and mask ids (an imported BERT's ``[PAD]`` 0, ``[UNK]`` 100, ``[CLS]``
+    101, ``[SEP]`` 102, ``[MASK]`` 103; 0-3 for attnkit's tokenizers)."""
+    return tokenizer.special_ids
 
 
 @torch.no_grad()
 def text_perplexity(
-    model: Any,
+    model: LanguageModel,
     ids: Tensor,
     *,
     masked: bool,
+    special_ids: Collection[int] = (),
     batch_size: int = 32,
     max_blocks: int | None = None,
     mask_prob: float = 0.15,
@@ -153,23 +168,30 @@ def text_perplexity(
     (default: the model's context, ``config.max_len``; a longer block needs a
     model whose positions reach that far), the first ``max_blocks`` scored.
     A masked LM
-    (``masked=True``) predicts ``mask_prob`` of the tokens, masked 80/10/10
-    from a generator seeded with ``seed``.
+    (``masked=True``, an ``EncoderOnlyModel``) predicts ``mask_prob`` of the
+    tokens other than ``special_ids`` (``mlm_special_ids(tokenizer)``), masked
+    80/10/10 from a generator seeded with ``seed``.
     """
-    from attnkit.data.lm import LMBlocks
-    from attnkit.data.mlm import mask_tokens
-
     config = model.config
     device = next(model.parameters()).device
     blocks = LMBlocks(ids, config.max_len if block_size is None else block_size, name="text")
     generator = torch.Generator().manual_seed(seed)
+    mask_id = None
+    if masked:
+        if not isinstance(model, EncoderOnlyModel):
+            raise UsageError(
+                f"masked=True: scores an encoder-only model, got {type(model).__name__}"
+            )
+        if not special_ids:
+            raise UsageError("special_ids: a masked LM needs its tokenizer's (mlm_special_ids)")
+        mask_id = model.config.mask_id
 
     def batches() -> Iterable[tuple[Tensor, Tensor]]:
         for x, y in blocks.sequential(batch_size, max_blocks=max_blocks):
-            if masked:
+            if mask_id is not None:
                 x, y = mask_tokens(
-                    x, vocab_size=config.vocab_size, mask_id=config.mask_id,
-                    special_ids=mlm_special_ids(config), prob=mask_prob, generator=generator,
+                    x, vocab_size=config.vocab_size, mask_id=mask_id,
+                    special_ids=special_ids, prob=mask_prob, generator=generator,
                 )  # fmt: skip
             yield x.to(device), y.to(device)
 

@@ -76,7 +76,7 @@ class DecoderOnlyLM(nn.Module):
 
     def num_parameters(self) -> int:
         """Trainable parameters, counting tied matrices once."""
-        return sum(p.numel() for p in self.parameters())
+        return sum(p.numel() for p in self.parameters() if p.requires_grad)
 
     def forward(self, ids: Tensor, *, need_weights: bool = False) -> CausalLMOutput:
         """``ids`` ``(B, T)`` with ``T <= max_len`` -> next-token logits ``(B, T, V)``.

@@ -59,9 +59,14 @@ class EncoderDecoder(nn.Module):
             self.output_proj.weight = tgt_tokens.weight
         builders.init_weights(self, self.output_proj, tied=tied, d_model=c.d_model)
 
+    def logits_weight(self) -> Tensor:
+        """``W`` ``(V, D)`` with ``logits == hidden @ W.T`` exactly (``LinearLogits``), so a
+        loss may project ``forward(..., compute_logits=False).hidden`` chunk by chunk."""
+        return self.output_proj.weight
+
     def num_parameters(self) -> int:
         """Trainable parameters, counting tied matrices once."""
-        return sum(p.numel() for p in self.parameters())
+        return sum(p.numel() for p in self.parameters() if p.requires_grad)
 
     # -- training / scoring --------------------------------------------------------
 

@@ -104,7 +104,7 @@ class EncoderOnlyModel(nn.Module):
 
     def num_parameters(self) -> int:
         """Trainable parameters, counting tied matrices once."""
-        return sum(p.numel() for p in self.parameters())
+        return sum(p.numel() for p in self.parameters() if p.requires_grad)
 
     def forward(
         self,

@@ -160,7 +160,7 @@ class RNNSeq2Seq(nn.Module):
 
     def num_parameters(self) -> int:
         """Trainable parameters."""
-        return sum(p.numel() for p in self.parameters())
+        return sum(p.numel() for p in self.parameters() if p.requires_grad)
 
     # -- encoder -------------------------------------------------------------------
 

@@ -191,4 +191,5 @@ class VisionTransformer(nn.Module):
         )
 
     def num_parameters(self) -> int:
-        return sum(p.numel() for p in self.parameters())
+        """Trainable parameters."""
+        return sum(p.numel() for p in self.parameters() if p.requires_grad)

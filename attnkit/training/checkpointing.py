@@ -76,9 +76,9 @@ class Checkpointer:
         dist: DistContext,
         during_write: Callable[[int], None] | None = None,
     ) -> None:
-        self.out_dir, self.run, self.task = out_dir, run, task
-        self.model, self.optimizer, self.scheduler, self.scaler = model, optimizer, scheduler, scaler
-        self.dist = dist
+        self.out_dir, self.run, self.task, self.dist = out_dir, run, task, dist
+        self.model, self.optimizer = model, optimizer
+        self.scheduler, self.scaler = scheduler, scaler
         self.during_write = during_write
 
     def trainer_state(self, counters: Counters) -> dict[str, Any]:

@@ -247,7 +247,7 @@ class Trainer:
     # -- checkpoints ---------------------------------------------------------------
 
     def checkpointer(self) -> Checkpointer:
-        """A ``Checkpointer`` of the trainer's current parts (``attnkit.training.checkpointing``)."""
+        """A ``Checkpointer`` of the trainer's parts as they are now (``checkpointing.py``)."""
         return Checkpointer(
             self.out_dir,
             run=self.run,

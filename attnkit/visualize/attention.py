@@ -4,9 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from torch import Tensor
+
+from attnkit.data.tokenizers import Tokenizer
+from attnkit.models.protocols import LanguageModel, Seq2SeqModel
+from attnkit.visualize.figures import pyplot, save_figure
 
 
 def select_heads(weights: Sequence[Tensor], *, layer: int = -1, head: int | None = None) -> Tensor:
@@ -31,15 +34,10 @@ def plot_attention(
     title: str = "",
 ) -> Path:
     """Draw one ``(T, S)`` map to ``path`` (PNG) with token labels on both axes."""
-    import matplotlib
-
-    matplotlib.use("Agg")  # no display needed
-    import matplotlib.pyplot as plt
-
     w = weights.detach().float().cpu().numpy()[: len(tgt_tokens), : len(src_tokens)]
     width = max(5.5, 0.45 * len(src_tokens) + 2)
     height = max(3.0, 0.4 * len(tgt_tokens) + 1.5)
-    fig, ax = plt.subplots(figsize=(width, height))
+    fig, ax = pyplot().subplots(figsize=(width, height))
     im = ax.imshow(w, cmap="viridis", vmin=0.0, vmax=max(float(w.max()), 1e-6), aspect="auto")
     ax.set_xticks(range(len(src_tokens)), labels=list(src_tokens), rotation=60, ha="right")
     ax.set_yticks(range(len(tgt_tokens)), labels=list(tgt_tokens))
@@ -48,17 +46,12 @@ def plot_attention(
     if title:
         ax.set_title(title, fontsize=10)
     fig.colorbar(im, ax=ax, fraction=0.046, pad=0.04)
-    fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)
 
 
 def attention_for_translation(
-    model: Any,
-    tokenizer: Any,
+    model: Seq2SeqModel,
+    tokenizer: Tokenizer,
     text: str,
     *,
     layer: int = -1,
@@ -95,8 +88,8 @@ def attention_for_translation(
 
 
 def attention_for_text(
-    model: Any,
-    tokenizer: Any,
+    model: LanguageModel,
+    tokenizer: Tokenizer,
     text: str,
     *,
     layer: int = -1,
@@ -122,9 +115,7 @@ def attention_for_text(
     return weights, labels, labels
 
 
-def token_strings(tokenizer: Any, ids: Sequence[int]) -> list[str]:
+def token_strings(tokenizer: Tokenizer, ids: Sequence[int]) -> list[str]:
     """Readable labels for token ids (subword pieces as the tokenizer shows them)."""
     specials = {tokenizer.eos_id: "</s>", tokenizer.bos_id: "<s>", tokenizer.pad_id: "<pad>"}
-    if hasattr(tokenizer, "id_to_token"):
-        return [specials.get(i) or str(tokenizer.id_to_token(i)) for i in ids]
-    return [specials.get(i) or tokenizer.decode([i]) for i in ids]
+    return [specials.get(i) or tokenizer.id_to_token(i) for i in ids]

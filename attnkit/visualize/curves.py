@@ -6,17 +6,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from attnkit.visualize.figures import pyplot, save_figure
+
 
 def plot_curves(records: Sequence[dict[str, Any]], path: str | Path) -> Path:
     """Plot training loss (and validation loss, when present) against step."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     train = [(r["step"], r["loss"]) for r in records if r.get("split") == "train"]
     valid = [(r["step"], r["loss"]) for r in records if r.get("split") == "valid"]
-    fig, ax = plt.subplots(figsize=(6, 4))
+    fig, ax = pyplot().subplots(figsize=(6, 4))
     if train:
         ax.plot(*zip(*train), label="train loss", linewidth=1)
     if valid:
@@ -25,8 +22,4 @@ def plot_curves(records: Sequence[dict[str, Any]], path: str | Path) -> Path:
     ax.set_ylabel("loss (label-smoothed, per token)")
     ax.grid(alpha=0.3)
     ax.legend()
-    fig.tight_layout()
-    path = Path(path)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)

@@ -14,12 +14,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import torch
 from torch import Tensor
 
+from attnkit.models.vit import VisionTransformer
 from attnkit.visualize.attention import select_heads
+from attnkit.visualize.figures import pyplot, save_figure
 
 
 @dataclass
@@ -41,7 +42,7 @@ class PatchAttention:
 
 @torch.no_grad()
 def patch_attention(
-    model: Any, image: Tensor, *, layer: int = -1, head: int | None = None
+    model: VisionTransformer, image: Tensor, *, layer: int = -1, head: int | None = None
 ) -> PatchAttention:
     """Layer ``layer``'s attention (head ``head`` or the mean) for ``image`` ``(C, H, W)``."""
     model.eval()
@@ -62,11 +63,6 @@ def plot_patch_attention(
     image: Tensor, attention: PatchAttention, path: str | Path, *, title: str = ""
 ) -> Path:
     """Draw ``image`` ``(C, H, W)``, the patch weights, and the weights over the image (PNG)."""
-    import matplotlib
-
-    matplotlib.use("Agg")  # no display needed
-    import matplotlib.pyplot as plt
-
     img = image.detach().float().cpu()
     shown = img[0] if img.size(0) == 1 else img.permute(1, 2, 0)
     cmap = "gray" if img.size(0) == 1 else None
@@ -75,7 +71,7 @@ def plot_patch_attention(
     # Each patch's weight spread over its pixels (nearest neighbour: the patch edges stay visible).
     over = torch.kron(grid, torch.ones(h // grid.size(0), w // grid.size(1)))
     vmax = max(float(grid.max()), 1e-6)
-    fig, axes = plt.subplots(1, 3, figsize=(10, 3.8))
+    fig, axes = pyplot().subplots(1, 3, figsize=(10, 3.8))
     axes[0].imshow(shown.numpy(), cmap=cmap, vmin=0.0, vmax=1.0)
     axes[0].set_title("image", fontsize=9)
     im = axes[1].imshow(grid.numpy(), cmap="viridis", vmin=0.0, vmax=vmax)
@@ -95,9 +91,4 @@ def plot_patch_attention(
         ax.set_yticks([])
     if title:
         fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)

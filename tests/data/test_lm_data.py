@@ -142,3 +142,17 @@ def test_masking_is_reproducible_and_respects_prob():
 def test_mlm_vocab_adds_one_mask_id():
     tok = train_lm_tokenizer("abc")
     assert mlm_vocab(tok) == (tok.vocab_size + 1, tok.vocab_size)
+
+
+def test_mlm_vocab_keeps_a_tokenizers_own_mask_token():
+    pytest.importorskip("tokenizers")
+    import tokenizers
+
+    from attnkit.data.pretrained_tokenizer import PretrainedTokenizer
+
+    words = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a"]
+    hf = tokenizers.Tokenizer(
+        tokenizers.models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="[UNK]")
+    )
+    tok = PretrainedTokenizer(hf, pad_id=0, bos_id=2, eos_id=3, unk_id=1, mask_id=4)
+    assert mlm_vocab(tok) == (6, 4)  # no extra id: [MASK] is already there

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from attnkit.data.readers import read_lines, read_parallel, read_text, read_tsv
+from attnkit.data.readers import read_input_lines, read_lines, read_parallel, read_text, read_tsv
 from attnkit.errors import DataError
 
 
@@ -39,6 +39,16 @@ def test_unicode_line_separators_do_not_split_lines(tmp_path: Path) -> None:
     # str.splitlines() would break these lines in two and misalign the corpus.
     path = write(tmp_path / "x.txt", "a\u2028b\nc\x85d\n")
     assert read_lines(path) == ["a\u2028b", "c\x85d"]
+
+
+def test_input_lines_come_from_a_file_or_from_stdin(tmp_path, monkeypatch) -> None:
+    import io
+
+    path = write(tmp_path / "in.txt", "\ufeffone\r\ntwo\n")
+    monkeypatch.setattr("sys.stdin", io.StringIO("\ufeffone\r\ntwo\n"))
+    assert read_input_lines(path) == read_input_lines(None) == ["one", "two"]
+    monkeypatch.setattr("sys.stdin", io.StringIO(""))
+    assert read_input_lines(None) == []
 
 
 def test_missing_file(tmp_path: Path) -> None:

@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from attnkit.models import EncoderDecoder, TransformerConfig
 from attnkit.losses import (
     chunked_label_smoothed_cross_entropy,
     label_smoothed_cross_entropy,
 )
+from attnkit.models import EncoderDecoder, TransformerConfig
 
 PAD = 0
 
@@ -44,7 +44,7 @@ def loss_of(model: EncoderDecoder, src, tgt, labels, chunked: bool) -> torch.Ten
     kw = dict(epsilon=0.1, ignore_index=PAD, reduction="mean")
     if chunked:
         hidden = model(src, tgt, compute_logits=False).hidden
-        weight = model.output_proj.weight
+        weight = model.logits_weight()
         return chunked_label_smoothed_cross_entropy(hidden, weight, labels, chunk_size=5, **kw).loss
     return label_smoothed_cross_entropy(model(src, tgt).logits, labels, **kw).loss
 

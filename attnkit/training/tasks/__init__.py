@@ -9,7 +9,6 @@ causal LM), ``mlm`` (encoder-only masked LM) and ``image_classification``
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from attnkit.data.tokenizers import Tokenizer
 from attnkit.errors import ConfigError
@@ -20,10 +19,14 @@ from attnkit.training.tasks.image import ImageClassificationTask, load_images
 from attnkit.training.tasks.language_model import CausalLMTask, MaskedLMTask
 from attnkit.training.tasks.translation import TranslationTask, build_tokenizer, load_parallel
 
-TASK_CLASSES: dict[str, type[Any]] = {
-    "translation": TranslationTask,
+# The tasks on one text file, built from the run and the corpus alike.
+TEXT_TASKS: dict[str, type[CausalLMTask] | type[MaskedLMTask]] = {
     "lm": CausalLMTask,
     "mlm": MaskedLMTask,
+}
+TASK_CLASSES: dict[str, type[Task]] = {
+    "translation": TranslationTask,
+    **TEXT_TASKS,
     "image_classification": ImageClassificationTask,
 }
 
@@ -67,7 +70,7 @@ def task_from_run(
         vocab_size=run.tokenizer.vocab_size if run.tokenizer.kind == "bpe" else None,
         valid_fraction=data.held_out_fraction(run.task),
     )
-    return TASK_CLASSES[run.task](run, corpus, initial=initial)
+    return TEXT_TASKS[run.task](run, corpus, initial=initial)
 
 
 __all__ = [

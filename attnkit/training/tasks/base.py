@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Protocol
+from typing import Any, ClassVar, Protocol, TypeVar, cast
 
 import torch
 from torch import Tensor, nn
@@ -32,10 +32,13 @@ from torch import Tensor, nn
 from attnkit.blocks.moe import MoEAux
 from attnkit.data.tokenizers import Tokenizer
 from attnkit.errors import ConfigError
-from attnkit.models import build_model, config_from_preset
+from attnkit.models import AnyModelConfig, build_model
+from attnkit.models.config_base import AttentionStackConfig, ModelConfig
 from attnkit.training.distributed import DistContext
 from attnkit.training.init import Initial, config_from_initial, load_initial_weights
 from attnkit.training.runconfig import RunConfig
+
+C = TypeVar("C", bound=ModelConfig)
 
 
 def autocast_dtype(precision: str, device: torch.device) -> torch.dtype | None:
@@ -61,7 +64,7 @@ class TaskContext:
     fast: bool = False
     amp_dtype: torch.dtype | None = None
 
-    def precision(self) -> AbstractContextManager[Any]:
+    def precision(self) -> AbstractContextManager[None]:
         """The autocast context of forward passes (a no-op for fp32)."""
         return torch.autocast(
             self.device.type,
@@ -108,7 +111,7 @@ def moe_metrics(moe: MoEAux) -> dict[str, float]:
 
 
 def with_moe_losses(
-    loss: Tensor, nll: Tensor, tokens: int, moe: MoEAux | None, config: Any
+    loss: Tensor, nll: Tensor, tokens: int, moe: MoEAux | None, config: AnyModelConfig
 ) -> LossSums:
     """``LossSums`` whose loss adds the model's weighted MoE auxiliary losses, if any.
 
@@ -120,7 +123,8 @@ def with_moe_losses(
     """
     if moe is None:
         return LossSums(loss, nll, tokens)
-    aux = config.moe_loss_weight * moe.load_balancing_loss + config.z_loss_weight * moe.z_loss
+    weights = cast(AttentionStackConfig, config)  # a MoE report: an attention-stack model's
+    aux = weights.moe_loss_weight * moe.load_balancing_loss + weights.z_loss_weight * moe.z_loss
     return LossSums(loss + aux.to(loss.dtype) * tokens, nll, tokens, moe_metrics(moe))
 
 
@@ -128,10 +132,14 @@ class Task(Protocol):
     """A training objective with its data (see the module doc)."""
 
     name: ClassVar[str]
-    model_config: Any  # the validated config of the model the task builds
     # Adam's defaults for this task when train.betas / train.eps are not set.
     betas: ClassVar[tuple[float, float]]
     eps: ClassVar[float]
+
+    @property
+    def model_config(self) -> AnyModelConfig:
+        """The validated config of the model the task builds."""
+        ...
 
     @property
     def tokenizer(self) -> Tokenizer | None:
@@ -146,6 +154,8 @@ class Task(Protocol):
         """A freshly initialised model (the trainer seeds the RNG first)."""
         ...
 
+    # A batch is the task's own (a TranslationBatch, tensors): the trainer only hands
+    # what next_batch returned back to loss, so the protocol leaves its type open.
     def next_batch(self) -> tuple[Any, bool]:
         """This rank's share of the next global batch and whether it is real."""
         ...
@@ -176,15 +186,16 @@ class Task(Protocol):
 def model_config_from_run(
     run: RunConfig,
     *,
-    families: tuple[str, ...],
+    families: tuple[type[C], ...],
     defaults: dict[str, Any],
     preset: str = "small",
     initial: Initial | None = None,
     head_fields: tuple[str, ...] = (),
-) -> Any:
+) -> C:
     """The ``model`` section (``family``, a ``preset``, overrides) as a validated config.
 
-    ``families``: the families this task trains (the first is the default);
+    ``families``: the config classes of the families this task trains (the
+    first is the default);
     ``defaults``: fields the section may leave out (vocabulary sizes and
     special ids, which follow the tokenizer; an image classifier's classes);
     ``preset``: the preset when the section names none. Errors name ``model.<field>``.
@@ -193,28 +204,30 @@ def model_config_from_run(
     section may only repeat it or change training-only keys (dropout), and of
     ``defaults`` only ``head_fields`` may differ from it (``attnkit.training.init``).
     """
+    names = [config_class.family for config_class in families]
     if initial is not None:
-        return config_from_initial(
+        config: C = config_from_initial(
             initial.config, run.model, task_fields=defaults, head_fields=head_fields,
-            families=families,
+            families=names,
         )  # fmt: skip
+        return config
     fields = dict(run.model)
-    family = fields.pop("family", families[0])
-    if family not in families:
+    family = fields.pop("family", names[0])
+    if family not in names:
         raise ConfigError(
-            f"model.family: task {run.task} trains {' or '.join(families)}, got {family!r}"
+            f"model.family: task {run.task} trains {' or '.join(names)}, got {family!r}"
         )
     preset = fields.pop("preset", preset)
     for name, value in defaults.items():
         fields.setdefault(name, value)
     try:
-        return config_from_preset(family, preset, **fields)
+        return families[names.index(family)].from_preset(preset, **fields)
     except ConfigError as e:
         raise ConfigError(f"model.{e}") from None
 
 
 def build_task_model(
-    config: Any, initial: Initial | None = None, *, head: tuple[str, ...] = ()
+    config: ModelConfig, initial: Initial | None = None, *, head: tuple[str, ...] = ()
 ) -> nn.Module:
     """A task's model for ``config``: freshly initialised (the trainer seeded the RNG), then,
     with ``initial`` (``--init``), given the checkpoint's weights; the modules under the
@@ -225,7 +238,7 @@ def build_task_model(
     return model
 
 
-def check_vocab_fits(config: Any, fields: tuple[str, ...], tokenizer: Tokenizer) -> None:
+def check_vocab_fits(config: AnyModelConfig, fields: tuple[str, ...], tokenizer: Tokenizer) -> None:
     """Refuse a model vocabulary smaller than the tokenizer's (an id past the table crashes)."""
     for name in fields:
         if getattr(config, name) < tokenizer.vocab_size:

@@ -75,7 +75,7 @@ def _vit_config(
     run: RunConfig, defaults: dict[str, Any], initial: Initial | None = None
 ) -> ViTConfig:
     config: ViTConfig = model_config_from_run(
-        run, families=("vit",), defaults=defaults, preset="digits", initial=initial,
+        run, families=(ViTConfig,), defaults=defaults, preset="digits", initial=initial,
         head_fields=HEAD_FIELDS,
     )  # fmt: skip
     return config

@@ -24,7 +24,7 @@ Validation: the mean loss per scored token and the perplexity over the first
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Generic, TypeVar, cast
 
 import torch
 from torch import Tensor, nn
@@ -37,6 +37,8 @@ from attnkit.evaluation.perplexity import (
     mlm_special_ids,
     text_perplexity,
 )
+from attnkit.models import DecoderOnlyConfig, EncoderOnlyConfig
+from attnkit.models.protocols import LanguageModel
 from attnkit.training.init import Initial
 from attnkit.training.runconfig import RunConfig
 from attnkit.training.tasks.base import (
@@ -49,26 +51,33 @@ from attnkit.training.tasks.base import (
 )
 
 Batch = tuple[Tensor, Tensor]
+LMConfig = TypeVar("LMConfig", DecoderOnlyConfig, EncoderOnlyConfig)
 
 
-class _BlockTask:
+class _BlockTask(Generic[LMConfig]):
     """What both language-model tasks share: blocks of one token stream."""
 
     name: ClassVar[str]
     betas: ClassVar[tuple[float, float]] = (0.9, 0.99)  # nanoGPT's
     eps: ClassVar[float] = 1e-8
-    family: ClassVar[str]
     # Model fields that may differ from an --init checkpoint's, and the modules they
     # rebuild (an MLM started from a classifier drops its classification head).
     head_fields: ClassVar[tuple[str, ...]] = ()
     head: ClassVar[tuple[str, ...]] = ()
 
-    def __init__(self, run: RunConfig, corpus: LMCorpus, *, initial: Initial | None = None):
+    def __init__(
+        self,
+        run: RunConfig,
+        corpus: LMCorpus,
+        config_class: type[LMConfig],
+        *,
+        initial: Initial | None = None,
+    ) -> None:
         self.run, self.cfg, self.tokenizer = run, run.train, corpus.tokenizer
         self.corpus = corpus
         self.initial = initial  # --init: the checkpoint whose weights the model starts from
-        self.model_config = model_config_from_run(
-            run, families=(self.family,), defaults=self._model_defaults(), initial=initial,
+        self.model_config: LMConfig = model_config_from_run(
+            run, families=(config_class,), defaults=self._model_defaults(), initial=initial,
             head_fields=self.head_fields,
         )  # fmt: skip
         check_vocab_fits(self.model_config, ("vocab_size",), self.tokenizer)
@@ -110,11 +119,12 @@ class _BlockTask:
         if self.corpus.valid.numel() <= self.model_config.max_len:
             return {}  # shorter than one block
         metrics = text_perplexity(
-            model,
+            cast(LanguageModel, model),  # the model build_model made (the trainer's)
             self.corpus.valid,
             masked=self.name == "mlm",
             batch_size=self.batch_size,
             max_blocks=self.cfg.eval_blocks,
+            special_ids=mlm_special_ids(self.tokenizer),
             mask_prob=self.cfg.mask_prob,
             seed=self.cfg.seed,  # the same masks every time
         )
@@ -130,11 +140,13 @@ class _BlockTask:
         self.batch_rng.set_state(state["batch_rng"].to("cpu", torch.uint8))
 
 
-class CausalLMTask(_BlockTask):
+class CausalLMTask(_BlockTask[DecoderOnlyConfig]):
     """Next-token prediction with a ``DecoderOnlyLM``."""
 
     name: ClassVar[str] = "lm"
-    family: ClassVar[str] = "decoder_only"
+
+    def __init__(self, run: RunConfig, corpus: LMCorpus, *, initial: Initial | None = None):
+        super().__init__(run, corpus, DecoderOnlyConfig, initial=initial)
 
     def next_batch(self) -> tuple[Batch, bool]:
         x, y = self._share(*self._global_batch())
@@ -146,17 +158,16 @@ class CausalLMTask(_BlockTask):
         return with_moe_losses(nll, nll.detach(), count, out.moe, self.model_config)
 
 
-class MaskedLMTask(_BlockTask):
+class MaskedLMTask(_BlockTask[EncoderOnlyConfig]):
     """Masked-token prediction with an ``EncoderOnlyModel`` (no classification head)."""
 
     name: ClassVar[str] = "mlm"
-    family: ClassVar[str] = "encoder_only"
     head_fields: ClassVar[tuple[str, ...]] = ("num_labels",)
     head: ClassVar[tuple[str, ...]] = ("classifier",)
 
     def __init__(self, run: RunConfig, corpus: LMCorpus, *, initial: Initial | None = None):
-        super().__init__(run, corpus, initial=initial)
-        self.special_ids = mlm_special_ids(self.model_config)
+        super().__init__(run, corpus, EncoderOnlyConfig, initial=initial)
+        self.special_ids = mlm_special_ids(self.tokenizer)
         self.mask_rng = torch.Generator().manual_seed(self.cfg.seed + 1)
 
     def _model_defaults(self) -> dict[str, Any]:

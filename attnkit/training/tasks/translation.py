@@ -14,12 +14,12 @@ on the first ``train.valid_bleu_sentences``.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 import torch
-from torch import nn
+from torch import Tensor, nn
 
 from attnkit.data.batching import TokenBudgetSampler, filter_by_length
 from attnkit.data.collate import TranslationBatch, collate_translation
@@ -31,7 +31,8 @@ from attnkit.losses import (
     chunked_label_smoothed_cross_entropy,
     label_smoothed_cross_entropy,
 )
-from attnkit.models import EncoderDecoder, Seq2SeqConfig
+from attnkit.models import RNNSeq2SeqConfig, Seq2SeqConfig, TransformerConfig
+from attnkit.models.protocols import LinearLogits, Seq2SeqModel
 from attnkit.training import distributed as dist_util
 from attnkit.training.init import Initial
 from attnkit.training.runconfig import DataConfig, RunConfig, TokenizerConfig
@@ -45,6 +46,8 @@ from attnkit.training.tasks.base import (
 )
 
 Pair = tuple[str, str]
+# The families the task trains (the first is the default).
+SEQ2SEQ_CONFIGS: tuple[type[Seq2SeqConfig], ...] = (TransformerConfig, RNNSeq2SeqConfig)
 
 
 def load_parallel(data: DataConfig, split: str) -> ParallelCorpus:
@@ -126,7 +129,7 @@ class TranslationTask:
         self.initial = initial  # --init: the checkpoint whose weights the model starts from
         self.model_config: Seq2SeqConfig = model_config_from_run(
             run,
-            families=("transformer", "rnn"),
+            families=SEQ2SEQ_CONFIGS,
             defaults={
                 "src_vocab_size": tokenizer.vocab_size,
                 "tgt_vocab_size": tokenizer.vocab_size,
@@ -146,7 +149,7 @@ class TranslationTask:
         check_lengths_fit(self.model_config, self.corpus, run.data.max_len)
         self.context = TaskContext()
         self.chunked = False
-        self._output_proj: nn.Linear | None = None
+        self._logits_weight: Callable[[], Tensor] | None = None
         self.epoch = 0
         self.batch_in_epoch = 0  # batches of this epoch already consumed (for resume)
         self._stream: Iterator[tuple[TranslationBatch, bool]] | None = None
@@ -167,8 +170,9 @@ class TranslationTask:
 
     def build_model(self) -> nn.Module:
         model = build_task_model(self.model_config, self.initial)
-        # The chunked loss projects the decoder's hidden states itself (RNNs add dropout first).
-        self._output_proj = model.output_proj if isinstance(model, EncoderDecoder) else None
+        # The chunked loss projects the decoder's hidden states itself: only for a model
+        # whose logits are that projection and nothing more (not the RNN's).
+        self._logits_weight = model.logits_weight if isinstance(model, LinearLogits) else None
         return model
 
     def describe(self) -> str:
@@ -213,18 +217,18 @@ class TranslationTask:
 
     def loss(self, model: nn.Module, batch: TranslationBatch) -> LossSums:
         pad = self.tokenizer.pad_id
-        chunked = self.chunked and self._output_proj is not None
+        logits_weight = self._logits_weight if self.chunked else None
         with self.context.precision():
-            if chunked:
+            if logits_weight is not None:
                 output = model(batch.src, batch.tgt_in, compute_logits=False)
                 out = chunked_label_smoothed_cross_entropy(
-                    output.hidden, self._output_proj.weight, batch.tgt_out,  # type: ignore[union-attr]
+                    output.hidden, logits_weight(), batch.tgt_out,
                     epsilon=self.cfg.label_smoothing,
                     ignore_index=pad, reduction="sum",
                 )  # fmt: skip
             else:
                 output = model(batch.src, batch.tgt_in)
-        if not chunked:  # scored outside autocast, as before
+        if logits_weight is None:  # scored outside autocast, as before
             out = label_smoothed_cross_entropy(
                 output.logits, batch.tgt_out, epsilon=self.cfg.label_smoothing,
                 ignore_index=pad, reduction="sum",
@@ -244,8 +248,9 @@ class TranslationTask:
             return {}
         model.eval()
         tok = self.tokenizer
+        seq2seq = cast(Seq2SeqModel, model)  # the model build_model made (the trainer's)
         loss_sum, nll_sum, n_tokens = translation_sums(
-            model,
+            seq2seq,
             tok,
             self.valid_pairs,
             label_smoothing=self.cfg.label_smoothing,

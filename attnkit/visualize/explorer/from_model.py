@@ -16,29 +16,33 @@ requested, drops the batch axis and returns an :class:`ExplorerExample`:
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
+import numpy as np
 import torch
+from torch import nn
 
+from attnkit.data.tokenizers import Tokenizer
+from attnkit.models import DecoderOnlyLM, EncoderOnlyModel
+from attnkit.models.protocols import Seq2SeqModel
 from attnkit.visualize.attention import token_strings
 from attnkit.visualize.explorer.payload import AttentionGroup, ExplorerExample, Hypothesis
 
 __all__ = ["causal_lm_example", "masked_lm_example", "seq2seq_example"]
 
 
-def _layers(weights: Sequence[torch.Tensor] | None) -> list[Any]:
+def _layers(weights: Sequence[torch.Tensor] | None) -> list[np.ndarray]:
     """Per-layer ``(B, h, Tq, Tk)`` -> per-layer ``(h, Tq, Tk)`` numpy arrays of row 0."""
     return [w[0].detach().float().cpu().numpy() for w in weights or ()]
 
 
-def _device(model: Any) -> torch.device:
+def _device(model: nn.Module) -> torch.device:
     return next(model.parameters()).device
 
 
 @torch.no_grad()
 def seq2seq_example(
-    model: Any,
-    tokenizer: Any,
+    model: Seq2SeqModel,
+    tokenizer: Tokenizer,
     src: Sequence[int],
     nbest: Sequence[tuple[Sequence[int], float]],
     *,
@@ -85,8 +89,8 @@ def seq2seq_example(
 
 @torch.no_grad()
 def causal_lm_example(
-    model: Any,
-    tokenizer: Any,
+    model: DecoderOnlyLM,
+    tokenizer: Tokenizer,
     prompt: Sequence[int],
     continuation: Sequence[int],
     *,
@@ -115,8 +119,8 @@ def causal_lm_example(
 
 @torch.no_grad()
 def masked_lm_example(
-    model: Any,
-    tokenizer: Any,
+    model: EncoderOnlyModel,
+    tokenizer: Tokenizer,
     ids: Sequence[int],
     *,
     output: str = "",
@@ -124,7 +128,7 @@ def masked_lm_example(
 ) -> ExplorerExample:
     """The self-attention of an encoder-only model over ``ids`` (mask ids shown as [MASK])."""
     out = model(torch.tensor([list(ids)], device=_device(model)), need_weights=True, mlm=False)
-    mask_id = getattr(model.config, "mask_id", None)
+    mask_id = model.config.mask_id
     labels = ["[MASK]" if i == mask_id else token_strings(tokenizer, [i])[0] for i in ids]
     return ExplorerExample(
         kind="masked_lm",

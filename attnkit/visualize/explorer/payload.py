@@ -148,7 +148,7 @@ def _axis_tokens(example: ExplorerExample, axis: str) -> list[str]:
     return list(example.source if axis == "source" else example.target)
 
 
-def _check_tokens(tokens: Any, name: str) -> list[str]:
+def _check_tokens(tokens: object, name: str) -> list[str]:
     if not isinstance(tokens, Sequence) or isinstance(tokens, str):
         raise ValueError(f"{name}: must be a list of str tokens, got {type(tokens).__name__}")
     if not all(isinstance(t, str) for t in tokens):
