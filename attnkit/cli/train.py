@@ -30,7 +30,14 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 
-from attnkit.cli.common import add_device_argument, check_out_dir, prepare_out_dir
+from attnkit.cli.common import (
+    add_device_argument,
+    check_out_dir,
+    check_training_fits,
+    lock_run_dir,
+    open_run_dir,
+)
+from attnkit.outputs import write_text
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -71,29 +78,41 @@ def run(args: argparse.Namespace, *, callbacks: Sequence = ()) -> int:
     run_config = load_run_config(args.config, overrides)
     name = Path(args.config).stem if args.config else "run"
     out = Path(args.out or Path("runs") / name)
+    # --overwrite empties OUT: it must not hold the config or the data.
+    inputs = [p for p in (args.config, run_config.data.dir) if p]
     dist = init_distributed(args.device)  # under torchrun: join the group, one device per rank
     # Check everything (out dir, data, tokenizer, model) before touching the disk.
-    check_out_dir(out, resume=args.resume, overwrite=args.overwrite)
-    saved_tokenizer = load_tokenizer(out) if args.resume else None  # the run's own vocabulary
-    task = task_from_run(run_config, saved_tokenizer)
-    trainer = Trainer(
-        run_config,
-        task,
-        out,
-        device=args.device,
-        progress=not args.no_progress,
-        distributed=dist,
-        callbacks=callbacks,
-    )
-    dist.on_main(prepare_out_dir, out, resume=args.resume, overwrite=args.overwrite)
-    if args.resume and trainer.resume() and dist.is_main:
-        print(f"resuming {out} from step {trainer.step}")
-    if dist.is_main:
-        (out / "run.json").write_text(run_config.to_json() + "\n", encoding="utf-8")
-        n = sum(p.numel() for p in trainer.model.parameters())
-        print(f"{run_config.task}: {task.describe()}, {n / 1e6:.2f}M parameters, "
-              f"device {trainer.device}")  # fmt: skip
-    summary = trainer.fit()
+    check_out_dir(out, resume=args.resume, overwrite=args.overwrite, inputs=inputs)
+    # Rank 0 holds OUT's lock for the whole run (released when the process ends).
+    lock = dist.on_main(lock_run_dir, out)
+    try:
+        saved_tokenizer = load_tokenizer(out) if args.resume else None  # the run's own vocabulary
+        task = task_from_run(run_config, saved_tokenizer)
+        check_training_fits(task.model_config, dist.device)  # before the model is built
+        trainer = Trainer(
+            run_config,
+            task,
+            out,
+            device=args.device,
+            progress=not args.no_progress,
+            distributed=dist,
+            callbacks=callbacks,
+        )
+        lock = dist.on_main(
+            open_run_dir, out, resume=args.resume, overwrite=args.overwrite, inputs=inputs,
+            lock=lock,
+        )  # fmt: skip
+        if args.resume and trainer.resume() and dist.is_main:
+            print(f"resuming {out} from step {trainer.step}")
+        if dist.is_main:
+            write_text(out / "run.json", run_config.to_json() + "\n")
+            n = sum(p.numel() for p in trainer.model.parameters())
+            print(f"{run_config.task}: {task.describe()}, {n / 1e6:.2f}M parameters, "
+                  f"device {trainer.device}")  # fmt: skip
+        summary = trainer.fit()
+    finally:
+        if lock is not None:
+            lock.release()
     if dist.is_main:
         print(json.dumps({"out": str(out), **summary}))
     return 0
