@@ -6,7 +6,6 @@ import argparse
 import os
 import shutil
 import stat
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -259,19 +258,6 @@ def check_input_file(path: str | None, option: str) -> None:
             os.close(fd)
         kind = "character" if stat.S_ISCHR(mode) else "block"
         raise UsageError(f"{option} {path}: is a {kind} device, not a text file")
-
-
-def read_lines(path: str | None) -> list[str]:
-    """Lines of ``path`` (or of stdin when ``path`` is None), without line endings."""
-    check_input_file(path, "--input")
-    if path is None:
-        lines = [line.rstrip("\r\n") for line in sys.stdin]
-        if lines:
-            lines[0] = lines[0].removeprefix("\ufeff")  # a BOM, as the file reader drops it
-        return lines
-    from attnkit.data.readers import read_lines as read_file_lines
-
-    return read_file_lines(path)
 
 
 # -- images for an image classifier (evaluate --images, attention --image) -------------

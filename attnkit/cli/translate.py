@@ -12,7 +12,7 @@ import argparse
 import sys
 
 from attnkit.cli.argtypes import finite_float, integer, seed
-from attnkit.cli.common import add_device_argument, add_precision_argument, read_lines
+from attnkit.cli.common import add_device_argument, add_precision_argument
 from attnkit.errors import UsageError
 
 # GNMT's length penalty ((5 + |Y|) / 6) ** alpha overflows a float past alpha ~ 130
@@ -116,7 +116,8 @@ def truncate_sources(
 def run(args: argparse.Namespace) -> int:
     import torch
 
-    from attnkit.cli.common import check_decode_fits, load_for
+    from attnkit.cli.common import check_decode_fits, check_input_file, load_for
+    from attnkit.data.readers import read_input_lines
     from attnkit.decoding.text import decode_ids
 
     check_decoding_arguments(args)
@@ -130,7 +131,8 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"--top-p must be in (0, 1], got {args.top_p}")
 
     # A bad --input fails before the model loads; stdin is read once the model is ready.
-    lines = read_lines(args.input) if args.input is not None else None
+    check_input_file(args.input, "--input")  # never /dev/zero: it would fill memory
+    lines = read_input_lines(args.input) if args.input is not None else None
     loaded = load_for("translate", args.checkpoint, args.device)
     model, tokenizer = loaded.model, loaded.tokenizer
     device = next(model.parameters()).device
@@ -140,7 +142,7 @@ def run(args: argparse.Namespace) -> int:
                       f"{args.batch_size}")  # fmt: skip
     stepper = stepper_from_args(model, args)
     if lines is None:
-        lines = read_lines(None)
+        lines = read_input_lines(None)
     sampling = None
     if args.sample:
         generator = torch.Generator(device=device).manual_seed(args.seed)
