@@ -93,7 +93,7 @@ def gib(n: float) -> str:
 
 
 def require(
-    need: int,
+    need: int | None,
     what: str,
     *,
     device: str | torch.device = "cpu",
@@ -101,6 +101,8 @@ def require(
 ) -> None:
     """Raise ``error("WHAT needs ~N GiB of memory, but M GiB is available ...")`` when
     ``need`` bytes exceed what ``device`` has free."""
+    if need is None:
+        return
     free = available_bytes(device)
     if free is not None and need > free:
         raise error(f"{what} needs at least {gib(need)} of memory, but {gib(free)} is available "
@@ -121,13 +123,46 @@ def _check_layer_counts(config: Any, prefix: str) -> None:
             )
 
 
-def model_bytes(config: Any, build: Callable[[Any], torch.nn.Module], *, prefix: str = "") -> int:
-    """Bytes of ``build(config)``'s parameters and buffers, measured on the meta device.
+# Tensor factories whose ``device=`` argument _OnlyMeta overrides, and the moves it skips.
+_FACTORIES = frozenset(
+    {torch.arange, torch.empty, torch.zeros, torch.ones, torch.full, torch.rand, torch.randn,
+     torch.randint, torch.tensor, torch.as_tensor, torch.linspace, torch.logspace, torch.eye,
+     torch.empty_strided}
+)  # fmt: skip
+_MOVES = frozenset({torch.Tensor.to, torch.Tensor.cpu, torch.Tensor.cuda})
+
+
+class _OnlyMeta(torch.overrides.TorchFunctionMode):
+    """Every tensor made inside is a meta tensor, even one asked for on the CPU.
+
+    ``torch.device("meta")`` only changes the *default* device: a module that
+    builds its table with ``device="cpu"`` (a rotary table) would allocate it
+    for real, 10**12 rows included. Here factories always get ``device="meta"``
+    and moving a meta tensor is a no-op.
+    """
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = dict(kwargs or {})
+        if func in _FACTORIES:
+            kwargs["device"] = torch.device("meta")
+        elif func in _MOVES and args and isinstance(args[0], torch.Tensor) and args[0].is_meta:
+            return args[0]
+        return func(*args, **kwargs)
+
+
+def model_bytes(
+    config: Any, build: Callable[[Any], torch.nn.Module], *, prefix: str = ""
+) -> int | None:
+    """Bytes of ``build(config)``'s parameters and buffers, measured on the meta device;
+    ``None`` when the model cannot be built there (the check is then skipped).
 
     ``prefix`` (``model.``) names the config's fields in a refusal of too many layers.
     """
     _check_layer_counts(config, prefix)
-    with torch.device("meta"):
-        model = build(config)
+    try:
+        with torch.device("meta"), _OnlyMeta():
+            model = build(config)
+    except (NotImplementedError, RuntimeError):  # e.g. .item() of a meta tensor
+        return None
     tensors = [*model.parameters(), *model.buffers()]
     return sum(t.numel() * t.element_size() for t in tensors)

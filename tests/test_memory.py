@@ -32,6 +32,23 @@ def test_a_huge_position_count_is_measured_without_allocating_it():
         require(need, "model.max_len")
 
 
+@pytest.mark.parametrize("positions", ["sinusoidal", "rotary", "learned", "sinusoidal+relative"])
+def test_tables_built_on_the_cpu_are_measured_on_meta_too(positions):
+    """Rotary tables are built with device="cpu": under a 4 GiB address-space limit, 10**12
+    positions of every kind are measured without allocating them (a real allocation fails)."""
+    code = (
+        "import resource; resource.setrlimit(resource.RLIMIT_AS, (4 << 30, -1)); "
+        "from attnkit.memory import model_bytes; from attnkit.models import build_model, "
+        "TransformerConfig as C; "
+        "print(model_bytes(C(d_model=16, num_heads=2, d_ff=32, num_encoder_layers=1, "
+        f"num_decoder_layers=1, src_vocab_size=20, tgt_vocab_size=20, positions={positions!r}, "
+        "max_len=10**12), build_model))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert int(out.stdout) >= 10**12 * 8
+
+
 def test_too_many_layers_are_refused_before_building_anything():
     with pytest.raises(ConfigError, match=f"model.num_encoder_layers: must be <= {MAX_LAYERS}"):
         model_bytes(_config(num_encoder_layers=10**9), build_model, prefix="model.")

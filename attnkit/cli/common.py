@@ -218,8 +218,8 @@ def check_training_fits(model_config: Any, device: Any) -> None:
     from attnkit.memory import model_bytes, require
     from attnkit.models import build_model
 
-    need = 4 * model_bytes(model_config, build_model, prefix="model.")
-    require(need, "the model section (weights, gradients and Adam state)", device=device)
+    weights = model_bytes(model_config, build_model, prefix="model.")
+    require(None if weights is None else 4 * weights, "the model section (weights, gradients and Adam state)", device=device)
 
 
 def check_decode_fits(model_config: Any, rows: int, device: Any, options: str) -> None:

@@ -62,7 +62,8 @@ def _options(args: argparse.Namespace) -> dict[str, Any]:
             raise UsageError("--metrics: only --to hf writes a model card")
         metrics = Path(args.metrics)
         if not metrics.is_file():
-            raise UsageError(f"--metrics {metrics}: file not found")
+            found = "is not a regular file" if metrics.exists() else "file not found"
+            raise UsageError(f"--metrics {metrics}: {found}")
         options["metrics"] = metrics
     if args.quantization is not None:
         if args.to != "ctranslate2":

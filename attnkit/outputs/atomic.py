@@ -59,8 +59,9 @@ def fsync_tree(root: PathLike) -> None:
         fsync_dir(directory)
 
 
-def _write_error(where: str, e: OSError) -> OutputError:
-    return OutputError(f"{where}: cannot write ({describe_os_error(e)}); it keeps what it held")
+def _write_error(where: str, e: OSError, target: Path) -> OutputError:
+    kept = "it keeps what it held" if target.exists() else "nothing was written"
+    return OutputError(f"{where}: cannot write ({describe_os_error(e)}); {kept}")
 
 
 def _about(e: OSError, *places: Path) -> bool:
@@ -88,7 +89,7 @@ def atomic_file(
         tmp = target.parent / f".{target.stem}.tmp-{uuid.uuid4().hex[:8]}{target.suffix}"
         os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
     except OSError as e:
-        raise _write_error(where, e) from None
+        raise _write_error(where, e, target) from None
     try:
         yield tmp
         check_output_file(path, option=option, inputs=inputs)
@@ -105,7 +106,7 @@ def atomic_file(
         os_error = as_os_error(e)
         if os_error is None or not _about(os_error, tmp, target):
             raise
-        raise _write_error(where, os_error) from None
+        raise _write_error(where, os_error, target) from None
     finally:
         if tmp.exists():
             tmp.unlink()
@@ -196,7 +197,7 @@ def staged_directory(
     try:
         tmp = make_temporary_dir(target)
     except OSError as e:
-        raise _write_error(label(option, out), e) from None
+        raise _write_error(label(option, out), e, target) from None
     try:
         yield tmp
         fsync_tree(tmp)
@@ -205,7 +206,7 @@ def staged_directory(
         os_error = as_os_error(e)
         if os_error is None or not _about(os_error, tmp, target):
             raise
-        raise _write_error(label(option, out), os_error) from None
+        raise _write_error(label(option, out), os_error, target) from None
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)

@@ -307,6 +307,8 @@ def parse_override(text: str) -> tuple[list[str], Any]:
     if "=" not in text:
         raise ConfigError(f"--set {text}: expected key=value, e.g. train.max_steps=1000")
     key, raw = text.split("=", 1)
+    if not all(part.strip() for part in key.split(".")):
+        raise ConfigError(f"--set {text}: expected SECTION.KEY=VALUE, e.g. train.max_steps=1000")
     try:
         value = parse_yaml(raw) if raw else ""
     except yaml.YAMLError:
@@ -340,7 +342,8 @@ def load_run_config(path: str | Path | None, overrides: list[str] | None = None)
     if path is not None:
         p = Path(path)
         if not p.is_file():
-            raise ConfigError(f"{p}: config file not found")
+            found = "is not a regular file" if p.exists() else "config file not found"
+            raise ConfigError(f"{p}: {found}")
         try:
             data = parse_yaml(p.read_text(encoding="utf-8")) or {}
         except RecursionError:
