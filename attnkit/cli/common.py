@@ -219,7 +219,11 @@ def check_training_fits(model_config: Any, device: Any) -> None:
     from attnkit.models import build_model
 
     weights = model_bytes(model_config, build_model, prefix="model.")
-    require(None if weights is None else 4 * weights, "the model section (weights, gradients and Adam state)", device=device)
+    require(
+        None if weights is None else 4 * weights,
+        "the model section (weights, gradients and Adam state)",
+        device=device,
+    )
 
 
 def check_decode_fits(model_config: Any, rows: int, device: Any, options: str) -> None:

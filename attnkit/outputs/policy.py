@@ -42,20 +42,18 @@ def describe_os_error(e: OSError) -> str:
     return reason[:1].lower() + reason[1:]
 
 
+_KINDS = (
+    (stat.S_ISDIR, "a directory"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISFIFO, "a FIFO (named pipe)"),
+    (stat.S_ISSOCK, "a socket"),
+    (stat.S_ISREG, "a regular file"),
+)
+
+
 def _kind(mode: int) -> str:
-    if stat.S_ISDIR(mode):
-        return "a directory"
-    if stat.S_ISCHR(mode):
-        return "a character device"
-    if stat.S_ISBLK(mode):
-        return "a block device"
-    if stat.S_ISFIFO(mode):
-        return "a FIFO (named pipe)"
-    if stat.S_ISSOCK(mode):
-        return "a socket"
-    if stat.S_ISREG(mode):
-        return "a regular file"
-    return "not a regular file"
+    return next((name for test, name in _KINDS if test(mode)), "not a regular file")
 
 
 def label(option: str, path: PathLike) -> str:
@@ -142,19 +140,7 @@ def check_output_file(path: PathLike, *, option: str = "", inputs: Iterable[Path
     ``option`` (``--hyp-out``) names the path in errors; ``inputs`` are the
     files and directories the command reads. Changes nothing on disk.
     """
-    given = Path(path)
-    if not os.fspath(path):
-        raise UsageError(f"{option or 'output'}: empty path")
-    target, st = _resolve(given, option)
-    if st is not None and not stat.S_ISREG(st.st_mode):
-        what = "" if target == given.absolute() else f" (through the link {given})"
-        raise UsageError(
-            f"{label(option, target)}: is {_kind(st.st_mode)}{what}, not a regular file; "
-            "attnkit replaces only regular files"
-        )
-    _check_inputs(target, inputs, option, directory=False)
-    _check_parent(target, option)
-    return target
+    return _check(path, option, inputs, directory=False)
 
 
 def check_output_dir(path: PathLike, *, option: str = "", inputs: Iterable[PathLike] = ()) -> Path:
@@ -163,14 +149,22 @@ def check_output_dir(path: PathLike, *, option: str = "", inputs: Iterable[PathL
     Whether an existing, non-empty directory may be replaced (``--overwrite``)
     is the command's decision; this checks the kind, the inputs and the parent.
     """
+    return _check(path, option, inputs, directory=True)
+
+
+def _check(path: PathLike, option: str, inputs: Iterable[PathLike], *, directory: bool) -> Path:
     if not os.fspath(path):
         raise UsageError(f"{option or 'output'}: empty path")
-    target, st = _resolve(Path(path), option)
-    if st is not None and not stat.S_ISDIR(st.st_mode):
+    given = Path(path)
+    target, st = _resolve(given, option)
+    wanted = stat.S_ISDIR if directory else stat.S_ISREG
+    if st is not None and not wanted(st.st_mode):
+        link = "" if target == given.absolute() else f" (through the link {given})"
+        kind = "a directory" if directory else "a regular file"
         raise UsageError(
-            f"{label(option, target)}: exists and is {_kind(st.st_mode)}, not a directory; "
-            "choose another path"
+            f"{label(option, target)}: is {_kind(st.st_mode)}{link}, not {kind}; attnkit "
+            f"replaces only {'directories' if directory else 'regular files'} here"
         )
-    _check_inputs(target, inputs, option, directory=True)
+    _check_inputs(target, inputs, option, directory=directory)
     _check_parent(target, option)
     return target

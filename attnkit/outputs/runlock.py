@@ -12,13 +12,13 @@ closes, which includes a process killed by SIGKILL. The PID written into the
 file is informational (it names the holder in the error); a leftover file from
 a killed run is simply locked again by the next run. The file is never removed:
 removing a lock file while another process has it open would let two
-processes lock two different files of the same name.
+processes lock two different files of the same name. (POSIX only: where there
+is no ``fcntl``, Windows, runs are not locked.)
 """
 
 from __future__ import annotations
 
 import errno
-import fcntl
 import os
 from pathlib import Path
 from types import TracebackType
@@ -48,7 +48,15 @@ def _refusal(run_dir: Path, option: str, lock: Path) -> RunLockedError:
     )
 
 
+try:
+    import fcntl
+except ImportError:  # not POSIX (Windows): no flock, so runs are not locked there
+    fcntl = None  # type: ignore[assignment]
+
+
 def _try_lock(fd: int) -> bool:
+    if fcntl is None:
+        return True
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError as e:
@@ -123,6 +131,7 @@ def refuse_if_locked(run_dir: str | os.PathLike[str], option: str = "--out") -> 
     try:
         if not _try_lock(fd):
             raise _refusal(Path(run_dir), option, path)
-        fcntl.flock(fd, fcntl.LOCK_UN)
+        if fcntl is not None:
+            fcntl.flock(fd, fcntl.LOCK_UN)
     finally:
         os.close(fd)

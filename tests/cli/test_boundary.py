@@ -9,15 +9,13 @@ import sys
 from pathlib import Path
 
 import pytest
+from cli_helpers import tiny_checkpoint
 from safetensors import SafetensorError
 
-from attnkit.checkpoints import save_checkpoint
 from attnkit.cli import average as average_cmd
 from attnkit.cli.boundary import describe, run_command
 from attnkit.cli.main import main
-from attnkit.data.tokenizers import CharTokenizer
 from attnkit.errors import ConfigError
-from attnkit.models import EncoderDecoder, TransformerConfig
 
 REPO = Path(__file__).parents[2]
 
@@ -64,21 +62,12 @@ def test_a_multi_line_message_is_folded_into_one(capsys):
     assert capsys.readouterr().err.count("\n") == 1
 
 
-def _tiny_checkpoint(directory: Path) -> Path:
-    tok = CharTokenizer.train(["one two three"])
-    config = TransformerConfig(d_model=16, num_heads=2, d_ff=32, num_encoder_layers=1,
-                               num_decoder_layers=1, src_vocab_size=tok.vocab_size,
-                               tgt_vocab_size=tok.vocab_size, max_len=32)  # fmt: skip
-    return save_checkpoint(directory, model_state=EncoderDecoder(config).state_dict(),
-                           config=config.to_dict(), tokenizer_json=tok.to_json())  # fmt: skip
-
-
 def test_a_full_disk_during_average_is_one_line_and_nothing_half_written(
     tmp_path, capsys, monkeypatch
 ):
     """safetensors reports a full disk as its own error type: still one line, and the
     previous --out survives whole, with no temporary left beside it."""
-    checkpoint = _tiny_checkpoint(tmp_path / "ck")
+    checkpoint = tiny_checkpoint(tmp_path / "ck")
     out = tmp_path / "avg"
     out.mkdir()
     (out / "config.json").write_text("{}")
@@ -118,7 +107,7 @@ def _cli(*argv: str, **kwargs) -> subprocess.Popen:
 def test_a_reader_that_goes_away_is_no_error_and_no_noise(tmp_path):
     """`attnkit translate ... | head -0`: the pipe breaks at the first write; no traceback,
     no "Exception ignored" at exit, exit code 1."""
-    checkpoint = _tiny_checkpoint(tmp_path / "ck")
+    checkpoint = tiny_checkpoint(tmp_path / "ck")
     (tmp_path / "in.txt").write_text("one two\n" * 200)
     read, write = os.pipe()
     os.close(read)  # the reader is gone before anything is written
@@ -131,7 +120,7 @@ def test_a_reader_that_goes_away_is_no_error_and_no_noise(tmp_path):
 
 
 def test_closed_stdout_and_an_unencodable_stdout_are_one_line(tmp_path):
-    checkpoint = _tiny_checkpoint(tmp_path / "ck")
+    checkpoint = tiny_checkpoint(tmp_path / "ck")
     argv = ["translate", "--checkpoint", str(checkpoint), "--input", os.devnull]
     closed = _cli(*argv, stdout=subprocess.DEVNULL, preexec_fn=lambda: os.close(1))
     _, err = closed.communicate(timeout=300)

@@ -10,21 +10,12 @@ import time
 from pathlib import Path
 
 import pytest
+from cli_helpers import tiny_run_config
 
-from attnkit.data.synthetic import number_splits
 from attnkit.outputs import RunLock, RunLockedError, refuse_if_locked
 from attnkit.outputs.runlock import LOCK_FILE
 
 REPO = Path(__file__).parents[2]
-CONFIG = """
-task: translation
-data: {{dir: {dir}, src_lang: en, tgt_lang: de, train: train, valid: null, max_len: 96}}
-tokenizer: {{kind: char}}
-model: {{preset: small, d_model: 16, num_heads: 2, d_ff: 32,
-        num_encoder_layers: 1, num_decoder_layers: 1, max_len: 128}}
-train: {{max_steps: 100000, max_tokens: 400, warmup_steps: 2, log_every: 1000,
-        eval_every: 100000, save_every: 5, keep_last: 1, valid_bleu_sentences: 0}}
-"""
 
 
 def _cli(*argv: str, cwd: Path) -> subprocess.Popen:
@@ -36,12 +27,7 @@ def _cli(*argv: str, cwd: Path) -> subprocess.Popen:
 
 @pytest.fixture
 def config(tmp_path) -> Path:
-    pairs = number_splits(40, 0, 0, low=1, high=999, seed=0)["train"]
-    (tmp_path / "train.en").write_text("".join(s + "\n" for s, _ in pairs), encoding="utf-8")
-    (tmp_path / "train.de").write_text("".join(t + "\n" for _, t in pairs), encoding="utf-8")
-    path = tmp_path / "tiny.yaml"
-    path.write_text(CONFIG.format(dir=tmp_path), encoding="utf-8")
-    return path
+    return tiny_run_config(tmp_path, max_steps=100000, save_every=5)
 
 
 def _files(run: Path) -> dict[str, bytes]:
