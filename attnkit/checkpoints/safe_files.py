@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import struct
 from collections.abc import Mapping
 from pathlib import Path
@@ -294,7 +295,10 @@ def read_json(path: Path, limit: int) -> Any:
 def read_text(path: Path, limit: int) -> str:
     """The UTF-8 text of ``path``, refused unread when it is over ``limit`` bytes."""
     try:
-        size = path.stat().st_size
+        st = path.stat()
+        if not stat.S_ISREG(st.st_mode):  # a FIFO would block the read forever
+            raise CheckpointError(f"{path}: not a regular file; not reading it")
+        size = st.st_size
         if size > limit:
             raise CheckpointError(
                 f"{path}: {size} bytes exceeds the {limit}-byte limit for {path.name} "

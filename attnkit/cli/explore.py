@@ -21,6 +21,8 @@ from attnkit.cli.common import add_device_argument, check_decode_fits, checkpoin
 from attnkit.errors import UsageError
 from attnkit.outputs import atomic_file, check_output_file
 
+MAX_NEW_TOKENS = 1024  # or the model's context, if longer
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--checkpoint", required=True, help="checkpoint or run directory")
@@ -52,11 +54,13 @@ def run(args: argparse.Namespace) -> int:
     inputs = checkpoint_inputs(args.checkpoint)
     check_output_file(args.out, option="--out", inputs=inputs)  # before any work
     loaded = load_for("explore", args.checkpoint, args.device)
-    context = loaded.config.max_len
-    if loaded.family.kind == "causal_lm" and args.max_new_tokens > context:
+    # The page shows the last window of the model's context; generating far past it only
+    # makes the command run (10**11 tokens: forever) for text nobody sees mapped.
+    most = max(MAX_NEW_TOKENS, loaded.config.max_len)
+    if loaded.family.kind == "causal_lm" and args.max_new_tokens > most:
         raise UsageError(
-            f"--max-new-tokens {args.max_new_tokens}: the explorer shows one window of the "
-            f"model's context; use at most {context} (its max_len)"
+            f"--max-new-tokens {args.max_new_tokens}: the explorer maps one window of the "
+            f"model's context ({loaded.config.max_len} tokens); use at most {most}"
         )
     rows = args.beam if loaded.family.kind == "seq2seq" else 1
     device = next(loaded.model.parameters()).device

@@ -104,8 +104,10 @@ VALID_SIZE = 300  # validation pairs drawn beside the training and test pairs
 
 
 def _check_args(args: argparse.Namespace) -> None:
-    if args.minutes <= 0:
-        raise UsageError(f"--minutes must be > 0, got {args.minutes}")
+    from attnkit.training.runconfig import MAX_MINUTES
+
+    if not 0 < args.minutes <= MAX_MINUTES:
+        raise UsageError(f"--minutes must be in (0, {MAX_MINUTES:g}], got {args.minutes}")
     if args.target is not None and not 0 < args.target <= 1:
         raise UsageError(f"--target must be in (0, 1], got {args.target}")
     if args.max_steps < 1:

@@ -109,6 +109,7 @@ MAX_VOCAB_SIZE = 1 << 24  # 16.8M; the largest real vocabularies are ~256k
 MAX_GRAD_ACCUM = 1024  # batches per update; for a larger batch raise train.max_tokens
 MAX_THREADS = 1024
 SEED_LIMIT = 1 << 63  # seeds in [0, 2**63): the trainer derives seed + rank + step
+MAX_MINUTES = 1e7  # 19 years; 1e308 minutes is an infinite number of seconds
 
 
 @dataclass
@@ -203,7 +204,8 @@ class TrainConfig:
             require("threads", 1 <= self.threads <= MAX_THREADS,
                     f"must be in [1, {MAX_THREADS}] (or null), got {self.threads}")  # fmt: skip
         if self.max_minutes is not None:
-            require("max_minutes", self.max_minutes > 0, f"must be > 0, got {self.max_minutes}")
+            require("max_minutes", 0 < self.max_minutes <= MAX_MINUTES,
+                    f"must be in (0, {MAX_MINUTES:g}], got {self.max_minutes}")  # fmt: skip
         if self.decay_to_budget:
             require("decay_to_budget", self.max_minutes is not None and self.schedule == "cosine",
                     "needs train.max_minutes and train.schedule=cosine")  # fmt: skip
