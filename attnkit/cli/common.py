@@ -212,9 +212,11 @@ def open_run_dir(
     return lock
 
 
-def check_training_fits(model_config: Any, device: Any) -> None:
-    """Refuse (naming the ``model.`` keys) a model whose weights, gradients and Adam
-    moments alone would not fit in memory, before anything is allocated."""
+def check_training_fits(model_config: Any, device: Any, *, batch_tokens: int = 0) -> None:
+    """Refuse (naming the keys) a model whose weights, gradients and Adam moments alone
+    would not fit in memory, or a batch of ``batch_tokens`` (language models sample
+    ``train.max_tokens`` worth of blocks whatever the text's length) whose token ids and
+    first hidden states alone would not, before anything is allocated."""
     from attnkit.memory import model_bytes, require
     from attnkit.models import build_model
 
@@ -224,6 +226,9 @@ def check_training_fits(model_config: Any, device: Any) -> None:
         "the model section (weights, gradients and Adam state)",
         device=device,
     )
+    d_model = getattr(model_config, "d_model", 1)
+    require(batch_tokens * (8 + 4 * d_model), f"train.max_tokens={batch_tokens}: one batch",
+            device=device)  # fmt: skip
 
 
 def check_decode_fits(model_config: Any, rows: int, device: Any, options: str) -> None:

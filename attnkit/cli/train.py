@@ -88,7 +88,7 @@ def run(args: argparse.Namespace, *, callbacks: Sequence = ()) -> int:
     from attnkit.training.distributed import init_distributed
     from attnkit.training.init import count_parameters
     from attnkit.training.loop import Trainer
-    from attnkit.training.runconfig import load_run_config
+    from attnkit.training.runconfig import LM_TASKS, load_run_config
     from attnkit.training.tasks import task_from_run
 
     overrides = list(args.overrides)
@@ -109,7 +109,9 @@ def run(args: argparse.Namespace, *, callbacks: Sequence = ()) -> int:
         # A resumed run reads with its own vocabulary (an --init run's comes with `initial`).
         saved_tokenizer = load_tokenizer(out) if args.resume and initial is None else None
         task = task_from_run(run_config, saved_tokenizer, initial)
-        check_training_fits(task.model_config, dist.device)  # before the model is built
+        # Before the model is built; an LM batch is max_tokens whatever the text's length.
+        batch_tokens = run_config.train.max_tokens if run_config.task in LM_TASKS else 0
+        check_training_fits(task.model_config, dist.device, batch_tokens=batch_tokens)
         trainer = Trainer(
             run_config,
             task,
