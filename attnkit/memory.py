@@ -88,8 +88,12 @@ def available_bytes(device: str | torch.device = "cpu") -> int | None:
     return max(min(known), 0) if known else None
 
 
-def gib(n: float) -> str:
-    return f"{n / (1 << 30):.1f} GiB"
+def size(n: float) -> str:
+    """``12.5 GiB``, ``300.0 MiB`` or ``1000 bytes``."""
+    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if n >= 1 << shift:
+            return f"{n / (1 << shift):.1f} {unit}"
+    return f"{int(n)} bytes"
 
 
 def require(
@@ -105,7 +109,7 @@ def require(
         return
     free = available_bytes(device)
     if free is not None and need > free:
-        raise error(f"{what} needs at least {gib(need)} of memory, but {gib(free)} is available "
+        raise error(f"{what} needs at least {size(need)} of memory, but {size(free)} is available "
                     f"on {torch.device(device).type}; make it smaller")  # fmt: skip
 
 

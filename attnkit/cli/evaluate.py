@@ -106,13 +106,15 @@ def _score_text(loaded: Any, args: argparse.Namespace) -> dict[str, Any]:
 
     tokenizer, model = loaded.tokenizer, loaded.model
     context = model.config.max_len if args.context is None else args.context
-    model = with_context(model, context)
+    if context < 1:
+        raise UsageError(f"--context must be >= 1, got {context}")
     ids = torch.tensor(tokenizer.encode(read_text(args.text)), dtype=torch.long)
-    if ids.numel() <= context:
+    if ids.numel() <= context:  # before a longer model is built for nothing
         raise DataError(
             f"{args.text}: {ids.numel()} tokens are too few for one block of {context} + 1; "
-            "use a longer text"
+            "use a longer text (or a smaller --context)"
         )
+    model = with_context(model, context)
     masked = loaded.family.kind == "masked_lm"
     start = time.perf_counter()
     metrics = text_perplexity(model, ids, masked=masked, batch_size=args.batch_size,
