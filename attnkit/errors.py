@@ -35,3 +35,8 @@ class CheckpointError(AttnkitError, ValueError):
 
 class TrainingError(AttnkitError):
     """Training cannot go on (e.g. the loss stayed non-finite); the last checkpoint is intact."""
+
+
+class OutputError(AttnkitError):
+    """Writing an output failed (full disk, read-only filesystem, permission denied);
+    the message names the path, and the path keeps what it held."""

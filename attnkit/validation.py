@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
 import types
 import typing
 from collections.abc import Iterable, Mapping
@@ -31,6 +32,7 @@ from typing import Any, Literal, TypeVar
 from attnkit.errors import ConfigError
 
 C = TypeVar("C")
+INT_LIMIT = 1 << 63
 
 
 _HINTS: dict[type, dict[str, Any]] = {}
@@ -87,9 +89,31 @@ def type_ok(value: Any, annotation: Any) -> bool:
     return isinstance(value, annotation) if isinstance(annotation, type) else True
 
 
+def _out_of_range(value: Any) -> str | None:
+    """Why a number that fits its annotation still cannot be used, or ``None``."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return f"must be a finite number, got {value}"
+    if (
+        isinstance(value, int)
+        and not isinstance(value, bool)
+        and not -INT_LIMIT <= value < INT_LIMIT
+    ):
+        return f"must be below 2**63 in size (PyTorch counts are int64), got {value}"
+    if isinstance(value, list | tuple):
+        return next((r for r in map(_out_of_range, value) if r), None)
+    return None
+
+
 def check_value(name: str, value: Any, annotation: Any) -> None:
-    """Raise ``ConfigError`` naming ``name`` unless ``value`` fits ``annotation``."""
+    """Raise ``ConfigError`` naming ``name`` unless ``value`` fits ``annotation``.
+
+    Numbers must also be usable: no NaN or infinity (``lr: .inf`` would pass
+    every ``> 0`` check), no int beyond int64 (PyTorch would overflow).
+    """
     if type_ok(value, annotation):
+        problem = _out_of_range(value)
+        if problem:
+            raise ConfigError(f"{name}: {problem}")
         return
     if typing.get_origin(annotation) is Literal:
         raise ConfigError(f"{name}: expected {_describe(annotation)}; got {value!r}")

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import tempfile
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -41,6 +40,7 @@ from torch import Tensor
 from attnkit.checkpoints import safe_files
 from attnkit.checkpoints.safe_files import load_tensors, save_tensors
 from attnkit.errors import CheckpointError
+from attnkit.outputs import describe_os_error, fsync_dir, make_temporary_dir, swap_directory
 
 MODEL_FILE = "model.safetensors"
 CONFIG_FILE = "config.json"
@@ -91,44 +91,18 @@ def _optimizer_to_tree(state: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def _optimizer_from_tree(tree: dict[str, Any], file: Path) -> dict[str, Any]:
+def _optimizer_from_tree(tree: Any, file: Path) -> dict[str, Any]:
+    if not isinstance(tree, dict):
+        raise CheckpointError(
+            f"{file}: not an optimizer state (a JSON {type(tree).__name__}, not an object)"
+        )
     try:
-        return {
-            "state": {int(idx): s for idx, s in tree["state"].items()},
-            "param_groups": tree["param_groups"],
-        }
-    except (KeyError, ValueError, AttributeError) as e:
+        groups = tree["param_groups"]
+        if not isinstance(groups, list) or not all(isinstance(g, dict) for g in groups):
+            raise ValueError("param_groups must be a list of objects")
+        return {"state": {int(idx): s for idx, s in tree["state"].items()}, "param_groups": groups}
+    except (KeyError, ValueError, AttributeError, TypeError) as e:
         raise CheckpointError(f"{file}: not an optimizer state ({e})") from e
-
-
-def _swap_into_place(tmp: Path, target: Path) -> None:
-    """Rename the finished ``tmp`` directory to ``target``.
-
-    Crash windows (power loss; a Python error is rolled back):
-    - before the first rename: ``target`` untouched, a stale ``.NAME.tmp-*`` remains;
-    - old renamed away, new not yet in: ``target`` is missing, the previous
-      checkpoint is complete at ``.NAME.old-*`` and the new one at ``.NAME.tmp-*``
-      (``latest_checkpoint`` then finds the previous step;
-      ``remove_stale_temporaries`` renames the old copy back);
-    - after the second rename: ``target`` is the new checkpoint, a stale
-      ``.NAME.old-*`` may remain.
-    ``target`` never names a half-written directory. Stale dot-directories
-    are never picked up by ``latest_checkpoint``.
-    """
-    parent = target.parent
-    if not target.exists():
-        os.rename(tmp, target)
-        safe_files.fsync_dir(parent)
-        return
-    old = parent / f".{target.name}.old-{uuid.uuid4().hex[:8]}"
-    os.rename(target, old)
-    try:
-        os.rename(tmp, target)
-    except BaseException:
-        os.rename(old, target)
-        raise
-    safe_files.fsync_dir(parent)
-    shutil.rmtree(old, ignore_errors=True)
 
 
 def save_checkpoint(
@@ -156,10 +130,12 @@ def save_checkpoint(
         created = not target.parent.is_dir()
         target.parent.mkdir(parents=True, exist_ok=True)
         if created:  # make the new checkpoints/ entry itself durable
-            safe_files.fsync_dir(target.parent.parent)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
+            fsync_dir(target.parent.parent)
+        tmp = make_temporary_dir(target)
     except OSError as e:
-        raise CheckpointError(f"{target}: cannot create checkpoint directory: {e}") from e
+        raise CheckpointError(
+            f"{target}: cannot create checkpoint directory ({describe_os_error(e)})"
+        ) from e
     try:
         save_tensors(tmp / MODEL_FILE, model_state)
         safe_files.write_json(tmp / CONFIG_FILE, dict(config))
@@ -171,11 +147,14 @@ def save_checkpoint(
             safe_files.write_tree(tmp, TRAINER_FILE, trainer_state)
         if optimizer_state is not None:
             safe_files.write_tree(tmp, OPTIMIZER_FILE, _optimizer_to_tree(optimizer_state))
-        safe_files.fsync_dir(tmp)
-        _swap_into_place(tmp, target)
+        fsync_dir(tmp)
+        swap_directory(tmp, target)  # crash windows: see attnkit.outputs.swap_directory
     except OSError as e:
         shutil.rmtree(tmp, ignore_errors=True)
-        raise CheckpointError(f"{target}: could not write checkpoint: {e}") from e
+        raise CheckpointError(
+            f"{target}: could not write checkpoint ({describe_os_error(e)}); "
+            "the previous checkpoints are intact"
+        ) from e
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

@@ -63,6 +63,20 @@ def build_for_loading(config: Any) -> nn.Module:
         return family_of(config).model_class(config)
 
 
+def _check_fits(config: Any, config_file: Path, device: torch.device) -> None:
+    """Refuse, before building, a model whose config asks for more memory than there is
+    (``max_len: 10**12`` would allocate its position table until the kernel kills us)."""
+    from attnkit.memory import model_bytes, require
+
+    try:
+        need = model_bytes(config, build_for_loading)
+    except ConfigError as e:
+        raise CheckpointError(f"{config_file}: {e}") from None
+    require(need, f"{config_file}: this model", error=CheckpointError)
+    if device.type != "cpu":
+        require(need, f"{config_file}: this model", device=device, error=CheckpointError)
+
+
 class WrongFamilyError(CheckpointError):
     """The checkpoint is fine, but of a family the caller does not decode."""
 
@@ -167,7 +181,9 @@ def load_model(
                 f"fit the model's {family.vocab_field}={model_vocab}; the tokenizer and the "
                 "weights come from different runs (use the tokenizer.json saved with them)"
             )
+    target = resolve_device(device)
+    _check_fits(config, config_file, target)
     model = build_for_loading(config)
     load_model_state(model, state.model_state, source=directory / MODEL_FILE)
-    model = model.to(resolve_device(device)).eval()
+    model = model.to(target).eval()
     return LoadedModel(model=model, tokenizer=tokenizer, family=family, directory=directory)

@@ -14,17 +14,19 @@ import re
 import shutil
 from pathlib import Path
 
-from attnkit.checkpoints import safe_files
 from attnkit.checkpoints.files import CONFIG_FILE, MODEL_FILE, remove_checkpoint
 from attnkit.errors import CheckpointError
+from attnkit.outputs import fsync_dir
 
 _STEP_DIR = re.compile(r"step_(\d+)")
-# Hidden directories a crash may leave beside the checkpoints (see files._swap_into_place).
+# Hidden directories a crash may leave beside the checkpoints (see attnkit.outputs.swap_directory).
 _STALE_DIR = re.compile(r"\.(step_\d+)\.(tmp|old|del)-.*")
 
 
 def checkpoint_dir(run_dir: str | Path, step: int) -> Path:
     """``run_dir/checkpoints/step_00001000`` for step 1000 (zero-padded to 8 digits)."""
+    if step < 0:  # "step_-0000002" would never be listed again
+        raise CheckpointError(f"{run_dir}: a checkpoint's step must be >= 0, got {step}")
     return Path(run_dir) / "checkpoints" / f"step_{step:08d}"
 
 
@@ -90,7 +92,7 @@ def remove_stale_temporaries(run_dir: str | Path) -> list[Path]:
         target = root / match.group(1)
         if match.group(2) == "old" and not target.exists():
             os.rename(path, target)
-            safe_files.fsync_dir(root)
+            fsync_dir(root)
             continue
         shutil.rmtree(path, ignore_errors=True)
         removed.append(path)

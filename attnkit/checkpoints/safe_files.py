@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import struct
 from collections.abc import Mapping
 from pathlib import Path
@@ -27,6 +28,8 @@ import torch
 from torch import Tensor
 
 from attnkit.errors import CheckpointError
+from attnkit.outputs.atomic import current_umask
+from attnkit.outputs.policy import as_os_error
 
 MAX_HEADER_BYTES = 100 * 1024 * 1024  # a real header is KBs; refuse before parsing a bomb
 # Formats that torch.load would unpickle: named in errors, never opened.
@@ -91,7 +94,14 @@ def save_tensors(path: str | Path, tensors: Mapping[str, Tensor]) -> None:
     metadata = {"format": "pt"}
     if aliases:
         metadata[_ALIASES_KEY] = json.dumps(aliases, sort_keys=True)
-    _safetensors().torch.save_file(data, str(path), metadata=metadata)
+    try:
+        _safetensors().torch.save_file(data, str(path), metadata=metadata)
+    except Exception as e:  # SafetensorError (Rust): a write failure hides its errno
+        os_error = as_os_error(e, path)
+        if os_error is None:
+            raise
+        raise os_error from e
+    os.chmod(path, 0o666 & ~current_umask())  # safetensors writes a 0600 temporary, renamed
     fsync_file(path)
 
 
@@ -263,16 +273,6 @@ def fsync_file(path: Path) -> None:
         os.fsync(f.fileno())
 
 
-def fsync_dir(path: Path) -> None:
-    if os.name != "posix":  # directories cannot be opened for fsync on Windows
-        return
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def write_json(path: Path, obj: Any) -> None:
     try:
         text = json.dumps(obj, indent=2, ensure_ascii=False)
@@ -295,7 +295,10 @@ def read_json(path: Path, limit: int) -> Any:
 def read_text(path: Path, limit: int) -> str:
     """The UTF-8 text of ``path``, refused unread when it is over ``limit`` bytes."""
     try:
-        size = path.stat().st_size
+        st = path.stat()
+        if not stat.S_ISREG(st.st_mode):  # a FIFO would block the read forever
+            raise CheckpointError(f"{path}: not a regular file; not reading it")
+        size = st.st_size
         if size > limit:
             raise CheckpointError(
                 f"{path}: {size} bytes exceeds the {limit}-byte limit for {path.name} "
@@ -315,3 +318,5 @@ def parse_json(text: str, path: Path) -> Any:
         return json.loads(text)
     except ValueError as e:
         raise CheckpointError(f"{path}: invalid JSON ({e})") from e
+    except RecursionError:
+        raise CheckpointError(f"{path}: JSON nested too deeply (corrupt or crafted file)") from None

@@ -20,13 +20,17 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from attnkit.cli.argtypes import integer
 from attnkit.cli.common import (
     add_device_argument,
     add_precision_argument,
     apply_precision,
+    check_decode_fits,
+    checkpoint_inputs,
     load_for,
 )
 from attnkit.errors import UsageError
+from attnkit.outputs import atomic_file, check_output_file
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -36,9 +40,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--image", help="image classifiers: digits:INDEX (a held-out digit) or an image file"
     )
     parser.add_argument("--out", required=True, help="PNG file to write")
-    parser.add_argument("--layer", type=int, default=-1, help="layer (default: last)")
-    parser.add_argument("--head", type=int, default=None, help="head (default: mean of heads)")
-    parser.add_argument("--beam", type=int, default=4, help="beam size (default: 4)")
+    parser.add_argument("--layer", type=integer, default=-1, help="layer (default: last)")
+    parser.add_argument("--head", type=integer, default=None, help="head (default: mean of heads)")
+    parser.add_argument("--beam", type=integer, default=4, help="beam size (default: 4)")
     add_precision_argument(parser)
     add_device_argument(parser)
 
@@ -54,13 +58,17 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"--beam must be >= 1, got {args.beam}")
     if not args.out.lower().endswith(".png"):
         raise UsageError(f"--out must name a .png file, got {args.out}")
+    inputs = [*checkpoint_inputs(args.checkpoint), *([args.image] if args.image else [])]
+    check_output_file(args.out, option="--out", inputs=inputs)  # before any work
     loaded = load_for("attention", args.checkpoint, args.device)
     model, tokenizer, config = loaded.model, loaded.tokenizer, loaded.config
+    if loaded.family.kind == "seq2seq":
+        check_decode_fits(config, args.beam, next(model.parameters()).device, f"--beam {args.beam}")
     apply_precision(model, args.precision)
     if loaded.family.kind == "image_classifier":
         if args.image is None or args.text is not None:
             raise UsageError("--image: an image classifier's map is drawn for an image, not text")
-        return _image_map(args, model, config)
+        return _image_map(args, model, config, inputs)
     if args.text is None or args.image is not None:
         raise UsageError("--text: a text model's map is drawn for text, not an image")
     if getattr(config, "attention", None) == "none":
@@ -90,14 +98,15 @@ def run(args: argparse.Namespace) -> int:
             raise UsageError(f"--{e}") from None
         what = "self-attention"
     which = "mean of heads" if args.head is None else f"head {args.head}"
-    path = plot_attention(
-        weights, keys, queries, args.out, title=f"{what}, layer {args.layer % layers}, {which}"
-    )
-    print(f"wrote {path}")
+    with atomic_file(args.out, option="--out", inputs=inputs) as tmp:
+        plot_attention(
+            weights, keys, queries, tmp, title=f"{what}, layer {args.layer % layers}, {which}"
+        )
+    print(f"wrote {args.out}")
     return 0
 
 
-def _image_map(args: argparse.Namespace, model: Any, config: Any) -> int:
+def _image_map(args: argparse.Namespace, model: Any, config: Any, inputs: list) -> int:
     """``--image``: the class token's attention over the patches, drawn on the image."""
     from attnkit.cli.common import image_for
     from attnkit.visualize.image_attention import patch_attention, plot_patch_attention
@@ -116,6 +125,7 @@ def _image_map(args: argparse.Namespace, model: Any, config: Any) -> int:
     kept = f", on itself {attention.self_weight:.2f}" if config.pooling == "cls" else ""
     title = (f"{name}: predicted {names[top]} ({float(attention.probs[top]):.2f}){truth}\n"
              f"layer {args.layer % layers}, {which}{kept}")  # fmt: skip
-    path = plot_patch_attention(image, attention, args.out, title=title)
-    print(f"wrote {path} ({name}: predicted {names[top]}{truth})")
+    with atomic_file(args.out, option="--out", inputs=inputs) as tmp:
+        plot_patch_attention(image, attention, tmp, title=title)
+    print(f"wrote {args.out} ({name}: predicted {names[top]}{truth})")
     return 0

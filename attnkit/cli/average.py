@@ -13,13 +13,15 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from attnkit.cli.argtypes import integer
 from attnkit.errors import UsageError
+from attnkit.outputs import check_replaceable_dir
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--checkpoints", nargs="+", help="checkpoint directories to average")
     parser.add_argument("--run", help="a run directory: average its newest checkpoints")
-    parser.add_argument("--last", type=int, default=5, help="with --run: how many (default: 5)")
+    parser.add_argument("--last", type=integer, default=5, help="with --run: how many (default: 5)")
     parser.add_argument("--out", required=True, help="directory for the averaged checkpoint")
     parser.add_argument("--overwrite", action="store_true", help="replace --out if it exists")
 
@@ -42,10 +44,13 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.out)
     if out.exists() and not args.overwrite:
         raise UsageError(f"{out}: already exists; pass --overwrite to replace it")
+    # Never over a file or device, one of the inputs or a directory holding them,
+    # or a run that is training (its lock is held).
+    target = check_replaceable_dir(out, overwrite=args.overwrite, inputs=dirs)
     averaged = average_checkpoints(dirs)
     newest = load_checkpoint(dirs[-1], load_optimizer=False)
     save_checkpoint(
-        out,
+        target,  # links followed: a link to a directory keeps pointing at the new one
         model_state=averaged,
         config=newest.config,
         tokenizer_json=newest.tokenizer_json,

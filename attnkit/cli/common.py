@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
+import stat
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -14,6 +17,7 @@ if TYPE_CHECKING:
 
     from attnkit.checkpoints.loading import LoadedModel
     from attnkit.data.images import ImageSet
+    from attnkit.outputs import RunLock
 
 # Which commands read a checkpoint of each kind of model (attnkit.models.FAMILIES's
 # `kind`): the loader refuses other kinds, and its error names the right commands.
@@ -38,9 +42,25 @@ def load_for(command: str, path: str | Path, device: str | None = None) -> Loade
         raise type(e)(f"{e}; use {', '.join(others[:-1])} or {others[-1]}", e.family) from None
 
 
+def checkpoint_inputs(path: str | Path) -> list[Path]:
+    """The checkpoint directory ``path`` names (a run's latest), as an input of the
+    output-path policy: no output may be written inside it. Empty when it cannot be
+    found (loading it then fails with its own message)."""
+    from attnkit.checkpoints.rundir import resolve_checkpoint
+    from attnkit.errors import CheckpointError
+
+    try:
+        return [resolve_checkpoint(path)]
+    except (CheckpointError, OSError):
+        return []
+
+
 def add_device_argument(parser: argparse.ArgumentParser) -> None:
+    from attnkit.cli.argtypes import device
+
     parser.add_argument(
         "--device",
+        type=device,
         default="auto",
         help="cpu, cuda, cuda:1, ... (default: auto = cuda if available, else cpu)",
     )
@@ -80,39 +100,173 @@ def apply_precision(model: Any, precision: str, *, path: str = "fast") -> Any:
     return quantize_model(model, precision)
 
 
-def check_out_dir(out: Path, *, resume: bool = False, overwrite: bool = False) -> None:
-    """Raise ``UsageError`` unless ``prepare_out_dir`` may use ``out``; changes nothing.
+# What attnkit itself writes at the top of a run directory (train, quickstart, import):
+# --overwrite empties a directory holding only these, never one with other files in it.
+RUN_ENTRIES = frozenset(
+    {".attnkit.lock", "run.json", "metrics.jsonl", "metrics.jsonl.tmp", "loss.png",
+     "checkpoints", "tensorboard", "quickstart.json", "metrics.json", "attention.png",
+     "import.json", "config.json", "model.safetensors", "tokenizer.json",
+     "trainer_state.json", "trainer_state.safetensors", "optimizer.json",
+     "optimizer.safetensors"}
+)  # fmt: skip
+
+
+def foreign_entries(out: Path) -> list[str]:
+    """Names in ``out`` that no attnkit command writes there (sorted)."""
+    return sorted(p.name for p in out.iterdir() if p.name not in RUN_ENTRIES)
+
+
+def _holds_files(out: Path) -> bool:
+    """Whether ``out`` holds anything besides the run lock (a killed run may leave that)."""
+    from attnkit.outputs.runlock import LOCK_FILE
+
+    return out.is_dir() and any(p.name != LOCK_FILE for p in out.iterdir())
+
+
+def check_out_dir(
+    out: Path,
+    *,
+    resume: bool = False,
+    overwrite: bool = False,
+    inputs: Sequence[str | Path] = (),
+    resumable: bool = True,
+) -> None:
+    """Raise ``UsageError`` unless ``open_run_dir`` may use ``out``; changes nothing.
 
     Call it before any slow work (reading data, training a tokenizer), so a
-    wrong ``--out`` fails at once, and ``prepare_out_dir`` only once every
-    other check has passed, so a failed command leaves the disk as it was.
+    wrong ``--out`` fails at once, and ``open_run_dir`` only once every other
+    check has passed, so a failed command leaves the disk as it was
+    (``resumable=False``: the command has no ``--resume`` to suggest). The
+    output-path policy (``attnkit.outputs``) applies: ``out`` must be a
+    directory or new, and with ``--overwrite`` must not hold one of ``inputs``
+    (the config, the data), which emptying it would delete.
     """
+    from attnkit.outputs import check_output_dir
+
     if resume and overwrite:
         raise UsageError("--resume and --overwrite: choose one")
-    if out.exists() and not out.is_dir():
-        raise UsageError(f"{out}: exists and is not a directory; choose another --out")
+    check_output_dir(out, option="--out", inputs=inputs if overwrite else ())
     if resume:
         from attnkit.checkpoints.rundir import latest_checkpoint
 
         if latest_checkpoint(out) is None:
-            also = "" if not out.is_dir() or not any(out.iterdir()) else " and --overwrite"
+            also = " and --overwrite" if _holds_files(out) else ""
             raise UsageError(
                 f"--resume: {out} holds nothing to resume (no checkpoints/step_*); "
                 f"start a new run without --resume{also}"
             )
-    elif out.is_dir() and any(out.iterdir()) and not overwrite:
+    elif _holds_files(out) and not overwrite:
+        resume_it = "--resume to continue it or " if resumable else ""
         raise UsageError(
-            f"{out}: already holds an earlier run; pass --resume to continue it "
-            "or --overwrite to replace it (or choose another --out)"
+            f"{out}: already holds an earlier run; pass {resume_it}--overwrite to replace it "
+            "(or choose another --out)"
+        )
+    elif overwrite and out.is_dir() and foreign_entries(out):
+        names = foreign_entries(out)
+        more = ", ..." if len(names) > 3 else ""
+        raise UsageError(
+            f"--out {out}: holds files that are not an attnkit run ({', '.join(names[:3])}"
+            f"{more}); --overwrite replaces only a run, so choose another --out"
         )
 
 
-def prepare_out_dir(out: Path, *, resume: bool = False, overwrite: bool = False) -> None:
-    """Make sure ``out`` may be written: never silently replace an earlier run."""
-    check_out_dir(out, resume=resume, overwrite=overwrite)
-    if out.is_dir() and any(out.iterdir()) and overwrite:
-        shutil.rmtree(out)
-    out.mkdir(parents=True, exist_ok=True)
+def lock_run_dir(out: Path) -> RunLock | None:
+    """Lock ``out`` now if it exists, so a second run on it is refused at once (naming the
+    holder's PID) rather than after its data is read; ``None`` if ``out`` is not there yet."""
+    from attnkit.outputs import RunLock
+
+    return RunLock(out).acquire() if out.is_dir() else None
+
+
+def open_run_dir(
+    out: Path,
+    *,
+    resume: bool = False,
+    overwrite: bool = False,
+    inputs: Sequence[str | Path] = (),
+    lock: RunLock | None = None,
+    resumable: bool = True,
+) -> RunLock:
+    """Create ``out``, lock it for this process, and with ``overwrite`` empty it.
+
+    The lock (``attnkit.outputs.RunLock``) is taken before anything in
+    ``out`` changes and is held until the process ends, so ``--overwrite``
+    cannot delete the checkpoints of a run that is still going. Emptying keeps
+    the lock file itself: a new file of the same name would be a second lock.
+    """
+    from attnkit.outputs import RunLock
+    from attnkit.outputs.runlock import LOCK_FILE
+
+    check_out_dir(out, resume=resume, overwrite=overwrite, inputs=inputs, resumable=resumable)
+    if lock is None:
+        out.mkdir(parents=True, exist_ok=True)
+        lock = RunLock(out).acquire()
+    if overwrite:
+        for entry in out.iterdir():
+            if entry.name == LOCK_FILE:
+                continue
+            if entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(entry)
+            else:
+                entry.unlink()
+    return lock
+
+
+def check_training_fits(model_config: Any, device: Any, *, batch_tokens: int = 0) -> None:
+    """Refuse (naming the keys) a model whose weights, gradients and Adam moments alone
+    would not fit in memory, or a batch of ``batch_tokens`` (language models sample
+    ``train.max_tokens`` worth of blocks whatever the text's length) whose token ids and
+    first hidden states alone would not, before anything is allocated."""
+    from attnkit.memory import model_bytes, require
+    from attnkit.models import build_model
+
+    weights = model_bytes(model_config, build_model, prefix="model.")
+    require(
+        None if weights is None else 4 * weights,
+        "the model section (weights, gradients and Adam state)",
+        device=device,
+    )
+    d_model = getattr(model_config, "d_model", 1)
+    require(batch_tokens * (8 + 4 * d_model), f"train.max_tokens={batch_tokens}: one batch",
+            device=device)  # fmt: skip
+
+
+def check_decode_fits(model_config: Any, rows: int, device: Any, options: str) -> None:
+    """Refuse a decode whose logits alone (``rows`` = beams x sentences per batch, by the
+    vocabulary, twice: the scores and their log-softmax) would not fit in memory."""
+    from attnkit.memory import require
+
+    vocab: int = getattr(model_config, "tgt_vocab_size", 0) or getattr(
+        model_config, "vocab_size", 0
+    )
+    vocab = max(vocab, 1)
+    require(2 * 4 * rows * vocab, f"{options}: decoding", device=device, error=UsageError)
+
+
+def check_input_file(path: str | None, option: str) -> None:
+    """Refuse a device as an input file (``/dev/zero`` never ends: reading it would fill
+    memory); a terminal, a pipe and ``/dev/null`` are fine. Missing files are the
+    readers' to report."""
+    if path is None:
+        return
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        if os.path.realpath(path) == os.devnull:
+            return
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)
+        except OSError:
+            return
+        try:
+            if os.isatty(fd):
+                return
+        finally:
+            os.close(fd)
+        kind = "character" if stat.S_ISCHR(mode) else "block"
+        raise UsageError(f"{option} {path}: is a {kind} device, not a text file")
 
 
 # -- images for an image classifier (evaluate --images, attention --image) -------------

@@ -26,15 +26,22 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
-from attnkit.cli.common import add_device_argument, load_for
+from attnkit.cli.argtypes import integer, seed
+from attnkit.cli.common import (
+    add_device_argument,
+    check_decode_fits,
+    check_input_file,
+    checkpoint_inputs,
+    load_for,
+)
 from attnkit.cli.translate import add_decoding_arguments, check_decoding_arguments, decode_path
 from attnkit.errors import UsageError
+from attnkit.outputs import check_output_file, write_text
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -51,25 +58,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--skip-empty", action="store_true", help="drop pairs with an empty source or reference"
     )
     parser.add_argument("--hyp-out", help="also write the translations to this file")
-    parser.add_argument("--seed", type=int, default=0, help="masked LMs: masking seed")
+    parser.add_argument("--seed", type=seed, default=0, help="masked LMs: masking seed")
     parser.add_argument(
-        "--context", type=int, help="language models: tokens per scored block (default: max_len)"
+        "--context",
+        type=integer,
+        help="language models: tokens per scored block (default: max_len)",
     )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     add_device_argument(parser)
 
 
-def write_atomically(path: Path, text: str) -> None:
-    """Write ``text`` to a temporary file beside ``path``, then rename it into place.
-
-    An interrupted run leaves either the old file or the new one, never half of it.
-    """
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
+def _inputs(args: argparse.Namespace) -> list[str | Path]:
+    """What evaluate reads, which --hyp-out must never replace."""
+    given = [args.src, args.ref, args.text, args.labels]
+    return [p for p in given if p] + checkpoint_inputs(args.checkpoint)
 
 
 def _check_inputs(args: argparse.Namespace, kind: str) -> None:
@@ -104,13 +106,15 @@ def _score_text(loaded: Any, args: argparse.Namespace) -> dict[str, Any]:
 
     tokenizer, model = loaded.tokenizer, loaded.model
     context = model.config.max_len if args.context is None else args.context
-    model = with_context(model, context)
+    if context < 1:
+        raise UsageError(f"--context must be >= 1, got {context}")
     ids = torch.tensor(tokenizer.encode(read_text(args.text)), dtype=torch.long)
-    if ids.numel() <= context:
+    if ids.numel() <= context:  # before a longer model is built for nothing
         raise DataError(
             f"{args.text}: {ids.numel()} tokens are too few for one block of {context} + 1; "
-            "use a longer text"
+            "use a longer text (or a smaller --context)"
         )
+    model = with_context(model, context)
     masked = loaded.family.kind == "masked_lm"
     start = time.perf_counter()
     metrics = text_perplexity(model, ids, masked=masked, batch_size=args.batch_size,
@@ -162,9 +166,14 @@ def with_context(model: Any, context: int) -> Any:
             f"--context {context}: this model's learned position table has {config.max_len} "
             f"rows (positions: {config.positions}); it cannot read past position {config.max_len}"
         )
-    longer = build_for_loading(config.replace(max_len=context))
-    longer.load_state_dict(model.state_dict(), strict=True)
+    from attnkit.memory import model_bytes, require
+
+    longer_config = config.replace(max_len=context)
     device = next(model.parameters()).device
+    need = model_bytes(longer_config, build_for_loading)
+    require(need, f"--context {context}: the model", device=device, error=UsageError)
+    longer = build_for_loading(longer_config)
+    longer.load_state_dict(model.state_dict(), strict=True)
     return longer.to(device).eval()
 
 
@@ -184,15 +193,19 @@ def _score_translation(loaded: Any, args: argparse.Namespace, corpus: Any) -> di
     if not pairs:
         raise DataError(f"{args.src}: no sentence pairs left to score")
     model, tokenizer = loaded.model, loaded.tokenizer
-    stepper = stepper_from_args(model, args)
     beam = 1 if args.greedy else args.beam
+    rows = beam * min(args.batch_size, len(pairs))
+    check_decode_fits(model.config, rows, next(model.parameters()).device,
+                      f"--beam {beam} with --batch-size {args.batch_size}")  # fmt: skip
+    stepper = stepper_from_args(model, args)
     start = time.perf_counter()
     hyps = translate_texts(model, tokenizer, [s for s, _ in pairs], beam=beam, alpha=args.alpha,
                            batch_size=args.batch_size, max_len_b=args.max_len_b,
                            stepper=stepper)  # fmt: skip
     seconds = time.perf_counter() - start
     if args.hyp_out:
-        write_atomically(Path(args.hyp_out), "".join(h + "\n" for h in hyps))
+        write_text(args.hyp_out, "".join(h + "\n" for h in hyps), option="--hyp-out",
+                   inputs=_inputs(args))  # fmt: skip
     _, nll, n_tokens = translation_sums(model, tokenizer, pairs)
     return {
         **corpus_scores(hyps, [t for _, t in pairs]),
@@ -210,10 +223,10 @@ def _score_translation(loaded: Any, args: argparse.Namespace, corpus: Any) -> di
 
 def run(args: argparse.Namespace) -> int:
     check_decoding_arguments(args)
-    if args.hyp_out:
-        hyp_out = Path(args.hyp_out)
-        if hyp_out.is_dir() or not hyp_out.parent.is_dir():
-            raise UsageError(f"--hyp-out {hyp_out}: not a file in an existing directory")
+    if args.hyp_out:  # before any work: never a device, a directory or an input
+        check_output_file(args.hyp_out, option="--hyp-out", inputs=_inputs(args))
+    for option in ("src", "ref", "text"):
+        check_input_file(getattr(args, option), f"--{option}")
     corpus = None
     if args.src and args.ref:  # bad test files fail before the model loads
         from attnkit.data.readers import read_parallel

@@ -16,18 +16,22 @@ from __future__ import annotations
 
 import argparse
 
-from attnkit.cli.common import add_device_argument
+from attnkit.cli.argtypes import integer
+from attnkit.cli.common import add_device_argument, check_decode_fits, checkpoint_inputs
 from attnkit.errors import UsageError
+from attnkit.outputs import atomic_file, check_output_file
+
+MAX_NEW_TOKENS = 1024  # or the model's context, if longer
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--checkpoint", required=True, help="checkpoint or run directory")
     parser.add_argument("--text", required=True, help="the source sentence, prompt or text")
     parser.add_argument("--out", required=True, help="HTML file to write")
-    parser.add_argument("--beam", type=int, default=4, help="beam size (default: 4)")
-    parser.add_argument("--nbest", type=int, default=4, help="hypotheses listed (default: 4)")
+    parser.add_argument("--beam", type=integer, default=4, help="beam size (default: 4)")
+    parser.add_argument("--nbest", type=integer, default=4, help="hypotheses listed (default: 4)")
     parser.add_argument(
-        "--max-new-tokens", type=int, default=20, help="causal LMs: tokens to add (default: 20)"
+        "--max-new-tokens", type=integer, default=20, help="causal LMs: tokens to add (default: 20)"
     )
     add_device_argument(parser)
 
@@ -47,7 +51,21 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--text must not be empty")
     if not args.out.lower().endswith((".html", ".htm")):
         raise UsageError(f"--out must name a .html file, got {args.out}")
-    engine = Engine(load_for("explore", args.checkpoint, args.device))
+    inputs = checkpoint_inputs(args.checkpoint)
+    check_output_file(args.out, option="--out", inputs=inputs)  # before any work
+    loaded = load_for("explore", args.checkpoint, args.device)
+    # The page shows the last window of the model's context; generating far past it only
+    # makes the command run (10**11 tokens: forever) for text nobody sees mapped.
+    most = max(MAX_NEW_TOKENS, loaded.config.max_len)
+    if loaded.family.kind == "causal_lm" and args.max_new_tokens > most:
+        raise UsageError(
+            f"--max-new-tokens {args.max_new_tokens}: the explorer maps one window of the "
+            f"model's context ({loaded.config.max_len} tokens); use at most {most}"
+        )
+    rows = args.beam if loaded.family.kind == "seq2seq" else 1
+    device = next(loaded.model.parameters()).device
+    check_decode_fits(loaded.config, rows, device, f"--beam {args.beam}")
+    engine = Engine(loaded)
     try:
         result = engine.explore(
             args.text,
@@ -58,6 +76,7 @@ def run(args: argparse.Namespace) -> int:
         )
     except RequestError as e:
         raise UsageError(str(e)) from None
-    path = write_page(args.out, result["explore"])
-    print(f"wrote {path} ({engine.loaded.family.name}: {result['output']!r})")
+    with atomic_file(args.out, option="--out", inputs=inputs) as tmp:
+        write_page(tmp, result["explore"])
+    print(f"wrote {args.out} ({engine.loaded.family.name}: {result['output']!r})")
     return 0

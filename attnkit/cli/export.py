@@ -62,7 +62,8 @@ def _options(args: argparse.Namespace) -> dict[str, Any]:
             raise UsageError("--metrics: only --to hf writes a model card")
         metrics = Path(args.metrics)
         if not metrics.is_file():
-            raise UsageError(f"--metrics {metrics}: file not found")
+            found = "is not a regular file" if metrics.exists() else "file not found"
+            raise UsageError(f"--metrics {metrics}: {found}")
         options["metrics"] = metrics
     if args.quantization is not None:
         if args.to != "ctranslate2":
@@ -73,11 +74,13 @@ def _options(args: argparse.Namespace) -> dict[str, Any]:
 
 def run(args: argparse.Namespace) -> int:
     from attnkit.checkpoints.loading import load_model
-    from attnkit.interop.outdir import check_target
+    from attnkit.cli.common import checkpoint_inputs
+    from attnkit.outputs import check_replaceable_dir
 
     out = Path(args.out)
     options = _options(args)
-    check_target(out, overwrite=args.overwrite)
+    inputs = [*checkpoint_inputs(args.checkpoint), *([args.metrics] if args.metrics else [])]
+    check_replaceable_dir(out, overwrite=args.overwrite, inputs=inputs)
     loaded = load_model(args.checkpoint, "cpu")
     module, _, name = EXPORTERS[args.to].partition(":")
     exporter = getattr(importlib.import_module(module), name)

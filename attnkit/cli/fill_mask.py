@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 
+from attnkit.cli.argtypes import integer
 from attnkit.cli.common import add_device_argument, load_for
 from attnkit.errors import UsageError
 
@@ -19,7 +20,7 @@ from attnkit.errors import UsageError
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--checkpoint", required=True, help="checkpoint or run directory")
     parser.add_argument("--text", required=True, help="text with one or more [MASK] tokens")
-    parser.add_argument("--top-k", type=int, default=5, help="candidates per mask (default: 5)")
+    parser.add_argument("--top-k", type=integer, default=5, help="candidates per mask (default: 5)")
     parser.add_argument(
         "--mask-token", default="[MASK]", help="the marker of a missing token (default: [MASK])"
     )

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from attnkit.cli.argtypes import finite_float, integer, seed
 from attnkit.cli.common import add_device_argument, add_precision_argument
 from attnkit.errors import UsageError
 
@@ -21,14 +22,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--checkpoint", required=True, help="checkpoint or run directory")
     parser.add_argument("--prompt", default="\n", help="text to continue (default: a newline)")
     parser.add_argument(
-        "--max-new-tokens", type=int, default=200, help="tokens to generate (default: 200)"
+        "--max-new-tokens", type=integer, default=200, help="tokens to generate (default: 200)"
     )
     parser.add_argument(
-        "--temperature", type=float, default=1.0, help="sampling temperature; 0 = greedy"
+        "--temperature", type=finite_float, default=1.0, help="sampling temperature; 0 = greedy"
     )
-    parser.add_argument("--top-k", type=int, default=0, help="sample from the k best (0 = all)")
-    parser.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass")
-    parser.add_argument("--seed", type=int, default=0, help="sampling seed (default: 0)")
+    parser.add_argument("--top-k", type=integer, default=0, help="sample from the k best (0 = all)")
+    parser.add_argument("--top-p", type=finite_float, default=1.0, help="nucleus sampling mass")
+    parser.add_argument("--seed", type=seed, default=0, help="sampling seed (default: 0)")
     parser.add_argument(
         "--no-echo", action="store_true", help="print only the generated text, not the prompt"
     )

@@ -22,8 +22,8 @@ import argparse
 import importlib
 from pathlib import Path
 
-from attnkit.cli.common import check_out_dir
 from attnkit.errors import UsageError
+from attnkit.outputs import check_replaceable_dir
 
 # --from NAME -> "module:function(source: Path, out: Path) -> Path" (the checkpoint written).
 IMPORTERS: dict[str, str] = {
@@ -44,10 +44,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     out = Path(args.out)
-    check_out_dir(out, overwrite=args.overwrite)
     source = Path(args.source)
     if not source.exists():
         raise UsageError(f"{source}: not found")
+    check_replaceable_dir(out, overwrite=args.overwrite, inputs=[source])
     module, _, name = IMPORTERS[args.source_format].partition(":")
     importer = getattr(importlib.import_module(module), name)
     written = importer(source, out, overwrite=args.overwrite)

@@ -1,7 +1,7 @@
 """The ``attnkit`` command. Each subcommand lives in its own module under ``attnkit.cli``.
 
-Errors meant for the user (``AttnkitError``) print one line on stderr and exit
-with 2 (usage) or 1 (runtime), without a traceback unless ``--debug`` is given.
+Every error prints one line on stderr and exits with 2 (usage) or 1 (runtime),
+without a traceback unless ``--debug`` is given: ``attnkit.cli.boundary``.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from attnkit import __version__
-from attnkit.errors import AttnkitError
+from attnkit.cli.boundary import run_command
 
 # Subcommand name -> module with `add_arguments(parser)` and `run(args) -> int`.
 # A plain dict: the registry lives at the edge, modules are imported lazily so
@@ -74,7 +74,13 @@ def build_parser() -> argparse.ArgumentParser:
         module = _load(module_name)
         if module is None:
             continue
-        p = sub.add_parser(name, help=help_text, description=module.__doc__)
+        # Raw: the module docs' examples stay one per line (argparse would refill them).
+        p = sub.add_parser(
+            name,
+            help=help_text,
+            description=module.__doc__,
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
         # SUPPRESS: without --debug here, keep the top-level value (`attnkit --debug CMD`).
         p.add_argument(
             "--debug", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS
@@ -118,16 +124,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return 0
-    try:
-        return int(args._run(args) or 0)
-    except AttnkitError as e:
-        if args.debug:
-            raise
-        print(f"attnkit {args.command}: error: {e}", file=sys.stderr)
-        return e.exit_code
-    except KeyboardInterrupt:
-        print(f"attnkit {args.command}: interrupted", file=sys.stderr)
-        return 130
+    return run_command(args.command, lambda: args._run(args), debug=args.debug)
 
 
 if __name__ == "__main__":

@@ -16,10 +16,16 @@ import argparse
 import json
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from attnkit.cli.argtypes import finite_float, integer, seed
 from attnkit.cli.common import add_device_argument
 from attnkit.errors import UsageError
+from attnkit.outputs import atomic_file, write_text
+
+if TYPE_CHECKING:
+    from attnkit.outputs import RunLock
+    from attnkit.training.runconfig import RunConfig
 
 # The model and recipe, sized for 2 CPU cores (see docs/results.md for figures).
 QUICKSTART_RUN: dict[str, Any] = {
@@ -65,14 +71,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--minutes",
-        type=float,
+        type=finite_float,
         default=2.5,
         help="training time budget in minutes (default: 2.5); the learning rate decays "
         "to zero as it runs out",
     )
     parser.add_argument(
         "--target",
-        type=float,
+        type=finite_float,
         default=None,
         help="stop early once validation exact match reaches this (default: never; "
         "a run stopped early ends before its learning rate has decayed, and its "
@@ -80,13 +86,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--max-steps",
-        type=int,
+        type=integer,
         default=100_000,
         help="step limit (default: the time budget ends it)",
     )
-    parser.add_argument("--train-size", type=int, default=30000, help="training pairs")
-    parser.add_argument("--test-size", type=int, default=500, help="held-out test pairs")
-    parser.add_argument("--seed", type=int, default=1, help="random seed (default: 1)")
+    parser.add_argument("--train-size", type=integer, default=30000, help="training pairs")
+    parser.add_argument("--test-size", type=integer, default=500, help="held-out test pairs")
+    parser.add_argument("--seed", type=seed, default=1, help="random seed (default: 1)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     parser.add_argument(
         "--overwrite", action="store_true", help="replace --out even if it holds another run"
@@ -94,26 +100,73 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_device_argument(parser)
 
 
+VALID_SIZE = 300  # validation pairs drawn beside the training and test pairs
+
+
 def _check_args(args: argparse.Namespace) -> None:
-    if args.minutes <= 0:
-        raise UsageError(f"--minutes must be > 0, got {args.minutes}")
+    from attnkit.training.runconfig import MAX_MINUTES
+
+    if not 0 < args.minutes <= MAX_MINUTES:
+        raise UsageError(f"--minutes must be in (0, {MAX_MINUTES:g}], got {args.minutes}")
     if args.target is not None and not 0 < args.target <= 1:
         raise UsageError(f"--target must be in (0, 1], got {args.target}")
     if args.max_steps < 1:
         raise UsageError(f"--max-steps must be >= 1, got {args.max_steps}")
-    if args.train_size < 100 or args.test_size < 10:
-        raise UsageError("--train-size must be >= 100 and --test-size >= 10")
+    from attnkit.data.synthetic import MAX_NUMBER, round_numbers
+
+    # Training always holds 1..99 and the round numbers (see _run); the splits are drawn
+    # without repeats from 1..MAX_NUMBER.
+    least = 99 + len(round_numbers())
+    if args.train_size < least:
+        raise UsageError(f"--train-size must be >= {least} (1..99 and the round numbers), "
+                         f"got {args.train_size}")  # fmt: skip
+    if args.test_size < 10:
+        raise UsageError(f"--test-size must be >= 10, got {args.test_size}")
+    if args.train_size + VALID_SIZE + args.test_size > MAX_NUMBER:
+        raise UsageError(
+            f"--train-size + --test-size must be at most {MAX_NUMBER - VALID_SIZE} (there are "
+            f"{MAX_NUMBER} numbers and {VALID_SIZE} are held out for validation)"
+        )
 
 
-def _prepare_out(out: Path, overwrite: bool) -> None:
-    from attnkit.cli.common import prepare_out_dir
+def _replaces_previous(out: Path) -> bool:
+    """Whether ``out`` holds a previous quickstart's output (and nothing else: other
+    files are refused by ``check_out_dir``, even with --overwrite)."""
+    return (out / "quickstart.json").is_file()
 
-    # A previous quickstart's output is replaced; anything else needs --overwrite.
-    is_quickstart = (out / "quickstart.json").is_file()
-    prepare_out_dir(out, overwrite=overwrite or is_quickstart)
+
+def _open_out(out: Path, overwrite: bool) -> RunLock:
+    from attnkit.cli.common import check_out_dir, lock_run_dir, open_run_dir
+
+    overwrite = overwrite or (out.is_dir() and _replaces_previous(out))
+    check_out_dir(out, overwrite=overwrite, resumable=False)
+    lock = lock_run_dir(out)
+    try:
+        return open_run_dir(out, overwrite=overwrite, lock=lock, resumable=False)
+    except BaseException:
+        if lock is not None:
+            lock.release()
+        raise
+
+
+def _run_config(args: argparse.Namespace) -> RunConfig:
+    from attnkit.training.runconfig import RunConfig
+
+    run_dict = json.loads(json.dumps(QUICKSTART_RUN))
+    # Set as numbers, never through --set text (checked by option name in _check_args).
+    run_dict["train"].update(max_minutes=args.minutes, max_steps=args.max_steps, seed=args.seed)
+    return RunConfig.from_dict(run_dict)
 
 
 def run(args: argparse.Namespace) -> int:
+    _check_args(args)
+    run_config = _run_config(args)
+    out = Path(args.out)
+    with _open_out(out, args.overwrite):  # the run lock, held until the end
+        return _run(args, run_config, out)
+
+
+def _run(args: argparse.Namespace, run_config: RunConfig, out: Path) -> int:
     import torch
 
     from attnkit.data.synthetic import number_splits, round_numbers
@@ -122,18 +175,14 @@ def run(args: argparse.Namespace) -> int:
     from attnkit.device import resolve_device
     from attnkit.evaluation.bleu import corpus_scores
     from attnkit.training.loop import Trainer
-    from attnkit.training.runconfig import RunConfig, apply_overrides
     from attnkit.training.tasks import TranslationTask
 
-    _check_args(args)
-    out = Path(args.out)
-    _prepare_out(out, args.overwrite)
-    (out / "quickstart.json").write_text(json.dumps({"seed": args.seed}) + "\n")
+    write_text(out / "quickstart.json", json.dumps({"seed": args.seed}) + "\n")
     torch.manual_seed(args.seed)
     device = resolve_device(args.device)
 
     splits = number_splits(
-        args.train_size, 300, args.test_size, low=1, seed=args.seed, balanced=True,
+        args.train_size, VALID_SIZE, args.test_size, low=1, seed=args.seed, balanced=True,
         always_train=100,  # every number under 100 is seen: the irregular ones ("zwölf")
         also_train=round_numbers(),  # and "five hundred", "two thousand": typed first, rare
     )  # fmt: skip
@@ -142,12 +191,6 @@ def run(args: argparse.Namespace) -> int:
     for src, tgt in train[:3]:
         print(f"  {src}  ->  {tgt}")
 
-    run_dict = apply_overrides(
-        json.loads(json.dumps(QUICKSTART_RUN)),
-        [f"train.max_minutes={args.minutes}", f"train.max_steps={args.max_steps}",
-         f"train.seed={args.seed}"],
-    )  # fmt: skip
-    run_config = RunConfig.from_dict(run_dict)
     tokenizer = BPETokenizer.train(
         [s for s, _ in train] + [t for _, t in train], vocab_size=run_config.tokenizer.vocab_size
     )
@@ -184,7 +227,7 @@ def run(args: argparse.Namespace) -> int:
         "device": str(device),
         "decode": {"beam": decode.beam, "alpha": decode.alpha},
     }
-    (out / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
+    write_text(out / "metrics.json", json.dumps(metrics, indent=2) + "\n")
 
     print(f"\nheld-out test ({len(test)} numbers never seen in training), beam {decode.beam}:")
     print(f"  exact match {exact:.3f}   BLEU {scores['bleu']:.1f}   chrF {scores['chrf']:.1f}")
@@ -213,6 +256,7 @@ def _heatmap(model: Any, tokenizer: Any, text: str, path: Path) -> Path:
     from attnkit.visualize.attention import attention_for_translation, plot_attention
 
     weights, src_tokens, out_tokens = attention_for_translation(model, tokenizer, text)
-    return plot_attention(
-        weights, src_tokens, out_tokens, path, title="cross-attention (last layer, mean of heads)"
-    )
+    with atomic_file(path) as tmp:
+        plot_attention(weights, src_tokens, out_tokens, tmp,
+                       title="cross-attention (last layer, mean of heads)")  # fmt: skip
+    return path

@@ -41,8 +41,15 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from attnkit.cli.common import add_device_argument, check_out_dir, prepare_out_dir
+from attnkit.cli.common import (
+    add_device_argument,
+    check_out_dir,
+    check_training_fits,
+    lock_run_dir,
+    open_run_dir,
+)
 from attnkit.errors import UsageError
+from attnkit.outputs import write_text
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -81,7 +88,7 @@ def run(args: argparse.Namespace, *, callbacks: Sequence = ()) -> int:
     from attnkit.training.distributed import init_distributed
     from attnkit.training.init import count_parameters
     from attnkit.training.loop import Trainer
-    from attnkit.training.runconfig import load_run_config
+    from attnkit.training.runconfig import LM_TASKS, load_run_config
     from attnkit.training.tasks import task_from_run
 
     overrides = list(args.overrides)
@@ -90,34 +97,49 @@ def run(args: argparse.Namespace, *, callbacks: Sequence = ()) -> int:
     run_config = load_run_config(args.config, overrides)
     name = Path(args.config).stem if args.config else "run"
     out = Path(args.out or Path("runs") / name)
+    # --overwrite empties OUT: it must not hold the config, the data or --init's checkpoint.
+    inputs = [p for p in (args.config, run_config.data.dir, args.init) if p]
     dist = init_distributed(args.device)  # under torchrun: join the group, one device per rank
     # Check everything (out dir, data, tokenizer, model) before touching the disk.
-    check_out_dir(out, resume=args.resume, overwrite=args.overwrite)
-    initial = initial_for_run(run_config, out, init=args.init, resume=args.resume)
-    # A resumed run reads with its own vocabulary (an --init run's comes with `initial`).
-    saved_tokenizer = load_tokenizer(out) if args.resume and initial is None else None
-    task = task_from_run(run_config, saved_tokenizer, initial)
-    trainer = Trainer(
-        run_config,
-        task,
-        out,
-        device=args.device,
-        progress=not args.no_progress,
-        distributed=dist,
-        callbacks=callbacks,
-    )
-    dist.on_main(prepare_out_dir, out, resume=args.resume, overwrite=args.overwrite)
-    if args.resume and trainer.resume() and dist.is_main:
-        print(f"resuming {out} from step {trainer.step}")
-    trainable, total = count_parameters(trainer.model)
-    if dist.is_main:
-        (out / "run.json").write_text(run_config.to_json() + "\n", encoding="utf-8")
-        if initial is not None and not args.resume:
-            print(f"starting from {initial.source.describe()}{_fresh_note(trainer.model, initial)}")
-        share = "" if trainable == total else f" ({trainable / 1e6:.2f}M trainable)"
-        print(f"{run_config.task}: {task.describe()}, {total / 1e6:.2f}M parameters{share}, "
-              f"device {trainer.device}")  # fmt: skip
-    summary = trainer.fit()
+    check_out_dir(out, resume=args.resume, overwrite=args.overwrite, inputs=inputs)
+    # Rank 0 holds OUT's lock for the whole run, taken before anything in OUT changes.
+    lock = dist.on_main(lock_run_dir, out)
+    try:
+        initial = initial_for_run(run_config, out, init=args.init, resume=args.resume)
+        # A resumed run reads with its own vocabulary (an --init run's comes with `initial`).
+        saved_tokenizer = load_tokenizer(out) if args.resume and initial is None else None
+        task = task_from_run(run_config, saved_tokenizer, initial)
+        # Before the model is built; an LM batch is max_tokens whatever the text's length.
+        batch_tokens = run_config.train.max_tokens if run_config.task in LM_TASKS else 0
+        check_training_fits(task.model_config, dist.device, batch_tokens=batch_tokens)
+        trainer = Trainer(
+            run_config,
+            task,
+            out,
+            device=args.device,
+            progress=not args.no_progress,
+            distributed=dist,
+            callbacks=callbacks,
+        )
+        lock = dist.on_main(
+            open_run_dir, out, resume=args.resume, overwrite=args.overwrite, inputs=inputs,
+            lock=lock,
+        )  # fmt: skip
+        if args.resume and trainer.resume() and dist.is_main:
+            print(f"resuming {out} from step {trainer.step}")
+        trainable, total = count_parameters(trainer.model)
+        if dist.is_main:
+            write_text(out / "run.json", run_config.to_json() + "\n")
+            if initial is not None and not args.resume:
+                print(f"starting from {initial.source.describe()}"
+                      f"{_fresh_note(trainer.model, initial)}")  # fmt: skip
+            share = "" if trainable == total else f" ({trainable / 1e6:.2f}M trainable)"
+            print(f"{run_config.task}: {task.describe()}, {total / 1e6:.2f}M parameters{share}, "
+                  f"device {trainer.device}")  # fmt: skip
+        summary = trainer.fit()
+    finally:
+        if lock is not None:
+            lock.release()
     if dist.is_main:
         print(json.dumps({"out": str(out), **summary, "parameters": total,
                           "trainable_parameters": trainable}))  # fmt: skip

@@ -11,20 +11,25 @@ from __future__ import annotations
 import argparse
 import sys
 
+from attnkit.cli.argtypes import finite_float, integer, seed
 from attnkit.cli.common import add_device_argument, add_precision_argument
 from attnkit.errors import UsageError
 
+# GNMT's length penalty ((5 + |Y|) / 6) ** alpha overflows a float past alpha ~ 130
+# on long outputs; useful values are 0..2.
+MAX_ALPHA = 10.0
+
 
 def add_decoding_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--beam", type=int, default=4, help="beam size (default: 4)")
+    parser.add_argument("--beam", type=integer, default=4, help="beam size (default: 4)")
     parser.add_argument(
-        "--alpha", type=float, default=0.6, help="length penalty alpha (default: 0.6)"
+        "--alpha", type=finite_float, default=0.6, help="length penalty alpha (default: 0.6)"
     )
     parser.add_argument("--greedy", action="store_true", help="greedy search (beam 1)")
-    parser.add_argument("--batch-size", type=int, default=64, help="sentences per batch")
+    parser.add_argument("--batch-size", type=integer, default=64, help="sentences per batch")
     parser.add_argument(
         "--max-len-b",
-        type=int,
+        type=integer,
         default=50,
         help="output length limit = source length + this (default: 50)",
     )
@@ -48,20 +53,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--checkpoint", required=True, help="checkpoint or run directory")
     parser.add_argument("--input", help="text file, one sentence per line (default: stdin)")
     add_decoding_arguments(parser)
-    parser.add_argument("--nbest", type=int, default=1, help="hypotheses per line (beam only)")
+    parser.add_argument("--nbest", type=integer, default=1, help="hypotheses per line (beam only)")
     parser.add_argument("--sample", action="store_true", help="sample instead of searching")
-    parser.add_argument("--temperature", type=float, default=1.0, help="sampling temperature")
-    parser.add_argument("--top-k", type=int, default=0, help="sample from the k best (0 = all)")
-    parser.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass")
-    parser.add_argument("--seed", type=int, default=0, help="sampling seed")
+    parser.add_argument(
+        "--temperature", type=finite_float, default=1.0, help="sampling temperature"
+    )
+    parser.add_argument("--top-k", type=integer, default=0, help="sample from the k best (0 = all)")
+    parser.add_argument("--top-p", type=finite_float, default=1.0, help="nucleus sampling mass")
+    parser.add_argument("--seed", type=seed, default=0, help="sampling seed")
     add_device_argument(parser)
 
 
 def check_decoding_arguments(args: argparse.Namespace) -> None:
     if args.beam < 1:
         raise UsageError(f"--beam must be >= 1, got {args.beam}")
-    if args.alpha < 0:
-        raise UsageError(f"--alpha must be >= 0, got {args.alpha}")
+    if not 0 <= args.alpha <= MAX_ALPHA:
+        raise UsageError(f"--alpha must be in [0, {MAX_ALPHA:g}], got {args.alpha}")
     if args.batch_size < 1:
         raise UsageError(f"--batch-size must be >= 1, got {args.batch_size}")
     if args.max_len_b < 1:
@@ -109,7 +116,7 @@ def truncate_sources(
 def run(args: argparse.Namespace) -> int:
     import torch
 
-    from attnkit.cli.common import load_for
+    from attnkit.cli.common import check_decode_fits, check_input_file, load_for
     from attnkit.data.readers import read_input_lines
     from attnkit.decoding.text import decode_ids
 
@@ -124,13 +131,18 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"--top-p must be in (0, 1], got {args.top_p}")
 
     # A bad --input fails before the model loads; stdin is read once the model is ready.
+    check_input_file(args.input, "--input")  # never /dev/zero: it would fill memory
     lines = read_input_lines(args.input) if args.input is not None else None
     loaded = load_for("translate", args.checkpoint, args.device)
     model, tokenizer = loaded.model, loaded.tokenizer
+    device = next(model.parameters()).device
+    beam = 1 if args.greedy else args.beam
+    rows = beam * (args.batch_size if lines is None else min(args.batch_size, len(lines)))
+    check_decode_fits(model.config, rows, device, f"--beam {beam} with --batch-size "
+                      f"{args.batch_size}")  # fmt: skip
     stepper = stepper_from_args(model, args)
     if lines is None:
         lines = read_input_lines(None)
-    device = next(model.parameters()).device
     sampling = None
     if args.sample:
         generator = torch.Generator(device=device).manual_seed(args.seed)
@@ -144,7 +156,6 @@ def run(args: argparse.Namespace) -> int:
     )
     src = [ids + [tokenizer.eos_id] for ids in src]
     max_positions = model.config.max_len
-    beam = 1 if args.greedy else args.beam
     with torch.no_grad():
         results = decode_ids(
             stepper,

@@ -86,15 +86,19 @@ def load_lm_corpus(
 class LMBlocks:
     """Blocks of ``block_size`` inputs and their next-token targets from one split."""
 
-    def __init__(self, ids: Tensor, block_size: int, *, name: str = "data"):
+    def __init__(
+        self, ids: Tensor, block_size: int, *, name: str = "data", size_name: str = "block_size"
+    ):
+        """``size_name``: what the user sets to change ``block_size`` (``model.max_len``,
+        ``--context``), named in the error."""
         if ids.dim() != 1:
             raise UsageError(f"ids must be a 1-D tensor of token ids, got {tuple(ids.shape)}")
         if block_size < 1:
-            raise UsageError(f"block_size must be >= 1, got {block_size}")
+            raise UsageError(f"{size_name} must be >= 1, got {block_size}")
         if ids.numel() < block_size + 1:
             raise DataError(
                 f"{name}: {ids.numel()} tokens are too few for one block of "
-                f"{block_size} + 1 tokens; use more text or a smaller block_size"
+                f"{block_size} + 1 tokens; use more text or a smaller {size_name}"
             )
         self.ids = ids.long()
         self.block_size = block_size

@@ -20,8 +20,20 @@ from attnkit.decoding.protocol import AnyStepper
 def filter_logits(
     logits: Tensor, *, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0
 ) -> Tensor:
-    """Scaled logits ``(B, V)`` with filtered-out tokens set to ``-inf``."""
-    logits = logits.to(torch.promote_types(logits.dtype, torch.float32)) / temperature
+    """Scaled logits ``(B, V)`` with filtered-out tokens set to ``-inf``.
+
+    Every accepted value gives a proper distribution: the logits are shifted so
+    each row's largest is 0 and divided by ``temperature`` in float64, so a
+    temperature of 1e-300 gives 0 for the best token and -inf for the others
+    (greedy), never inf - inf = NaN; and the most probable token always stays,
+    whatever ``top_p`` (1e-300 rounds to 0 in float32, where ``mass >= 0``
+    would otherwise drop every token).
+    """
+    dtype = torch.promote_types(logits.dtype, torch.float32)
+    logits = logits.to(dtype)
+    top = logits.amax(dim=-1, keepdim=True)
+    shifted = logits - torch.where(torch.isfinite(top), top, torch.zeros_like(top))
+    logits = (shifted.double() / temperature).to(dtype)
     if 0 < top_k < logits.size(-1):
         kth = logits.topk(top_k, dim=-1).values[:, -1:]
         logits = logits.masked_fill(logits < kth, -math.inf)
@@ -31,6 +43,7 @@ def filter_logits(
         # Mass strictly before each token; the first token is always kept.
         before = probs.cumsum(dim=-1) - probs
         drop_sorted = before >= top_p
+        drop_sorted[..., 0] = False
         drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
         logits = logits.masked_fill(drop, -math.inf)
     return logits

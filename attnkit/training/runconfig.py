@@ -102,6 +102,16 @@ class DataConfig:
         return (base / f"{split}.{self.src_lang}", base / f"{split}.{self.tgt_lang}")
 
 
+# Ceilings checked before anything is built: a BPE trainer allocates for vocab_size
+# up front (10**12 aborts inside Rust), a grad_accum of 10**20 batches makes one update
+# outlast any train.max_minutes, and torch starts as many threads as it is told.
+MAX_VOCAB_SIZE = 1 << 24  # 16.8M; the largest real vocabularies are ~256k
+MAX_GRAD_ACCUM = 1024  # batches per update; for a larger batch raise train.max_tokens
+MAX_THREADS = 1024
+SEED_LIMIT = 1 << 63  # seeds in [0, 2**63): the trainer derives seed + rank + step
+MAX_MINUTES = 1e7  # 19 years; 1e308 minutes is an infinite number of seconds
+
+
 @dataclass
 class TokenizerConfig:
     kind: Literal["bpe", "char"] = "bpe"
@@ -110,6 +120,8 @@ class TokenizerConfig:
     def __post_init__(self) -> None:
         check_fields(self)
         at_least(self, ("vocab_size",), 8)
+        require("vocab_size", self.vocab_size <= MAX_VOCAB_SIZE,
+                f"must be <= {MAX_VOCAB_SIZE} (2**24), got {self.vocab_size}")  # fmt: skip
 
 
 @dataclass
@@ -185,12 +197,19 @@ class TrainConfig:
         keys = ("save_every", "keep_last", "warmup_steps", "valid_bleu_sentences")
         at_least(self, (*keys, "max_nonfinite"), 0)
         require("lr", self.lr > 0, f"must be > 0, got {self.lr}")
+        require("grad_accum", self.grad_accum <= MAX_GRAD_ACCUM,
+                f"must be <= {MAX_GRAD_ACCUM}, got {self.grad_accum}; for a larger batch "
+                "raise train.max_tokens")  # fmt: skip
+        require("seed", 0 <= self.seed < SEED_LIMIT,
+                f"must be in [0, 2**63), got {self.seed}")  # fmt: skip
         in_range("label_smoothing", self.label_smoothing, 0.0, 1.0)
         require("clip_norm", self.clip_norm >= 0, f"must be >= 0, got {self.clip_norm}")
         if self.threads is not None:
-            require("threads", self.threads >= 1, f"must be >= 1 (or null), got {self.threads}")
+            require("threads", 1 <= self.threads <= MAX_THREADS,
+                    f"must be in [1, {MAX_THREADS}] (or null), got {self.threads}")  # fmt: skip
         if self.max_minutes is not None:
-            require("max_minutes", self.max_minutes > 0, f"must be > 0, got {self.max_minutes}")
+            require("max_minutes", 0 < self.max_minutes <= MAX_MINUTES,
+                    f"must be in (0, {MAX_MINUTES:g}], got {self.max_minutes}")  # fmt: skip
         if self.decay_to_budget:
             require("decay_to_budget", self.max_minutes is not None and self.schedule == "cosine",
                     "needs train.max_minutes and train.schedule=cosine")  # fmt: skip
@@ -220,7 +239,8 @@ class DecodeConfig:
     def __post_init__(self) -> None:
         check_fields(self)
         at_least(self, ("beam", "max_len_b"), 1)
-        require("alpha", self.alpha >= 0, f"must be >= 0, got {self.alpha}")
+        # ((5 + |Y|) / 6) ** alpha overflows a float past alpha ~ 130; useful values are 0..2.
+        require("alpha", 0 <= self.alpha <= 10, f"must be in [0, 10], got {self.alpha}")
 
 
 @dataclass
@@ -319,16 +339,23 @@ def _check_task_keys(task: str, data: dict[str, Any]) -> None:
 
 
 def parse_override(text: str) -> tuple[list[str], Any]:
-    """``"train.max_steps=100"`` -> ``(["train", "max_steps"], 100)`` (value parsed as YAML)."""
+    """``"train.max_steps=100"`` -> ``(["train", "max_steps"], 100)`` (value parsed as YAML,
+    numbers as users write them: ``train.lr=1e-3`` is a float)."""
     import yaml
+
+    from attnkit.training.config_yaml import parse_yaml
 
     if "=" not in text:
         raise ConfigError(f"--set {text}: expected key=value, e.g. train.max_steps=1000")
     key, raw = text.split("=", 1)
+    if not all(part.strip() for part in key.split(".")):
+        raise ConfigError(f"--set {text}: expected SECTION.KEY=VALUE, e.g. train.max_steps=1000")
     try:
-        value = yaml.safe_load(raw) if raw else ""
+        value = parse_yaml(raw) if raw else ""
     except yaml.YAMLError:
         value = raw
+    except RecursionError:
+        raise ConfigError(f"--set {key}: value nested too deeply") from None
     return key.strip().split("."), value
 
 
@@ -349,13 +376,21 @@ def load_run_config(path: str | Path | None, overrides: list[str] | None = None)
     """Read a YAML run config (or start from defaults), apply overrides, validate."""
     import yaml
 
+    from attnkit.outputs import describe_os_error
+    from attnkit.training.config_yaml import parse_yaml
+
     data: Any = {}
     if path is not None:
         p = Path(path)
         if not p.is_file():
-            raise ConfigError(f"{p}: config file not found")
+            found = "is not a regular file" if p.exists() else "config file not found"
+            raise ConfigError(f"{p}: {found}")
         try:
-            data = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
+            data = parse_yaml(p.read_text(encoding="utf-8")) or {}
+        except RecursionError:
+            raise ConfigError(f"{p}: nested too deeply to be a run config") from None
+        except OSError as e:
+            raise ConfigError(f"{p}: cannot read ({describe_os_error(e)})") from None
         except UnicodeDecodeError as e:
             raise ConfigError(f"{p}: not UTF-8 text (byte {e.start})") from None
         except yaml.YAMLError as e:

@@ -16,6 +16,12 @@ def upgrade_state(ts: dict[str, Any], task: str, source: Path) -> dict[str, Any]
     Format 1 (attnkit 0.1.0) kept the translation stream's position at the top
     level and the language-model stream's generators as ``batch_rng``/``mask_rng``.
     """
+    step = ts.get("step") if isinstance(ts, dict) else None
+    if not isinstance(step, int) or isinstance(step, bool) or step < 0:
+        raise CheckpointError(
+            f"{source}: trainer_state.json: step must be an integer >= 0, got {step!r} "
+            "(corrupt or edited file)"
+        )
     if ts.get("format") == STATE_FORMAT:
         if ts.get("task") != task:
             raise CheckpointError(

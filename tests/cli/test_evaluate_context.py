@@ -64,3 +64,29 @@ def test_learned_positions_stop_at_their_table(tmp_path, capsys):
     err = capsys.readouterr().err
     assert rc == 2 and err.count("\n") == 1
     assert "--context 32" in err and "learned position table has 16 rows" in err
+
+
+def test_a_longer_model_that_would_not_fit_is_refused_before_it_is_built(
+    tmp_path, capsys, monkeypatch
+):
+    import attnkit.memory
+
+    directory, text, _, _ = _checkpoint(tmp_path, "sinusoidal")
+    args = ["evaluate", "--checkpoint", str(directory), "--text", str(text)]
+    real = attnkit.memory.available_bytes
+    loaded_ok = {"done": False}
+
+    def scarce(device="cpu"):  # enough to load the checkpoint, not for the longer model
+        if not loaded_ok["done"]:
+            loaded_ok["done"] = True
+            return real(device)
+        return 1000
+
+    monkeypatch.setattr(attnkit.memory, "available_bytes", scarce)
+    assert main([*args, "--context", "64"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--context 64: the model needs at least" in err
+    # Too short a text is named before any longer model is built.
+    loaded_ok["done"] = False
+    assert main([*args, "--context", "100000"]) == 1
+    assert "too few for one block of 100000 + 1" in capsys.readouterr().err

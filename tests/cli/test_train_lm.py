@@ -166,3 +166,15 @@ def test_fill_mask_refuses_text_without_a_mask_by_name(mlm_run, capsys):
     _, out = mlm_run
     assert main(["fill-mask", "--checkpoint", str(out), "--text", "no mask here"]) == 2
     assert "[MASK]" in capsys.readouterr().err
+
+
+def test_a_batch_beyond_memory_is_refused_before_it_is_sampled(tmp_path, capsys):
+    """An LM batch is train.max_tokens worth of blocks whatever the text's length: 10**15
+    tokens are refused by a size estimate, naming the key, before anything is written."""
+    config = _write(tmp_path, "lm")
+    out = tmp_path / "run"
+    argv = ["train", "--config", str(config), "--out", str(out), "--no-progress"]
+    assert main([*argv, "--set", f"train.max_tokens={10**15}"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "train.max_tokens=1000000000000000" in err
+    assert "GiB of memory" in err and not out.exists()

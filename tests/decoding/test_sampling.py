@@ -116,3 +116,19 @@ def test_transformer_sampling_is_reproducible_and_scored_right(tiny_transformer,
     assert sample(model, src, top_p=0.9, generator=_gen(5), max_len=8) == result
     for row, tokens in enumerate(result.tokens):
         assert result.scores[row] == pytest.approx(rescore(model, src[row], tokens, 8)[0], abs=1e-9)
+
+
+@pytest.mark.parametrize("temperature", [1e-300, 1e-45, 1.0, 1e30, 1e300])
+@pytest.mark.parametrize("top_p", [1e-300, 0.5, 1.0])
+def test_every_accepted_temperature_and_top_p_gives_a_distribution(temperature, top_p):
+    """No NaN or inf probabilities at the ends of the accepted ranges (a tiny temperature
+    once overflowed to inf - inf; top_p=1e-300 rounds to 0 in float32 and dropped all)."""
+    logits = torch.randn(3, 11) * 4
+    logits[0, 3] = float("-inf")  # a token filtered out before
+    probs = filter_logits(logits, temperature=temperature, top_k=5, top_p=top_p).softmax(-1)
+    assert torch.isfinite(probs).all() and torch.allclose(probs.sum(-1), torch.ones(3))
+    torch.multinomial(probs, 1)
+    # Only the best token is left (a huge temperature flattens the logits into ties).
+    if temperature < 1e-40 or (top_p < 1e-40 and temperature <= 1.0):
+        assert torch.equal(probs.argmax(-1), logits.argmax(-1))
+        assert probs.max(-1).values.eq(1).all()

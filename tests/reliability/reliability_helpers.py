@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import hashlib
 import os
+import resource
 import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 from attnkit.data.synthetic import number_splits
+from attnkit.outputs.runlock import LOCK_FILE
 
 REPO = Path(__file__).parents[2]
 
@@ -66,8 +68,18 @@ def write_config(
     return path
 
 
+# Every command runs under this address-space limit: a check that stops refusing a
+# huge allocation (model.max_len: 10**12) then fails the test instead of eating the machine.
+ADDRESS_SPACE_LIMIT = 6 << 30
+
+
+def _limit_address_space() -> None:
+    resource.setrlimit(resource.RLIMIT_AS, (ADDRESS_SPACE_LIMIT, resource.RLIM_INFINITY))
+
+
 def cli(*argv: str, cwd: Path, stdin: str | None = None) -> subprocess.CompletedProcess:
-    """``python -m attnkit ARGV`` in a child process; stdout/stderr captured as text."""
+    """``python -m attnkit ARGV`` in a child process (under ``ADDRESS_SPACE_LIMIT``);
+    stdout/stderr captured as text."""
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     env.setdefault("OMP_NUM_THREADS", "1")  # tiny models; be kind to a shared machine
@@ -81,13 +93,16 @@ def cli(*argv: str, cwd: Path, stdin: str | None = None) -> subprocess.Completed
         encoding="utf-8",
         errors="replace",
         timeout=600,
+        preexec_fn=_limit_address_space,
     )
 
 
 def snapshot(*roots: Path) -> dict[str, tuple]:
     """Every file and directory under ``roots``: kind, size, mtime and a hash of the bytes.
 
-    Two equal snapshots mean nothing was created, removed, rewritten or touched.
+    Two equal snapshots mean nothing was created, removed, rewritten or touched. The
+    run lock (``.attnkit.lock``) is the exception: a command that takes an existing run's
+    lock writes its PID there (and nothing else), so only its presence is compared.
     """
     state: dict[str, tuple] = {}
     for root in roots:
@@ -96,7 +111,9 @@ def snapshot(*roots: Path) -> dict[str, tuple]:
             continue
         for path in [root, *sorted(root.rglob("*"))]:
             st = path.lstat()
-            if path.is_dir():
+            if path.name == LOCK_FILE:
+                state[str(path)] = ("lock",)
+            elif path.is_dir():
                 state[str(path)] = ("dir", st.st_mtime_ns)
             elif path.is_file():
                 digest = hashlib.sha256(path.read_bytes()).hexdigest()

@@ -15,7 +15,9 @@ row the test checks that
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import stat
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -79,6 +81,42 @@ class Ctx:
         if change is not None:
             change(directory)
         return directory
+
+    def run_copy(self, change: Callable[[Path], object] | None = None) -> Path:
+        """A copy of the trained run in ``tmp/run``, then ``change(its checkpoint)``."""
+        run = self.tmp / "run"
+        shutil.copytree(self.trained.run, run)
+        if change is not None:
+            change(run / "checkpoints" / self.trained.checkpoint.name)
+        return run
+
+    def evaluate(self, *extra: str) -> list[str]:
+        """``attnkit evaluate`` of the trained checkpoint on copies of the test files."""
+        src = write_lines(self.tmp / "test.en", lines("test", 0))
+        ref = write_lines(self.tmp / "test.de", lines("test", 1))
+        return ["evaluate", "--checkpoint", str(self.trained.checkpoint), "--src", str(src),
+                "--ref", str(ref), *extra]  # fmt: skip
+
+    def special(self, kind: str) -> Path:
+        """A FIFO, a character device (made with mknod: CI runs as root), a dangling link,
+        a directory or a file, at ``tmp/KIND``."""
+        path = self.tmp / kind
+        if kind == "fifo":
+            os.mkfifo(path)
+        elif kind == "device":
+            os.mknod(path, 0o666 | stat.S_IFCHR, os.makedev(1, 3))  # like /dev/null
+        elif kind == "dangling":
+            path.symlink_to(self.tmp / "nowhere")
+        elif kind.endswith("dir.png") or kind == "dir":
+            path.mkdir()
+        else:
+            path.write_text("x\n")
+        return path
+
+    def touch(self, name: str) -> list[str]:
+        """Create the file ``tmp/NAME``; returns no arguments (for use inside an argv)."""
+        (self.tmp / name).write_text("x\n")
+        return []
 
     def translate(self, checkpoint: Path | None = None, *extra: str) -> list[str]:
         source = self.text("in.txt", "one hundred\nforty-two\n")
@@ -345,11 +383,113 @@ CASES = [
                     "--src", str(c.trained.data / "test.en"),
                     "--ref", str(c.trained.data / "test.de")], 1,
          "model.safetensors", "truncated"),
+    # -- output paths (attnkit.outputs): never a device, FIFO, link's odd target or input --
+    Case("output/hyp-out-is-the-source",
+         lambda c: c.evaluate("--hyp-out", str(c.tmp / "test.en")), 2,
+         "--hyp-out", "is also an input of this command"),
+    Case("output/hyp-out-is-a-device",
+         lambda c: c.evaluate("--hyp-out", str(c.special("device"))), 2,
+         "device", "not a regular file"),
+    Case("output/hyp-out-is-a-fifo",
+         lambda c: c.evaluate("--hyp-out", str(c.special("fifo"))), 2,
+         "fifo", "a FIFO (named pipe), not a regular file"),
+    Case("output/hyp-out-is-a-dangling-link",
+         lambda c: c.evaluate("--hyp-out", str(c.special("dangling"))), 2,
+         "dangling", "does not exist"),
+    Case("output/hyp-out-inside-the-checkpoint",
+         lambda c: c.evaluate("--hyp-out", str(c.trained.checkpoint / "model.safetensors")), 2,
+         "model.safetensors", "lies inside the input"),
+    Case("output/attention-out-is-a-directory",
+         lambda c: ["attention", "--checkpoint", str(c.trained.checkpoint), "--text", "one",
+                    "--out", str(c.special("dir.png"))], 2,
+         "dir.png", "is a directory, not a regular file"),
+    Case("output/explore-out-under-a-file",
+         lambda c: ["explore", "--checkpoint", str(c.trained.checkpoint), "--text", "one",
+                    "--out", str(c.special("file") / "page.html")], 2,
+         "page.html", "is a file, not a directory"),
+    Case("output/train-out-is-a-device",
+         lambda c: [*c.train()[:4], str(c.special("device"))], 2,
+         "device", "character device, not a directory"),
+    Case("output/train-overwrite-of-the-data",
+         lambda c: [*c.train()[:4], str(c.tmp / "data"), "--overwrite"], 2,
+         "--out", "is also an input of this command"),
+    Case("output/train-overwrite-of-other-files",
+         lambda c: [*c.train()[:4], str(c.special("dir")), "--overwrite",
+                    *c.touch("dir/notes.txt")], 2,
+         "notes.txt", "--overwrite replaces only a run"),
+    Case("output/average-out-holds-its-input",
+         lambda c: ["average", "--run", str(c.run_copy()), "--out", str(c.tmp / "run"),
+                    "--overwrite"], 2,
+         "--out", "which replacing it would delete"),
+    Case("output/import-out-is-its-source",
+         lambda c: ["import", "--from", "hf", str(c.trained.checkpoint), "--out",
+                    str(c.trained.checkpoint), "--overwrite"], 2,
+         "--out", "is also an input of this command"),
+    # -- numbers, nesting and sizes (checked before anything is written) ----------------
+    Case("config/lr-infinite",
+         lambda c: c.train("--set", "train.lr=.inf"), 2,
+         "train.lr", "must be a finite number"),
+    Case("config/negative-seed",
+         lambda c: c.train("--set", "train.seed=-1"), 2,
+         "train.seed", "must be in [0, 2**63)"),
+    Case("config/seed-beyond-64-bits",
+         lambda c: c.train("--set", "train.seed=18446744073709551616"), 2,
+         "train.seed", "below 2**63"),
+    Case("config/grad-accum-beyond-the-ceiling",
+         lambda c: c.train("--set", "train.grad_accum=100000000000000000000"), 2,
+         "train.grad_accum", "must be below 2**63"),
+    Case("config/tokenizer-vocab-of-10-to-the-12",
+         lambda c: c.train("--set", "tokenizer.kind=bpe",
+                           "--set", "tokenizer.vocab_size=1000000000000"), 2,
+         "tokenizer.vocab_size", "must be <= 16777216"),
+    Case("config/positions-beyond-memory",
+         lambda c: c.train("--set", "model.max_len=1000000000000"), 2,
+         "the model section", "GiB of memory"),
+    Case("config/layers-beyond-the-ceiling",
+         lambda c: c.train("--set", "model.num_encoder_layers=1000000000"), 2,
+         "model.num_encoder_layers", "must be <= 1024"),
+    Case("config/nested-3000-deep",
+         lambda c: ["train", "--config",
+                    str(c.text("deep.yaml", "model: " + "[" * 3000 + "]" * 3000 + "\n")),
+                    "--out", str(c.tmp / "out")], 2,
+         "deep.yaml", "nested too deeply"),
+    Case("args/quickstart-minutes-nan",
+         lambda c: ["quickstart", "--minutes", "nan", "--out", str(c.tmp / "qs")], 2,
+         "--minutes", "must be a finite number"),
+    Case("args/translate-seed-beyond-64-bits",
+         lambda c: c.translate(None, "--sample", "--seed", str(1 << 64)), 2,
+         "--seed", "a seed must be in [0, 2**63)"),
+    Case("args/translate-beam-beyond-memory",
+         lambda c: c.translate(None, "--beam", "10000000000"), 2,
+         "--beam 10000000000", "GiB of memory"),
+    Case("args/translate-input-is-dev-zero",
+         lambda c: c.translate(None)[:3] + ["--input", "/dev/zero"], 2,
+         "/dev/zero", "is a character device, not a text file"),
+    *([] if torch.cuda.is_available() else [
+        Case("args/device-cuda-without-cuda",
+             lambda c: c.translate(None, "--device", "cuda"), 2,
+             "--device", "CUDA is not available"),
+    ]),
+    Case("checkpoint/optimizer-json-holding-a-list",
+         lambda c: [*c.train("--resume")[:4], str(c.run_copy(
+             lambda d: (d / "optimizer.json").write_text("[]"))), "--resume"], 1,
+         "optimizer.json", "not an optimizer state"),
+    Case("checkpoint/negative-step-in-trainer-state",
+         lambda c: [*c.train("--resume")[:4], str(c.run_copy(
+             edit_json("trainer_state.json", step=-2))), "--resume"], 1,
+         "trainer_state.json", "step must be an integer >= 0, got -2"),
+    Case("checkpoint/positions-beyond-memory",
+         lambda c: c.translate(c.checkpoint(edit_json("config.json", max_len=10**12))), 1,
+         "config.json", "GiB of memory"),
+    Case("checkpoint/config-json-nested-deeply",
+         lambda c: c.translate(c.checkpoint(
+             lambda d: (d / "config.json").write_text("[" * 100000 + "]" * 100000))), 1,
+         "config.json", "nested too deeply"),
 ]  # fmt: skip
 
 
-def test_the_catalogue_has_at_least_25_cases():
-    assert len(CASES) >= 25
+def test_the_catalogue_has_at_least_75_cases():
+    assert len(CASES) >= 75
     assert len({case.id for case in CASES}) == len(CASES)
 
 

@@ -82,7 +82,8 @@ class _BlockTask(Generic[LMConfig]):
         )  # fmt: skip
         check_vocab_fits(self.model_config, ("vocab_size",), self.tokenizer)
         block = self.model_config.max_len
-        self.train_blocks = LMBlocks(corpus.train, block, name="train split")
+        self.train_blocks = LMBlocks(corpus.train, block, name="train split",
+                                     size_name="model.max_len")  # fmt: skip
         self.batch_size = max(1, self.cfg.max_tokens // block)  # blocks per batch and rank
         self.batch_rng = torch.Generator().manual_seed(self.cfg.seed)
         self.context = TaskContext()
