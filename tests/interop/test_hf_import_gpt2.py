@@ -6,30 +6,11 @@ import json
 
 import pytest
 import torch
+from interop_helpers import TEXT, byte_level_tokenizer
 
 from attnkit.checkpoints.loading import load_model
 from attnkit.cli.main import main
 from attnkit.decoding.greedy import greedy_search
-
-TEXT = ["the quick brown fox jumps over the lazy dog", "a lazy cat sleeps in the warm sun"]
-
-
-def byte_level_tokenizer():
-    """A small GPT-2 style (byte-level BPE) tokenizer with <|endoftext|>."""
-    import tokenizers as tk
-    from transformers import PreTrainedTokenizerFast
-
-    hf = tk.Tokenizer(tk.models.BPE())
-    hf.pre_tokenizer = tk.pre_tokenizers.ByteLevel(add_prefix_space=False)
-    hf.decoder = tk.decoders.ByteLevel()
-    trainer = tk.trainers.BpeTrainer(
-        vocab_size=320, special_tokens=["<|endoftext|>"], show_progress=False,
-        initial_alphabet=tk.pre_tokenizers.ByteLevel.alphabet(),
-    )  # fmt: skip
-    hf.train_from_iterator(TEXT * 30, trainer)
-    eot = "<|endoftext|>"
-    return PreTrainedTokenizerFast(tokenizer_object=hf, bos_token=eot, eos_token=eot,
-                                   unk_token=eot)  # fmt: skip
 
 
 @pytest.fixture(scope="module", params=[True, False], ids=["tied", "untied"])
