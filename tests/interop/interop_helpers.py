@@ -56,3 +56,27 @@ def byte_level_tokenizer(specials=("<|endoftext|>",), **roles):
     eot = "<|endoftext|>"
     roles = {"bos_token": eot, "eos_token": eot, "unk_token": eot, **roles}
     return PreTrainedTokenizerFast(tokenizer_object=hf, **roles)
+
+
+def import_saved(model, tokenizer, directory: Path) -> Path:
+    """Save a transformers ``model`` and ``tokenizer`` to ``directory``; import it beside."""
+    from attnkit.cli.main import main
+
+    model.save_pretrained(directory, safe_serialization=True)
+    tokenizer.save_pretrained(directory)
+    out = directory.parent / "run"
+    assert main(["import", "--from", "hf", str(directory), "--out", str(out)]) == 0
+    return out
+
+
+def assert_same_logits(run: Path, hf, tokenizer, texts, **encode) -> None:
+    """The imported ``run`` and the transformers ``hf`` model: same ids, logits within 1e-5."""
+    from attnkit.checkpoints.loading import load_model
+
+    loaded = load_model(run, "cpu")
+    for text in texts:
+        ids = torch.tensor([loaded.tokenizer.encode(text)])
+        assert ids[0].tolist() == tokenizer(text, **encode).input_ids
+        with torch.no_grad():
+            diff = (loaded.model(ids).logits - hf(ids).logits).abs().max().item()
+        assert diff <= 1e-5, diff

@@ -13,7 +13,7 @@ import json
 
 import pytest
 import torch
-from interop_helpers import TEXT, byte_level_tokenizer
+from interop_helpers import TEXT, assert_same_logits, byte_level_tokenizer, import_saved
 
 from attnkit.checkpoints.loading import load_model
 from attnkit.cli.main import main
@@ -23,7 +23,7 @@ from attnkit.interop.import_writer import read_import_record
 SPECIALS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
 
 
-def save_llama(directory, *, tied: bool, **overrides):
+def random_llama(*, tied: bool, **overrides):
     """A random LlamaForCausalLM (GQA: 4 query heads, 2 key/value heads) and its tokenizer."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
@@ -38,29 +38,18 @@ def save_llama(directory, *, tied: bool, **overrides):
     with torch.no_grad():  # vary every weight, the norms' included
         for p in model.parameters():
             p.add_(0.2 * torch.randn_like(p))
-    model.save_pretrained(directory, safe_serialization=True)
-    tok.save_pretrained(directory)
     return model, tok
 
 
 @pytest.fixture(scope="module", params=[True, False], ids=["tied", "untied"])
 def llama(request, tmp_path_factory):
-    src = tmp_path_factory.mktemp("llama") / "hf"
-    model, tok = save_llama(src, tied=request.param)
-    out = src.parent / "run"
-    assert main(["import", "--from", "hf", str(src), "--out", str(out)]) == 0
-    return model, tok, out
+    model, tok = random_llama(tied=request.param)
+    return model, tok, import_saved(model, tok, tmp_path_factory.mktemp("llama") / "hf")
 
 
 def test_logits_match_transformers(llama):
     hf, tok, run = llama
-    loaded = load_model(run, "cpu")
-    for text in TEXT:
-        ids = torch.tensor([loaded.tokenizer.encode(text)])
-        assert ids[0].tolist() == tok(text, add_special_tokens=False).input_ids
-        with torch.no_grad():
-            diff = (loaded.model(ids).logits - hf(ids).logits).abs().max().item()
-        assert diff <= 1e-5, diff
+    assert_same_logits(run, hf, tok, TEXT, add_special_tokens=False)
 
 
 def test_greedy_continuations_match_transformers(llama):
@@ -104,7 +93,9 @@ def test_config_ids_and_record(llama):
 )
 def test_what_attnkit_cannot_express_is_one_line(tmp_path, capsys, override, field):
     src = tmp_path / "hf"
-    save_llama(src, tied=True)
+    model, tok = random_llama(tied=True)
+    model.save_pretrained(src, safe_serialization=True)
+    tok.save_pretrained(src)
     config = json.loads((src / "config.json").read_text())
     (src / "config.json").write_text(json.dumps({**config, **override}))
     out = tmp_path / "run"
