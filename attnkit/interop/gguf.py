@@ -39,7 +39,8 @@ from torch import Tensor
 
 from attnkit.errors import CheckpointError
 from attnkit.interop.gguf_file import metadata_values, open_gguf
-from attnkit.interop.keymap import Rule, Step, Table, plan_load
+from attnkit.interop.keymap import plan_load
+from attnkit.interop.keytable import Rule, Step, Table
 from attnkit.interop.llama import LlamaHParams, llama_dims
 
 if TYPE_CHECKING:

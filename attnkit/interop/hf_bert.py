@@ -55,7 +55,7 @@ from attnkit.interop.hf_files import (
     token_id,
 )
 from attnkit.interop.import_writer import Imported
-from attnkit.interop.keymap import Join, Rule, Table, fuse
+from attnkit.interop.keytable import Join, Rule, Table, fuse
 from attnkit.models.lm_config import EncoderOnlyConfig
 
 _L = "encoder.layer.{i}"

@@ -22,7 +22,8 @@ from torch import Tensor
 
 from attnkit.checkpoints.safe_files import PICKLE_SUFFIXES, load_tensors, read_json
 from attnkit.errors import CheckpointError, ConfigError
-from attnkit.interop.keymap import Dims, Table, plan_load
+from attnkit.interop.keymap import plan_load
+from attnkit.interop.keytable import Dims, Table
 
 CONFIG, WEIGHTS, INDEX = "config.json", "model.safetensors", "model.safetensors.index.json"
 TOKENIZER, TOKENIZER_CONFIG = "tokenizer.json", "tokenizer_config.json"

@@ -39,7 +39,7 @@ from attnkit.interop.hf_files import (
     special_ids,
 )
 from attnkit.interop.import_writer import Imported
-from attnkit.interop.keymap import TRANSPOSE, Rule, Table
+from attnkit.interop.keytable import TRANSPOSE, Rule, Table
 from attnkit.models.lm_config import DecoderOnlyConfig
 
 _H = "h.{i}"

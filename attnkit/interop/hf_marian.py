@@ -35,7 +35,8 @@ from torch import Tensor
 
 from attnkit.errors import ConfigError
 from attnkit.interop.conventions import HF_ACTIVATIONS, activation_to_hf
-from attnkit.interop.keymap import Dims, Rule, Step, Table, check_keys, fuse, save_state
+from attnkit.interop.keymap import check_keys, save_state
+from attnkit.interop.keytable import Dims, Rule, Step, Table, fuse
 from attnkit.models.config import TransformerConfig
 from attnkit.models.encoder_decoder import EncoderDecoder
 

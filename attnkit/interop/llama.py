@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from attnkit.errors import CheckpointError
 from attnkit.interop.conventions import pick_special_ids
 from attnkit.interop.import_writer import check_positions
-from attnkit.interop.keymap import Dims, Rule, Table, fuse
+from attnkit.interop.keytable import Dims, Rule, Table, fuse
 from attnkit.models.lm_config import DecoderOnlyConfig
 from attnkit.models.presets import LLAMA_OPTIONS
 

@@ -13,7 +13,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from attnkit.interop.keymap import Dims, Rule, Table, check_keys, save_state
+from attnkit.interop.keymap import check_keys, save_state
+from attnkit.interop.keytable import Dims, Rule, Table
 from attnkit.models.encoder_decoder import EncoderDecoder
 
 

@@ -8,17 +8,8 @@ from gguf_helpers import D_FF, HEADS, KV_HEADS, LAYERS, VOCAB, D, hf_weights, to
 
 from attnkit.errors import CheckpointError
 from attnkit.interop.gguf import GGUF_FIELDS, GGUF_LLAMA_KEYS
-from attnkit.interop.keymap import (
-    TRANSPOSE,
-    Dims,
-    Rule,
-    Table,
-    fuse,
-    plan_load,
-    save_state,
-    split_rows,
-    stack_rows,
-)
+from attnkit.interop.keymap import plan_load, save_state
+from attnkit.interop.keytable import TRANSPOSE, Dims, Rule, Table, fuse, split_rows, stack_rows
 from attnkit.interop.llama import LLAMA_KEYS, LlamaHParams, llama_dims
 from attnkit.models import DecoderOnlyConfig, DecoderOnlyLM
 from attnkit.models.presets import LLAMA_OPTIONS
