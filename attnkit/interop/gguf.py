@@ -4,8 +4,8 @@ GGUF (llama.cpp's single-file format) holds typed metadata (the architecture's
 hyper-parameters under ``llama.*``, the tokenizer under ``tokenizer.*``) and
 tensors, often quantized in blocks. ``read_gguf`` returns a ``GGUFCheckpoint``:
 
-* ``hparams``: a validated ``LlamaHParams`` (names are attnkit's; each field
-  says which GGUF key it came from);
+* ``hparams``: a validated ``LlamaHParams`` (names are attnkit's; ``GGUF_FIELDS``
+  names the GGUF key behind each);
 * ``tensors``: float32, keyed by Hugging Face Llama names
   (``model.layers.N.self_attn.q_proj.weight``, ...), dequantized by the
   ``gguf`` package's numpy code (the same call Hugging Face's GGUF loader
