@@ -260,6 +260,8 @@ def save_state(
         if len(parts) != len(rule.our_keys):
             missing = [_fill(k, named) for p, k in enumerate(rule.our_keys) if p not in parts]
             raise CheckpointError(f"keys missing for {table.name}: {', '.join(missing)}")
+        if rule.join is not None:  # e.g. BERT's token-type fold: nothing to split back
+            raise CheckpointError(f"{rule.our_keys[0]}: {rule.join.name} cannot be written back")
         tensor = stack_rows([parts[p] for p in range(len(parts))])
         keys = [_fill(k, named) for k in rule.their_keys]
         rows = [dims.shape(s)[0] for s in rule.shapes] if len(keys) > 1 else [tensor.size(0)]

@@ -168,7 +168,8 @@ def fuse(ours: str, theirs: str, parts: Sequence[str], shapes: Sequence[str], *,
 class Table:
     """A format's rules, the keys of theirs to skip, an optional prefix, and tied keys.
 
-    ``prefix``: a prefix their files may put before every key (``"bert."``).
+    ``prefix``: a prefix their files may put before every key (``"bert."``);
+    read if present, never written.
     ``ties``: our key -> our key it shares a tensor with; the tied key's own
     rule is dropped (their copy, if any, is skipped) and the tensor shared.
     """

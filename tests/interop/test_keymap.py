@@ -107,6 +107,15 @@ def test_a_huge_layer_count_is_refused_without_iterating_it():
         plan_load(TABLE, shapes, dims, "f.bin")
 
 
+def test_a_one_way_join_is_not_written_back():
+    from attnkit.interop.hf_bert import BERT_POSITIONS
+
+    table = Table("BERT", (BERT_POSITIONS,))
+    state = {"embed.positions.weight": torch.zeros(8, 4)}
+    with pytest.raises(CheckpointError, match="token-type row 0 added .* cannot be written"):
+        save_state(table, state, Dims({"P": 8, "T": 2, "D": 4}))
+
+
 def test_stack_and_split_rows():
     parts = [torch.randn(4, 2), torch.randn(1, 2)]
     assert all(torch.equal(a, b) for a, b in zip(split_rows(stack_rows(parts), [4, 1]), parts))
