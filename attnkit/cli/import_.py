@@ -2,13 +2,15 @@
 
 Sources (--from):
   hf     a Hugging Face model directory: MarianMTModel (as attnkit export --to hf
-         writes it), BERT (BertModel, BertForMaskedLM, ...) or GPT-2
-         (GPT2LMHeadModel); config.json, model.safetensors and tokenizer.json,
-         never a pickle (pytorch_model.bin is refused unread)
+         writes it), BERT (BertModel, BertForMaskedLM, ...), GPT-2
+         (GPT2LMHeadModel) or Llama (LlamaForCausalLM); config.json,
+         model.safetensors and tokenizer.json, never a pickle (pytorch_model.bin
+         is refused unread)
   gguf   a GGUF file (Llama-architecture models such as SmolLM2)
 
-The result is an attnkit checkpoint that translate/generate/evaluate/attention/
-export accept.
+The result is a run directory (checkpoints/step_00000000 and import.json) that
+translate/generate/evaluate/attention/export accept. Every size in the file's
+config or metadata is checked against its tensors before anything is built.
 
 Examples:
   attnkit import --from hf exports/de_en_hf --out runs/de_en_back

@@ -4,8 +4,8 @@ GGUF (llama.cpp's single-file format) holds typed metadata (the architecture's
 hyper-parameters under ``llama.*``, the tokenizer under ``tokenizer.*``) and
 tensors, often quantized in blocks. ``read_gguf`` returns a ``GGUFCheckpoint``:
 
-* ``hparams``: a validated ``LlamaHParams`` (names are attnkit's; each field
-  says which GGUF key it came from);
+* ``hparams``: a validated ``LlamaHParams`` (names are attnkit's; ``GGUF_FIELDS``
+  names the GGUF key behind each);
 * ``tensors``: float32, keyed by Hugging Face Llama names
   (``model.layers.N.self_attn.q_proj.weight``, ...), dequantized by the
   ``gguf`` package's numpy code (the same call Hugging Face's GGUF loader
@@ -17,14 +17,18 @@ tensors, often quantized in blocks. ``read_gguf`` returns a ``GGUFCheckpoint``:
 Anything this reader cannot honour exactly (another architecture, a tensor
 type outside ``SUPPORTED_TYPES``, RoPE scaling, experts, extra tensors) is a
 one-line ``CheckpointError`` naming the file and the field or tensor, never
-a silently different model. The interop layer is the only place that knows
-GGUF or HF names (ARCHITECTURE.md, principle 8).
+a silently different model. So is a crafted file: every size in the
+metadata is checked against the file's own tensors (``block_count`` against
+the blocks it holds, widths against their shapes) and the context length
+against a ceiling before anything is allocated, and a tensor holding NaN or
+infinite values is refused by name. GGUF and Hugging Face names live in the
+interop tables only (``GGUF_LLAMA_KEYS``, ``attnkit.interop.llama``), never in
+attnkit's modules.
 """
 
 from __future__ import annotations
 
 import os
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -35,7 +39,9 @@ from torch import Tensor
 
 from attnkit.errors import CheckpointError
 from attnkit.interop.gguf_file import metadata_values, open_gguf
-from attnkit.interop.keymap import KeyTable
+from attnkit.interop.keymap import plan_load
+from attnkit.interop.keytable import Rule, Step, Table
+from attnkit.interop.llama import LlamaHParams, llama_dims
 
 if TYPE_CHECKING:
     from tokenizers import Tokenizer
@@ -50,38 +56,14 @@ SUPPORTED_TYPES = ("F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1",
 _SPECIAL_KEYS = {"bos_id": "bos_token_id", "eos_id": "eos_token_id",
                  "pad_id": "padding_token_id", "unk_id": "unknown_token_id"}  # fmt: skip
 
-_L = r"(\d+)"
-# GGUF tensor names -> Hugging Face Llama names (llama.cpp's gguf-py/constants.py names).
-GGUF_LLAMA_KEYS: KeyTable = [
-    (r"token_embd\.weight", r"model.embed_tokens.weight"),
-    (r"output_norm\.weight", r"model.norm.weight"),
-    (r"output\.weight", r"lm_head.weight"),
-    (rf"blk\.{_L}\.attn_norm\.weight", r"model.layers.\1.input_layernorm.weight"),
-    (rf"blk\.{_L}\.attn_([qkv])\.weight", r"model.layers.\1.self_attn.\2_proj.weight"),
-    (rf"blk\.{_L}\.attn_output\.weight", r"model.layers.\1.self_attn.o_proj.weight"),
-    (rf"blk\.{_L}\.ffn_norm\.weight", r"model.layers.\1.post_attention_layernorm.weight"),
-    (rf"blk\.{_L}\.ffn_(gate|up|down)\.weight", r"model.layers.\1.mlp.\2_proj.weight"),
-]
-
-
-@dataclass(frozen=True)
-class LlamaHParams:
-    """A Llama's shape, read from ``llama.*`` metadata (the GGUF key beside each field)."""
-
-    num_layers: int  # llama.block_count
-    d_model: int  # llama.embedding_length
-    num_heads: int  # llama.attention.head_count
-    num_kv_heads: int  # llama.attention.head_count_kv (default: head_count)
-    d_ff: int  # llama.feed_forward_length
-    vocab_size: int  # llama.vocab_size (default: rows of token_embd)
-    max_len: int  # llama.context_length
-    rope_theta: float  # llama.rope.freq_base (default 10000)
-    norm_eps: float  # llama.attention.layer_norm_rms_epsilon, as stored (float32)
-    tie_embeddings: bool  # no output.weight tensor: the output reuses token_embd
-
-    @property
-    def head_dim(self) -> int:
-        return self.d_model // self.num_heads
+# LlamaHParams field -> the llama.* key it is read from (for messages).
+GGUF_FIELDS = {"num_layers": "llama.block_count", "d_model": "llama.embedding_length",
+               "num_heads": "llama.attention.head_count",
+               "num_kv_heads": "llama.attention.head_count_kv",
+               "d_ff": "llama.feed_forward_length", "vocab_size": "llama.vocab_size",
+               "max_len": "llama.context_length", "rope_theta": "llama.rope.freq_base",
+               "norm_eps": "llama.attention.layer_norm_rms_epsilon"}  # fmt: skip
+GGUF_SOURCE = "the llama.* metadata"
 
 
 @dataclass
@@ -124,6 +106,48 @@ def unpermute_rope_rows(weight: Tensor, num_heads: int) -> Tensor:
     )
 
 
+def permute_rope_rows(weight: Tensor, num_heads: int) -> Tensor:
+    """llama.cpp's q/k row permutation (Hugging Face -> GGUF), the inverse of
+    ``unpermute_rope_rows``: HF row ``h*d + s*d/2 + i`` goes to GGUF row ``h*d + 2*i + s``."""
+    d = weight.size(0) // num_heads
+    return (
+        weight.reshape(num_heads, 2, d // 2, *weight.shape[1:])
+        .transpose(1, 2)
+        .reshape(weight.shape)
+    )
+
+
+def _rope_rows(heads: str) -> Step:
+    return Step(
+        f"llama.cpp's RoPE row order ({heads} heads)",
+        load=lambda t, d: unpermute_rope_rows(t, d[heads]),
+        save=lambda t, d: permute_rope_rows(t, d[heads]),
+    )
+
+
+_M, _B = "model.layers.{i}", "blk.{i}"
+# Hugging Face Llama names <-> GGUF tensor names (llama.cpp's gguf-py/constants.py names);
+# sizes: attnkit.interop.llama.llama_dims. q and k rows change order (see unpermute_rope_rows).
+GGUF_LLAMA_KEYS = Table(
+    "a plain Llama",
+    (
+        Rule("model.embed_tokens.weight", "token_embd.weight", "V D"),
+        Rule("model.norm.weight", "output_norm.weight", "D"),
+        Rule("lm_head.weight", "output.weight", "V D"),
+        Rule(f"{_M}.input_layernorm.weight", f"{_B}.attn_norm.weight", "D"),
+        Rule(f"{_M}.self_attn.q_proj.weight", f"{_B}.attn_q.weight", "D D", (_rope_rows("H"),)),
+        Rule(f"{_M}.self_attn.k_proj.weight", f"{_B}.attn_k.weight", "KV D",
+             (_rope_rows("HKV"),)),
+        Rule(f"{_M}.self_attn.v_proj.weight", f"{_B}.attn_v.weight", "KV D"),
+        Rule(f"{_M}.self_attn.o_proj.weight", f"{_B}.attn_output.weight", "D D"),
+        Rule(f"{_M}.post_attention_layernorm.weight", f"{_B}.ffn_norm.weight", "D"),
+        Rule(f"{_M}.mlp.gate_proj.weight", f"{_B}.ffn_gate.weight", "F D"),
+        Rule(f"{_M}.mlp.up_proj.weight", f"{_B}.ffn_up.weight", "F D"),
+        Rule(f"{_M}.mlp.down_proj.weight", f"{_B}.ffn_down.weight", "D F"),
+    ),
+)  # fmt: skip
+
+
 # -- metadata ---------------------------------------------------------------------------
 
 
@@ -159,22 +183,20 @@ class _Fields:
 def read_llama_hparams(
     path: Path, values: dict[str, Any], tensor_shapes: dict[str, tuple[int, ...]]
 ) -> LlamaHParams:
-    """Validate ``llama.*`` metadata into ``LlamaHParams``; errors name the key."""
+    """Validate ``llama.*`` metadata into ``LlamaHParams``; errors name the key.
+
+    Sizes are only read here; ``read_gguf`` checks them against the tensors.
+    """
     f = _Fields(path, values)
     arch = f.get("general.architecture", str)
     if arch not in SUPPORTED_ARCHITECTURES:
         raise f.error("general.architecture", f"{arch!r} is not supported (supported: llama)")
     num_heads = f.positive("llama.attention.head_count")
     d_model = f.positive("llama.embedding_length")
-    num_kv_heads = f.positive("llama.attention.head_count_kv", num_heads)
-    if d_model % num_heads != 0 or (d_model // num_heads) % 2 != 0:
+    if d_model % num_heads != 0:
         raise f.error(
             "llama.attention.head_count",
             f"embedding_length {d_model} / head_count {num_heads} is not an even head dim",
-        )
-    if num_heads % num_kv_heads != 0:
-        raise f.error(
-            "llama.attention.head_count_kv", f"{num_kv_heads} does not divide {num_heads}"
         )
     head_dim = d_model // num_heads
     for key in ("llama.rope.dimension_count", "llama.attention.key_length",
@@ -186,50 +208,23 @@ def read_llama_hparams(
     scaling = f.get("llama.rope.scaling.type", str, "none")
     if scaling != "none":
         raise f.error("llama.rope.scaling.type", f"RoPE scaling {scaling!r} is not supported")
-    rope_theta = f.get("llama.rope.freq_base", float, 10000.0)
-    norm_eps = f.get("llama.attention.layer_norm_rms_epsilon", float)
-    if rope_theta <= 0 or norm_eps <= 0:
-        key = (
-            "llama.rope.freq_base" if rope_theta <= 0 else "llama.attention.layer_norm_rms_epsilon"
-        )
-        raise f.error(key, f"must be > 0, got {values[key]}")
     embed = tensor_shapes.get("token_embd.weight")
     if embed is None:
         raise CheckpointError(f"{path}: tensor token_embd.weight: missing")
-    return LlamaHParams(
+    hp = LlamaHParams(
         num_layers=f.positive("llama.block_count"),
         d_model=d_model,
         num_heads=num_heads,
-        num_kv_heads=num_kv_heads,
+        num_kv_heads=f.positive("llama.attention.head_count_kv", num_heads),
         d_ff=f.positive("llama.feed_forward_length"),
         vocab_size=f.positive("llama.vocab_size", embed[0]),
         max_len=f.positive("llama.context_length", 2048),
-        rope_theta=rope_theta,
-        norm_eps=norm_eps,
+        rope_theta=f.get("llama.rope.freq_base", float, 10000.0),
+        norm_eps=f.get("llama.attention.layer_norm_rms_epsilon", float),
         tie_embeddings="output.weight" not in tensor_shapes,
     )
-
-
-def expected_shapes(hp: LlamaHParams) -> dict[str, tuple[int, ...]]:
-    """Every HF Llama tensor the file must hold, with its ``(out, in)`` shape."""
-    d, kv = hp.d_model, hp.num_kv_heads * hp.head_dim
-    shapes = {"model.embed_tokens.weight": (hp.vocab_size, d), "model.norm.weight": (d,)}
-    if not hp.tie_embeddings:
-        shapes["lm_head.weight"] = (hp.vocab_size, d)
-    for i in range(hp.num_layers):
-        p = f"model.layers.{i}."
-        shapes |= {
-            p + "input_layernorm.weight": (d,),
-            p + "self_attn.q_proj.weight": (d, d),
-            p + "self_attn.k_proj.weight": (kv, d),
-            p + "self_attn.v_proj.weight": (kv, d),
-            p + "self_attn.o_proj.weight": (d, d),
-            p + "post_attention_layernorm.weight": (d,),
-            p + "mlp.gate_proj.weight": (hp.d_ff, d),
-            p + "mlp.up_proj.weight": (hp.d_ff, d),
-            p + "mlp.down_proj.weight": (d, hp.d_ff),
-        }
-    return shapes
+    hp.check(GGUF_FIELDS, str(path))
+    return hp
 
 
 # -- the file ---------------------------------------------------------------------------
@@ -255,34 +250,25 @@ def read_gguf(
     values = metadata_values(path, reader)
     shapes = {t.name: tuple(int(n) for n in reversed(t.shape.tolist())) for t in reader.tensors}
     hparams = read_llama_hparams(path, values, shapes)
-
-    table = [(re.compile(f"^{pattern}$"), template) for pattern, template in GGUF_LLAMA_KEYS]
-    expected = expected_shapes(hparams)
-    renamed: dict[str, Any] = {}
+    by_name = {t.name: t for t in reader.tensors}
     for t in reader.tensors:
-        hf_name = next((p.sub(tpl, t.name) for p, tpl in table if p.match(t.name)), None)
-        if hf_name is None or hf_name not in expected:
-            raise CheckpointError(f"{path}: tensor {t.name}: not part of a plain Llama")
         kind = t.tensor_type.name
         if kind not in SUPPORTED_TYPES:
             raise CheckpointError(
                 f"{path}: tensor {t.name}: ggml type {kind} is not supported "
                 f"(supported: {', '.join(SUPPORTED_TYPES)})"
             )
-        if shapes[t.name] != expected[hf_name]:
-            raise CheckpointError(
-                f"{path}: tensor {t.name}: shape {shapes[t.name]}, expected {expected[hf_name]} "
-                "from the llama.* metadata"
-            )
-        renamed[hf_name] = t
-    missing = [name for name in expected if name not in renamed]
-    if missing:
-        raise CheckpointError(f"{path}: tensors missing: {', '.join(missing[:4])}")
+    table = (
+        GGUF_LLAMA_KEYS.without(["lm_head.weight"]) if hparams.tie_embeddings else GGUF_LLAMA_KEYS
+    )
+    dims = llama_dims(hparams, GGUF_FIELDS, GGUF_SOURCE)
+    plan = plan_load(table, shapes, dims, str(path))  # every size checked, nothing read yet
+    hparams.check_positions(GGUF_FIELDS, str(path))
+    sources = plan.sources()
 
     out: dict[str, Tensor] = {}
     if tensors:
-        for hf_name, t in renamed.items():
-            out[hf_name] = _dequantize(t, expected[hf_name], hparams)
+        out, _ = plan.load(lambda name: _dequantize(by_name[name], shapes[name]))
 
     tok = None
     if tokenizer:
@@ -305,7 +291,7 @@ def read_gguf(
         architecture=values["general.architecture"],
         hparams=hparams,
         tensors=out,
-        tensor_types={name: t.tensor_type.name for name, t in renamed.items()},
+        tensor_types={ours: by_name[keys[0]].tensor_type.name for ours, keys in sources.items()},
         tokenizer=tok,
         special_ids=specials,
         chat_template=values.get("tokenizer.chat_template"),
@@ -313,8 +299,8 @@ def read_gguf(
     )
 
 
-def _dequantize(t: Any, shape: tuple[int, ...], hp: LlamaHParams) -> Tensor:
-    """One tensor as float32 ``shape``, q/k rows back in HF's rotate-half layout."""
+def _dequantize(t: Any, shape: tuple[int, ...]) -> Tensor:
+    """One tensor as float32 ``shape`` (in the file's row order)."""
     import gguf
 
     # A plain ndarray view (see gguf_file): the block dequantizers slice it per row group.
@@ -323,9 +309,4 @@ def _dequantize(t: Any, shape: tuple[int, ...], hp: LlamaHParams) -> Tensor:
         values = values.astype(np.float32)  # BF16/F16 dequantize to float32 already; be sure
     if not values.flags.writeable:  # F32 comes back as a view of the read-only file map
         values = values.copy()
-    weight = torch.from_numpy(values).reshape(shape)
-    if t.name.endswith(".attn_q.weight"):
-        weight = unpermute_rope_rows(weight, hp.num_heads)
-    elif t.name.endswith(".attn_k.weight"):
-        weight = unpermute_rope_rows(weight, hp.num_kv_heads)
-    return weight.contiguous()
+    return torch.from_numpy(values).reshape(shape)

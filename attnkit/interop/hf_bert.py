@@ -30,29 +30,79 @@ The mapping (``config.json`` field -> attnkit config):
   pooling for sentence embeddings; used by no attnkit head then);
 * ids from the tokenizer files: ``[PAD]`` -> ``pad_id``, ``[CLS]`` ->
   ``bos_id``, ``[SEP]`` -> ``eos_id``, ``[MASK]`` -> ``mask_id``, ``[UNK]``.
+
+The keys are tables (``attnkit.interop.keymap``): ``BERT_LAYERS``, one
+positions rule (``BERT_POSITIONS``: the token-type fold, in one place),
+``BERT_MLM_HEAD`` and ``BERT_CLASSIFIER`` when the file has those heads
+(``bert_table``); a file's ``bert.`` prefix is optional.
 """
 
 from __future__ import annotations
 
 import torch
+from torch import Tensor
 
 from attnkit.data.pretrained_tokenizer import PretrainedTokenizer
-from attnkit.errors import CheckpointError
+from attnkit.interop.conventions import activation_from_hf
 from attnkit.interop.hf_files import (
     CONFIG,
     HFDirectory,
-    WeightMap,
+    map_weights,
     read_tokenizer,
     read_weights,
     special_ids,
     special_token,
     token_id,
 )
-from attnkit.interop.hf_import_types import Imported
+from attnkit.interop.import_writer import Imported
+from attnkit.interop.keytable import Join, Rule, Table, fuse
 from attnkit.models.lm_config import EncoderOnlyConfig
 
-BERT_ACTIVATIONS = {"gelu": "gelu", "relu": "relu", "gelu_new": "gelu_tanh",
-                    "gelu_pytorch_tanh": "gelu_tanh"}  # fmt: skip
+_L = "encoder.layer.{i}"
+BERT_LAYERS: tuple[Rule, ...] = (
+    Rule("embed.tokens.weight", "embeddings.word_embeddings.weight", "V D"),
+    Rule("embed.norm.{wb}", "embeddings.LayerNorm.{wb}", "D"),
+    fuse("encoder.layers.{i}.self_attn.qkv_proj.{wb}", f"{_L}.attention.self.*.{{wb}}",
+         ("query", "key", "value"), ("D D", "D D", "D D")),
+    Rule("encoder.layers.{i}.self_attn.out_proj.{wb}", f"{_L}.attention.output.dense.{{wb}}",
+         "D D"),
+    Rule("encoder.layers.{i}.self_attn_residual.norm.{wb}",
+         f"{_L}.attention.output.LayerNorm.{{wb}}", "D"),
+    Rule("encoder.layers.{i}.ffn.w1.{wb}", f"{_L}.intermediate.dense.{{wb}}", "F D"),
+    Rule("encoder.layers.{i}.ffn.w2.{wb}", f"{_L}.output.dense.{{wb}}", "D F"),
+    Rule("encoder.layers.{i}.ffn_residual.norm.{wb}", f"{_L}.output.LayerNorm.{{wb}}", "D"),
+)  # fmt: skip
+
+# The token-type (segment) embedding: attnkit's encoder has none, so row 0 is added to
+# every position (exact for single-segment input). The one place that knows it.
+ADD_TOKEN_TYPE_0 = Join("token-type row 0 added to every position", lambda p: p[0] + p[1][0])
+BERT_POSITIONS = Rule(
+    "embed.positions.weight",
+    ("embeddings.position_embeddings.weight", "embeddings.token_type_embeddings.weight"),
+    ("P D", "T D"),
+    join=ADD_TOKEN_TYPE_0,
+)
+BERT_POSITIONS_ONLY = Rule("embed.positions.weight", "embeddings.position_embeddings.weight", "P D")
+PLACEHOLDER_NOTE = ("no MLM head in the checkpoint: mlm_head is a placeholder (identity dense, "
+                    "unit norm, zero bias), not trained; mlm_logits are meaningless")  # fmt: skip
+TOKEN_TYPE_NOTE = ("token-type embedding row 0 added to the position table: exact for "
+                   "single-segment input; sentence pairs (type 1) are not expressible")  # fmt: skip
+
+BERT_MLM_HEAD: tuple[Rule, ...] = (
+    Rule("mlm_head.dense.{wb}", "cls.predictions.transform.dense.{wb}", "D D"),
+    Rule("mlm_head.norm.{wb}", "cls.predictions.transform.LayerNorm.{wb}", "D"),
+    Rule("mlm_head.bias", "cls.predictions.bias", "V"),
+)
+BERT_CLASSIFIER: tuple[Rule, ...] = (
+    Rule("classifier.pooler.{wb}", "pooler.dense.{wb}", "D D"),
+    Rule("classifier.classifier.{wb}", "classifier.{wb}", "C D",
+         aliases=("cls.seq_relationship.{wb}",)),
+)  # fmt: skip
+# Tied to the word embeddings (the MLM decoder), or buffers.
+BERT_IGNORED = ("embeddings.position_ids", "cls.predictions.decoder.{wb}")
+BERT_FIELDS = {"D": "hidden_size", "F": "intermediate_size", "V": "vocab_size",
+               "P": "max_position_embeddings", "T": "type_vocab_size", "i": "num_hidden_layers",
+               "C": "classifier rows"}  # fmt: skip
 
 
 def bert_tokenizer(d: HFDirectory) -> PretrainedTokenizer:
@@ -72,92 +122,78 @@ def bert_tokenizer(d: HFDirectory) -> PretrainedTokenizer:
     )
 
 
-def _layer(w: WeightMap, i: int) -> None:
-    src, ours = f"encoder.layer.{i}.", f"encoder.layers.{i}."
-    attn = src + "attention."
-    for kind in ("weight", "bias"):
-        parts = [w.get(f"{attn}self.{p}.{kind}") for p in ("query", "key", "value")]
-        w.put(f"{ours}self_attn.qkv_proj.{kind}", f"{attn}self.query.{kind}", torch.cat(parts))
-        w.put(f"{ours}self_attn.out_proj.{kind}", f"{attn}output.dense.{kind}")
-        w.put(f"{ours}self_attn_residual.norm.{kind}", f"{attn}output.LayerNorm.{kind}")
-        w.put(f"{ours}ffn.w1.{kind}", f"{src}intermediate.dense.{kind}")
-        w.put(f"{ours}ffn.w2.{kind}", f"{src}output.dense.{kind}")
-        w.put(f"{ours}ffn_residual.norm.{kind}", f"{src}output.LayerNorm.{kind}")
+def bert_table(keys: set[str]) -> tuple[Table, list[str], str | None]:
+    """The table for a file holding ``keys`` (its heads), its notes, and the classifier key."""
+    has = {k.removeprefix("bert.") for k in keys}.__contains__
+    rules, ignore, notes = [*BERT_LAYERS], [*BERT_IGNORED], []
+    if has("embeddings.token_type_embeddings.weight"):
+        rules.append(BERT_POSITIONS)
+        notes.append(TOKEN_TYPE_NOTE)
+    else:
+        rules.append(BERT_POSITIONS_ONLY)
+    if has("cls.predictions.transform.dense.weight"):
+        rules += BERT_MLM_HEAD
+    else:
+        notes.append(PLACEHOLDER_NOTE)
+    classifier = next((n for n in ("classifier.weight", "cls.seq_relationship.weight")
+                       if has(n)), None)  # fmt: skip
+    if classifier is not None and has("pooler.dense.weight"):
+        rules += BERT_CLASSIFIER
+    else:
+        classifier = None
+        ignore += ["pooler.dense.{wb}", "classifier.{wb}", "cls.seq_relationship.{wb}"]
+        if has("pooler.dense.weight"):
+            notes.append("pooler.dense dropped: no classifier in the checkpoint (attnkit's "
+                         "pooler belongs to its classification head); num_labels=0")  # fmt: skip
+    table = Table("attnkit's EncoderOnlyModel", tuple(rules), tuple(ignore), prefix="bert.")
+    return table.tie({"mlm_head.output_proj.weight": "embed.tokens.weight"}), notes, classifier
+
+
+def placeholder_mlm_head(d_model: int, vocab: int, like: Tensor) -> dict[str, Tensor]:
+    """An MLM head that changes nothing (identity dense, unit norm, zero bias): not trained."""
+    kind = like.dtype
+    return {
+        "mlm_head.dense.weight": torch.eye(d_model, dtype=kind),
+        "mlm_head.dense.bias": torch.zeros(d_model, dtype=kind),
+        "mlm_head.norm.weight": torch.ones(d_model, dtype=kind),
+        "mlm_head.norm.bias": torch.zeros(d_model, dtype=kind),
+        "mlm_head.bias": torch.zeros(vocab, dtype=kind),
+    }
 
 
 def import_bert(d: HFDirectory) -> Imported:
     """The attnkit config, state dict, tokenizer and notes of a BERT directory."""
-    act = d.get("hidden_act", "gelu")
-    if act not in BERT_ACTIVATIONS:
-        raise CheckpointError(f"{d.file(CONFIG)}: hidden_act: {act!r} is not supported "
-                              f"(supported: {', '.join(BERT_ACTIVATIONS)})")  # fmt: skip
+    act = activation_from_hf(d.get("hidden_act", "gelu"), f"{d.file(CONFIG)}: hidden_act")
     kind = d.get("position_embedding_type", "absolute")
     if kind != "absolute":
-        raise CheckpointError(f"{d.file(CONFIG)}: position_embedding_type: {kind!r} is not "
-                              "supported (attnkit imports absolute positions only)")  # fmt: skip
+        message = f"{kind!r} is not supported (attnkit imports absolute positions only)"
+        raise d.error("position_embedding_type", message)
     tokenizer = bert_tokenizer(d)
     weights = read_weights(d)
-    w = WeightMap(weights, d, prefix="bert.")
-    notes = []
-    pos = w.get("embeddings.position_embeddings.weight")
-    if w.has("embeddings.token_type_embeddings.weight"):
-        pos = pos + w.get("embeddings.token_type_embeddings.weight")[0]
-        notes.append(
-            "token-type embedding row 0 added to the position table: exact for "
-            "single-segment input; sentence pairs (type 1) are not expressible"
-        )
-    w.put("embed.tokens.weight", "embeddings.word_embeddings.weight")
-    w.put("embed.positions.weight", "embeddings.position_embeddings.weight", pos)
-    for kind in ("weight", "bias"):
-        w.put(f"embed.norm.{kind}", f"embeddings.LayerNorm.{kind}")
-    layers = int(d.require("num_hidden_layers"))
-    for i in range(layers):
-        _layer(w, i)
-    D = int(d.require("hidden_size"))
-    vocab = int(d.require("vocab_size"))
-    if w.has("cls.predictions.transform.dense.weight"):
-        head = "cls.predictions."
-        for kind in ("weight", "bias"):
-            w.put(f"mlm_head.dense.{kind}", f"{head}transform.dense.{kind}")
-            w.put(f"mlm_head.norm.{kind}", f"{head}transform.LayerNorm.{kind}")
-        w.put("mlm_head.bias", f"{head}bias")
-    else:
-        word = w.get("embeddings.word_embeddings.weight")
-        w.state["mlm_head.dense.weight"] = torch.eye(D, dtype=word.dtype)
-        w.state["mlm_head.dense.bias"] = torch.zeros(D, dtype=word.dtype)
-        w.state["mlm_head.norm.weight"] = torch.ones(D, dtype=word.dtype)
-        w.state["mlm_head.norm.bias"] = torch.zeros(D, dtype=word.dtype)
-        w.state["mlm_head.bias"] = torch.zeros(vocab, dtype=word.dtype)
-        notes.append(
-            "no MLM head in the checkpoint: mlm_head is a placeholder (identity "
-            "dense, unit norm, zero bias), not trained; mlm_logits are meaningless"
-        )
-    w.state["mlm_head.output_proj.weight"] = w.state["embed.tokens.weight"]  # tied, as in BERT
-    classifier = next((n for n in ("classifier.weight", "cls.seq_relationship.weight")
-                       if n in weights), None)  # fmt: skip
-    num_labels = 0
-    if classifier is not None and w.has("pooler.dense.weight"):
-        num_labels = int(weights[classifier].size(0))
-        for kind in ("weight", "bias"):
-            w.put(f"classifier.pooler.{kind}", f"pooler.dense.{kind}")
-            w.put(f"classifier.classifier.{kind}", classifier.replace("weight", kind))
-    elif w.has("pooler.dense.weight"):
-        notes.append("pooler.dense dropped: no classifier in the checkpoint (attnkit's pooler "
-                     "belongs to its classification head); num_labels=0")  # fmt: skip
-    config = EncoderOnlyConfig(
+    table, notes, classifier = bert_table(set(weights))
+    num_labels = int(weights[_prefixed(weights, classifier)].size(0)) if classifier else 0
+    D, vocab = d.integer("hidden_size"), d.integer("vocab_size")
+    values = {"D": D, "F": d.integer("intermediate_size"), "V": vocab,
+              "P": d.integer("max_position_embeddings"), "T": d.integer("type_vocab_size", 2),
+              "i": d.integer("num_hidden_layers"), "C": num_labels}  # fmt: skip
+    state = map_weights(d, weights, table, d.dims(values, BERT_FIELDS))
+    if "mlm_head.dense.weight" not in state:
+        state |= placeholder_mlm_head(D, vocab, state["embed.tokens.weight"])
+    config = d.build(
+        EncoderOnlyConfig,
         d_model=D,
-        num_heads=int(d.require("num_attention_heads")),
-        d_ff=int(d.require("intermediate_size")),
-        num_layers=layers,
-        dropout=float(d.get("hidden_dropout_prob", 0.1)),
-        attention_dropout=float(d.get("attention_probs_dropout_prob", 0.1)),
-        activation=BERT_ACTIVATIONS[act],  # type: ignore[arg-type]
+        num_heads=d.integer("num_attention_heads"),
+        d_ff=values["F"],
+        num_layers=values["i"],
+        dropout=d.number("hidden_dropout_prob", 0.1),
+        attention_dropout=d.number("attention_probs_dropout_prob", 0.1),
+        activation=act,
         norm_position="post",
-        norm_eps=float(d.get("layer_norm_eps", 1e-12)),
+        norm_eps=d.number("layer_norm_eps", 1e-12),
         positions="learned",
         scale_embeddings=False,
         embedding_norm=True,
-        max_len=int(d.require("max_position_embeddings")),
+        max_len=values["P"],
         vocab_size=vocab,
         num_labels=num_labels,
         pooling="first" if num_labels else "mean",
@@ -169,4 +205,9 @@ def import_bert(d: HFDirectory) -> Imported:
             i for i in (tokenizer.mask_id, tokenizer.unk_id, tokenizer.pad_id) if i is not None
         ),
     )
-    return Imported(config, w.state, w.origin, tokenizer, notes)
+    details = {"architectures": d.config.get("architectures")}
+    return Imported(config, state, tokenizer, "hf", "bert", notes, details)
+
+
+def _prefixed(weights: dict[str, Tensor], name: str) -> str:
+    return name if name in weights else f"bert.{name}"

@@ -13,19 +13,22 @@ Every error is a ``CheckpointError`` naming the file and what to do.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from torch import Tensor
 
 from attnkit.checkpoints.safe_files import PICKLE_SUFFIXES, load_tensors, read_json
-from attnkit.errors import CheckpointError
+from attnkit.errors import CheckpointError, ConfigError
+from attnkit.interop.keymap import plan_load
+from attnkit.interop.keytable import Dims, Table
 
 CONFIG, WEIGHTS, INDEX = "config.json", "model.safetensors", "model.safetensors.index.json"
 TOKENIZER, TOKENIZER_CONFIG = "tokenizer.json", "tokenizer_config.json"
 _JSON_LIMIT = 64 << 20
+C = TypeVar("C")
 _CONVERT = (
     "convert it with a tool you trust, e.g. transformers: "
     "AutoModel.from_pretrained(DIR).save_pretrained(DIR) writes model.safetensors"
@@ -57,6 +60,40 @@ class HFDirectory:
         if self.config.get(key) is None:
             raise CheckpointError(f"{self.file(CONFIG)}: field {key!r} is missing")
         return self.config[key]
+
+    def error(self, key: str, message: str) -> CheckpointError:
+        """A one-line error naming ``config.json`` and the field ``key``."""
+        return CheckpointError(f"{self.file(CONFIG)}: {key}: {message}")
+
+    def integer(self, key: str, default: int | None = None, *, least: int = 1) -> int:
+        """An integer field (a size by default: ``least=1``); absent: ``default`` or an error."""
+        value = self.require(key) if default is None else self.get(key, default)
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise self.error(key, f"expected an integer, got {value!r}")
+        if value < least:
+            raise self.error(key, f"must be >= {least}, got {value}")
+        return value
+
+    def number(self, key: str, default: float) -> float:
+        """A finite number field (``default`` when absent)."""
+        value = self.get(key, default)
+        ok = isinstance(value, int | float) and not isinstance(value, bool)
+        if not ok or not math.isfinite(value):
+            raise self.error(key, f"expected a finite number, got {value!r}")
+        return float(value)
+
+    def build(self, config_class: type[C], **fields: Any) -> C:
+        """``config_class(**fields)``; a refusal of attnkit's validator names ``config.json``."""
+        try:
+            return config_class(**fields)
+        except ConfigError as e:
+            raise CheckpointError(
+                f"{self.file(CONFIG)}: describes no attnkit model ({e})"
+            ) from None
+
+    def dims(self, values: dict[str, int], fields: dict[str, str]) -> Dims:
+        """``Dims`` for the key table, each size named by its ``config.json`` field."""
+        return Dims(values, fields, CONFIG)
 
 
 def open_directory(path: str | Path) -> HFDirectory:
@@ -157,53 +194,15 @@ def special_ids(tokenizer: Any) -> list[int]:
     return sorted(int(t["id"]) for t in data.get("added_tokens") or [] if t.get("special"))
 
 
-def check_shapes(
-    state: Mapping[str, Tensor],
-    expected: Mapping[str, Tensor],
-    origin: Mapping[str, str],
-    directory: HFDirectory,
-) -> None:
-    """Every mapped tensor has the shape the config implies; errors name the HF key."""
-    for key, value in state.items():
-        want = expected.get(key)
-        if want is not None and tuple(value.shape) != tuple(want.shape):
-            name = origin.get(key, key)
-            raise CheckpointError(
-                f"{directory.file(WEIGHTS)}: {name} has shape {tuple(value.shape)} but "
-                f"{CONFIG} implies {tuple(want.shape)}; the weights and {CONFIG} come from "
-                "different models"
-            )
+def map_weights(
+    directory: HFDirectory, weights: dict[str, Tensor], table: Table, dims: Dims
+) -> dict[str, Tensor]:
+    """Our state dict from the directory's ``weights`` through ``table`` (``keymap``).
 
-
-class WeightMap:
-    """Builds an attnkit state dict from HF tensors, remembering where each came from.
-
-    ``prefix`` is tried first for every name (``"bert."`` in a
-    ``BertForMaskedLM`` file, nothing in a ``BertModel`` one).
+    Every tensor is placed and every count and shape checked against ``dims``
+    before any is converted; ``weights`` is emptied as they are.
     """
-
-    def __init__(self, weights: Mapping[str, Tensor], directory: HFDirectory, prefix: str = ""):
-        self.weights, self.directory, self.prefix = weights, directory, prefix
-        self.state: dict[str, Tensor] = {}
-        self.origin: dict[str, str] = {}
-
-    def name(self, name: str) -> str:
-        """The key ``name`` has in the file (with the prefix when the file uses it)."""
-        return self.prefix + name if self.prefix + name in self.weights else name
-
-    def has(self, name: str) -> bool:
-        return self.name(name) in self.weights
-
-    def get(self, name: str) -> Tensor:
-        key = self.name(name)
-        if key not in self.weights:
-            raise CheckpointError(
-                f"{self.directory.file(WEIGHTS)}: tensor {self.prefix + name!r} is missing; "
-                f"the file does not hold the model {CONFIG} describes"
-            )
-        return self.weights[key]
-
-    def put(self, key: str, name: str, value: Tensor | None = None) -> None:
-        """``state[key]`` = ``value`` (default: the tensor ``name``), from ``name``."""
-        self.state[key] = self.get(name) if value is None else value
-        self.origin[key] = self.name(name)
+    shapes = {key: tuple(value.shape) for key, value in weights.items()}
+    plan = plan_load(table, shapes, dims, str(directory.file(WEIGHTS)))
+    state, _ = plan.load(weights.pop)
+    return state

@@ -13,6 +13,9 @@
   ``scale_attn_by_inverse_layer_idx`` is refused (attnkit has no per-layer
   scale).
 
+The keys: ``GPT2_KEYS`` (``attnkit.interop.keymap``; a file's
+``transformer.`` prefix is optional).
+
 **Special ids.** GPT-2 has one special token, ``<|endoftext|>``, used as
 BOS and EOS, and no pad token; attnkit's config needs three distinct ids.
 ``eos_id`` is ``eos_token_id``; ``bos_id`` and ``pad_id`` are the config's own
@@ -26,98 +29,88 @@ the run's ``import.json``.
 from __future__ import annotations
 
 from attnkit.data.pretrained_tokenizer import PretrainedTokenizer
-from attnkit.errors import CheckpointError
+from attnkit.interop.conventions import activation_from_hf, pick_special_ids
 from attnkit.interop.hf_files import (
     CONFIG,
     HFDirectory,
-    WeightMap,
+    map_weights,
     read_tokenizer,
     read_weights,
     special_ids,
 )
-from attnkit.interop.hf_import_types import Imported
+from attnkit.interop.import_writer import Imported
+from attnkit.interop.keytable import TRANSPOSE, Rule, Table
 from attnkit.models.lm_config import DecoderOnlyConfig
 
-GPT2_ACTIVATIONS = {"gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh",
-                    "gelu_fast": "gelu_tanh", "gelu": "gelu", "relu": "relu"}  # fmt: skip
-
-
-def _ids(d: HFDirectory, vocab: int) -> tuple[dict[str, int], list[str]]:
-    eos = int(d.get("eos_token_id", vocab - 1))
-    taken = {eos}
-    ids, notes = {"eos_id": eos}, []
-    for name, key in (("bos_id", "bos_token_id"), ("pad_id", "pad_token_id")):
-        own = d.get(key)
-        if isinstance(own, int) and own not in taken:
-            ids[name] = own
-        else:
-            ids[name] = next(i for i in range(vocab) if i not in taken)
-            notes.append(f"{name}={ids[name]} nominated: GPT-2 has no distinct {key[:-9]} "
-                         "token; attnkit never feeds it (see attnkit.interop.hf_gpt2)")  # fmt: skip
-        taken.add(ids[name])
-    return ids, notes
-
-
-def _layer(w: WeightMap, i: int) -> None:
-    src, ours = f"h.{i}.", f"layers.{i}."
-    for name, key in (("attn.c_attn", "self_attn.qkv_proj"), ("attn.c_proj", "self_attn.out_proj"),
-                      ("mlp.c_fc", "ffn.w1"), ("mlp.c_proj", "ffn.w2")):  # fmt: skip
-        w.put(f"{ours}{key}.weight", f"{src}{name}.weight", w.get(f"{src}{name}.weight").t())
-        w.put(f"{ours}{key}.bias", f"{src}{name}.bias")
-    for kind in ("weight", "bias"):
-        w.put(f"{ours}self_attn_residual.norm.{kind}", f"{src}ln_1.{kind}")
-        w.put(f"{ours}ffn_residual.norm.{kind}", f"{src}ln_2.{kind}")
+_H = "h.{i}"
+_T = (TRANSPOSE,)  # Conv1D weights are (in, out)
+GPT2_KEYS = Table(
+    "attnkit's DecoderOnlyLM",
+    (
+        Rule("embed.tokens.weight", "wte.weight", "V D"),
+        Rule("embed.positions.weight", "wpe.weight", "P D"),
+        Rule("layers.{i}.self_attn.qkv_proj.weight", f"{_H}.attn.c_attn.weight", "D 3*D", _T),
+        Rule("layers.{i}.self_attn.qkv_proj.bias", f"{_H}.attn.c_attn.bias", "3*D"),
+        Rule("layers.{i}.self_attn.out_proj.weight", f"{_H}.attn.c_proj.weight", "D D", _T),
+        Rule("layers.{i}.self_attn.out_proj.bias", f"{_H}.attn.c_proj.bias", "D"),
+        Rule("layers.{i}.ffn.w1.weight", f"{_H}.mlp.c_fc.weight", "D F", _T),
+        Rule("layers.{i}.ffn.w1.bias", f"{_H}.mlp.c_fc.bias", "F"),
+        Rule("layers.{i}.ffn.w2.weight", f"{_H}.mlp.c_proj.weight", "F D", _T),
+        Rule("layers.{i}.ffn.w2.bias", f"{_H}.mlp.c_proj.bias", "D"),
+        Rule("layers.{i}.self_attn_residual.norm.{wb}", f"{_H}.ln_1.{{wb}}", "D"),
+        Rule("layers.{i}.ffn_residual.norm.{wb}", f"{_H}.ln_2.{{wb}}", "D"),
+        Rule("final_norm.{wb}", "ln_f.{wb}", "D"),
+        Rule("lm_head.weight", "lm_head.weight", "V D"),
+    ),
+    ignore=(f"{_H}.attn.bias", f"{_H}.attn.masked_bias"),  # causal-mask buffers of old files
+    prefix="transformer.",
+)
+GPT2_FIELDS = {"D": "n_embd", "F": "n_inner", "V": "vocab_size", "P": "n_positions",
+               "i": "n_layer"}  # fmt: skip
 
 
 def import_gpt2(d: HFDirectory) -> Imported:
     """The attnkit config, state dict, tokenizer and notes of a GPT-2 directory."""
-    act = d.get("activation_function", "gelu_new")
-    if act not in GPT2_ACTIVATIONS:
-        raise CheckpointError(f"{d.file(CONFIG)}: activation_function: {act!r} is not "
-                              f"supported (supported: {', '.join(GPT2_ACTIVATIONS)})")  # fmt: skip
+    act = activation_from_hf(d.get("activation_function", "gelu_new"),
+                             f"{d.file(CONFIG)}: activation_function")  # fmt: skip
     if d.get("scale_attn_by_inverse_layer_idx", False):
-        raise CheckpointError(f"{d.file(CONFIG)}: scale_attn_by_inverse_layer_idx: true is not "
-                              "supported (attnkit scales every layer alike)")  # fmt: skip
-    vocab = int(d.require("vocab_size"))
+        raise d.error("scale_attn_by_inverse_layer_idx",
+                      "true is not supported (attnkit scales every layer alike)")  # fmt: skip
+    vocab = int(d.integer("vocab_size"))
     hf_tokenizer = read_tokenizer(d)
-    ids, notes = _ids(d, vocab)
+    candidates = {"eos_id": [d.get("eos_token_id"), vocab - 1], "bos_id": [d.get("bos_token_id")],
+                  "pad_id": [d.get("pad_token_id")]}  # fmt: skip
+    ids, notes = pick_special_ids(candidates, vocab, why="GPT-2 has no distinct token for it",
+                                  where=str(d.file(CONFIG)))  # fmt: skip
     pad, bos, eos = ids["pad_id"], ids["bos_id"], ids["eos_id"]
-    tokenizer = PretrainedTokenizer(
-        hf_tokenizer, pad_id=pad, bos_id=bos, eos_id=eos, unk_id=eos,
-        skip_ids=special_ids(hf_tokenizer),
-    )  # fmt: skip
-    w = WeightMap(read_weights(d), d, prefix="transformer.")
-    D = int(d.require("n_embd"))
-    layers = int(d.require("n_layer"))
+    tokenizer = PretrainedTokenizer(hf_tokenizer, pad_id=pad, bos_id=bos, eos_id=eos, unk_id=eos,
+                                    skip_ids=special_ids(hf_tokenizer))  # fmt: skip
+    D = d.integer("n_embd")
+    values = {"D": D, "F": d.integer("n_inner", 4 * D), "V": vocab,
+              "P": d.integer("n_positions"), "i": d.integer("n_layer")}  # fmt: skip
     tied = bool(d.get("tie_word_embeddings", True))
-    w.put("embed.tokens.weight", "wte.weight")
-    w.put("embed.positions.weight", "wpe.weight")
-    for i in range(layers):
-        _layer(w, i)
-    for kind in ("weight", "bias"):
-        w.put(f"final_norm.{kind}", f"ln_f.{kind}")
-    if tied:
-        w.state["lm_head.weight"] = w.state["embed.tokens.weight"]
-    else:
-        w.put("lm_head.weight", "lm_head.weight")
-    config = DecoderOnlyConfig(
+    table = GPT2_KEYS.tie({"lm_head.weight": "embed.tokens.weight"}) if tied else GPT2_KEYS
+    state = map_weights(d, read_weights(d), table, d.dims(values, GPT2_FIELDS))
+    config = d.build(
+        DecoderOnlyConfig,
         d_model=D,
-        num_heads=int(d.require("n_head")),
-        d_ff=int(d.get("n_inner", 4 * D)),
-        num_layers=layers,
+        num_heads=d.integer("n_head"),
+        d_ff=values["F"],
+        num_layers=values["i"],
         vocab_size=vocab,
-        max_len=int(d.require("n_positions")),
-        activation=GPT2_ACTIVATIONS[act],  # type: ignore[arg-type]
+        max_len=values["P"],
+        activation=act,
         norm_position="pre",
-        norm_eps=float(d.get("layer_norm_epsilon", 1e-5)),
+        norm_eps=d.number("layer_norm_epsilon", 1e-5),
         positions="learned",
         scale_embeddings=False,
         attention_score="scaled_dot" if d.get("scale_attn_weights", True) else "dot",
-        dropout=float(d.get("resid_pdrop", 0.1)),
-        attention_dropout=float(d.get("attn_pdrop", 0.1)),
+        dropout=d.number("resid_pdrop", 0.1),
+        attention_dropout=d.number("attn_pdrop", 0.1),
         tie_embeddings=tied,
         pad_id=pad,
         bos_id=bos,
         eos_id=eos,
     )
-    return Imported(config, w.state, w.origin, tokenizer, notes)
+    details = {"architectures": d.config.get("architectures"), "special_ids": ids}
+    return Imported(config, state, tokenizer, "hf", "gpt2", notes, details)

@@ -34,55 +34,14 @@ import torch
 from torch import Tensor
 
 from attnkit.errors import ConfigError
-from attnkit.interop.keymap import KeyTable, check_keys, rename_keys
+from attnkit.interop.conventions import HF_ACTIVATIONS, activation_to_hf
+from attnkit.interop.keymap import check_keys, save_state
+from attnkit.interop.keytable import Dims, Rule, Step, Table, fuse
 from attnkit.models.config import TransformerConfig
 from attnkit.models.encoder_decoder import EncoderDecoder
 
 if TYPE_CHECKING:
     from transformers import MarianConfig, MarianMTModel
-
-_L = r"(\d+)"
-_WB = r"(weight|bias)"
-# Applied after our fused qkv_proj is split into q_proj/k_proj/v_proj (see _split_qkv).
-HF_MARIAN_KEYS: KeyTable = [
-    (r"src_embed\.tokens\.weight", r"model.encoder.embed_tokens.weight"),
-    (r"tgt_embed\.tokens\.weight", r"model.decoder.embed_tokens.weight"),
-    (r"output_proj\.weight", r"lm_head.weight"),
-    (rf"encoder\.layers\.{_L}\.self_attn\.([qkv]|out)_proj\.{_WB}",
-     r"model.encoder.layers.\1.self_attn.\2_proj.\3"),
-    (rf"encoder\.layers\.{_L}\.self_attn_residual\.norm\.{_WB}",
-     r"model.encoder.layers.\1.self_attn_layer_norm.\2"),
-    (rf"encoder\.layers\.{_L}\.ffn\.w([12])\.{_WB}", r"model.encoder.layers.\1.fc\2.\3"),
-    (rf"encoder\.layers\.{_L}\.ffn_residual\.norm\.{_WB}",
-     r"model.encoder.layers.\1.final_layer_norm.\2"),
-    (rf"decoder\.layers\.{_L}\.self_attn\.([qkv]|out)_proj\.{_WB}",
-     r"model.decoder.layers.\1.self_attn.\2_proj.\3"),
-    (rf"decoder\.layers\.{_L}\.self_attn_residual\.norm\.{_WB}",
-     r"model.decoder.layers.\1.self_attn_layer_norm.\2"),
-    (rf"decoder\.layers\.{_L}\.cross_attn\.([qkv]|out)_proj\.{_WB}",
-     r"model.decoder.layers.\1.encoder_attn.\2_proj.\3"),
-    (rf"decoder\.layers\.{_L}\.cross_attn_residual\.norm\.{_WB}",
-     r"model.decoder.layers.\1.encoder_attn_layer_norm.\2"),
-    (rf"decoder\.layers\.{_L}\.ffn\.w([12])\.{_WB}", r"model.decoder.layers.\1.fc\2.\3"),
-    (rf"decoder\.layers\.{_L}\.ffn_residual\.norm\.{_WB}",
-     r"model.decoder.layers.\1.final_layer_norm.\2"),
-]  # fmt: skip
-
-# HF tensors whose dim 1 (inputs) / dim 0 (outputs) is the residual stream.
-_READS_STREAM = re.compile(r".*(embed_tokens|shared|lm_head|[qkv]_proj|fc1)\.weight")
-_WRITES_STREAM = re.compile(r".*(out_proj|fc2|layer_norm)\.(weight|bias)")
-
-
-def _split_qkv(state: dict[str, Tensor]) -> dict[str, Tensor]:
-    """``...qkv_proj.{weight,bias}`` ``(3D, ...)`` -> ``...{q,k,v}_proj.*`` ``(D, ...)`` each."""
-    out = {}
-    for key, value in state.items():
-        if ".qkv_proj." in key:
-            for name, part in zip("qkv", value.chunk(3, dim=0)):
-                out[key.replace(".qkv_proj.", f".{name}_proj.")] = part
-        else:
-            out[key] = value
-    return out
 
 
 def interleaved_to_halves(d_model: int) -> Tensor:
@@ -90,9 +49,98 @@ def interleaved_to_halves(d_model: int) -> Tensor:
     return torch.cat([torch.arange(0, d_model, 2), torch.arange(1, d_model, 2)])
 
 
-# attnkit activation -> HF ``activation_function`` (HF "gelu" is the exact erf GELU, as
-# F.gelu; "gelu_pytorch_tanh" is F.gelu(approximate="tanh"), GPT-2's).
-MARIAN_ACTIVATIONS = {"relu": "relu", "gelu": "gelu", "gelu_tanh": "gelu_pytorch_tanh"}
+def _perm(t: Tensor, dims: Dims, inverse: bool) -> Tensor:
+    perm = interleaved_to_halves(dims["D"]).to(t.device)
+    return torch.argsort(perm) if inverse else perm
+
+
+# The residual stream's dimension of a tensor that reads it (embeddings, q/k/v, fc1:
+# columns; a bias is left alone) or writes it (out_proj, fc2, LayerNorms: rows).
+READS_STREAM = Step(
+    "model dimension of the inputs",
+    load=lambda t, d: t[:, _perm(t, d, True)] if t.dim() == 2 else t,
+    save=lambda t, d: t[:, _perm(t, d, False)] if t.dim() == 2 else t,
+)
+WRITES_STREAM = Step(
+    "model dimension of the outputs",
+    load=lambda t, d: t[_perm(t, d, True)],
+    save=lambda t, d: t[_perm(t, d, False)],
+)
+
+
+def _layer_rules(ours: str, theirs: str, reads: tuple[Step, ...], writes: tuple[Step, ...]):
+    """One encoder or decoder layer's self-attention and FFN (prefixes ``ours``, ``theirs``)."""
+    return [
+        fuse(f"{ours}.self_attn.qkv_proj.{{wb}}", f"{theirs}.self_attn.*_proj.{{wb}}", "qkv",
+             ("D D", "D D", "D D"), steps=reads),
+        Rule(f"{ours}.self_attn.out_proj.{{wb}}", f"{theirs}.self_attn.out_proj.{{wb}}", "D D",
+             writes),
+        Rule(f"{ours}.self_attn_residual.norm.{{wb}}", f"{theirs}.self_attn_layer_norm.{{wb}}",
+             "D", writes),
+        Rule(f"{ours}.ffn.w1.{{wb}}", f"{theirs}.fc1.{{wb}}", "F D", reads),
+        Rule(f"{ours}.ffn.w2.{{wb}}", f"{theirs}.fc2.{{wb}}", "D F", writes),
+        Rule(f"{ours}.ffn_residual.norm.{{wb}}", f"{theirs}.final_layer_norm.{{wb}}", "D", writes),
+    ]  # fmt: skip
+
+
+def _cross_attention_rules(reads: tuple[Step, ...], writes: tuple[Step, ...]) -> list[Rule]:
+    """The decoder's cross-attention: our fused ``qkv_proj`` <-> Marian's ``encoder_attn``."""
+    ours, theirs = "decoder.layers.{dec}.cross_attn", "model.decoder.layers.{dec}.encoder_attn"
+    return [
+        fuse(f"{ours}.qkv_proj.{{wb}}", f"{theirs}.*_proj.{{wb}}", "qkv", ("D D", "D D", "D D"),
+             steps=reads),
+        Rule(f"{ours}.out_proj.{{wb}}", f"{theirs}.out_proj.{{wb}}", "D D", writes),
+        Rule("decoder.layers.{dec}.cross_attn_residual.norm.{wb}",
+             "model.decoder.layers.{dec}.encoder_attn_layer_norm.{wb}", "D", writes),
+    ]  # fmt: skip
+
+
+def marian_keys(permute_dims: bool = True) -> Table:
+    """attnkit ``EncoderDecoder`` <-> ``MarianMTModel`` keys; ``permute_dims``: see the module doc.
+
+    Sizes (``marian_dims``): ``D`` model, ``F`` FFN, ``V``/``VT`` source/target
+    vocabulary, ``enc``/``dec`` layer counts. Marian's sinusoid tables
+    (``embed_positions``) and ``final_logits_bias`` have no attnkit tensor.
+    """
+    reads, writes = ((READS_STREAM,), (WRITES_STREAM,)) if permute_dims else ((), ())
+    rules = [
+        Rule("src_embed.tokens.weight", "model.encoder.embed_tokens.weight", "V D", reads,
+             aliases=("model.shared.weight",)),
+        Rule("tgt_embed.tokens.weight", "model.decoder.embed_tokens.weight", "VT D", reads),
+        Rule("output_proj.weight", "lm_head.weight", "VT D", reads),
+        *_layer_rules("encoder.layers.{enc}", "model.encoder.layers.{enc}", reads, writes),
+        *_layer_rules("decoder.layers.{dec}", "model.decoder.layers.{dec}", reads, writes),
+        *_cross_attention_rules(reads, writes),
+    ]  # fmt: skip
+    ignore = ("model.encoder.embed_positions.weight", "model.decoder.embed_positions.weight",
+              "final_logits_bias")  # fmt: skip
+    return Table("attnkit's EncoderDecoder", tuple(rules), ignore)
+
+
+# Marian's config.json field behind each size of ``marian_keys``.
+MARIAN_FIELDS = {"D": "d_model", "F": "encoder_ffn_dim", "V": "vocab_size",
+                 "VT": "decoder_vocab_size", "enc": "encoder_layers",
+                 "dec": "decoder_layers"}  # fmt: skip
+
+
+def marian_dims(c: TransformerConfig, source: str = "config.json") -> Dims:
+    """The sizes ``marian_keys`` refers to, for the model ``c``."""
+    values = {"D": c.d_model, "F": c.d_ff, "V": c.src_vocab_size, "VT": c.tgt_vocab_size,
+              "enc": c.num_encoder_layers, "dec": c.num_decoder_layers}  # fmt: skip
+    return Dims(values, MARIAN_FIELDS, source)
+
+
+def marian_ties(c: TransformerConfig) -> dict[str, str]:
+    """Our keys that share a tensor under ``c.share_embeddings`` (stored once by HF)."""
+    if c.share_embeddings == "all":
+        return {"tgt_embed.tokens.weight": "src_embed.tokens.weight",
+                "output_proj.weight": "src_embed.tokens.weight"}  # fmt: skip
+    tied = c.share_embeddings == "decoder"
+    return {"output_proj.weight": "tgt_embed.tokens.weight"} if tied else {}
+
+
+# attnkit activations a Marian FFN (two matrices) can have: those with a plain HF name.
+MARIAN_ACTIVATIONS = tuple(dict.fromkeys(HF_ACTIVATIONS.values()))
 # Marian's LayerNorms are nn.LayerNorm(d_model): eps is fixed at 1e-5.
 MARIAN_NORM_EPS = 1e-5
 
@@ -160,7 +208,7 @@ def hf_marian_config(c: TransformerConfig, attn_implementation: str = "sdpa") ->
         decoder_attention_heads=c.num_heads,
         encoder_ffn_dim=c.d_ff,
         decoder_ffn_dim=c.d_ff,
-        activation_function=MARIAN_ACTIVATIONS[c.activation],
+        activation_function=activation_to_hf(c.activation),
         dropout=c.dropout,
         attention_dropout=c.attention_dropout,
         activation_dropout=0.0,  # attnkit has no dropout inside the FFN
@@ -193,16 +241,8 @@ def to_hf_marian(
     hf = MarianMTModel(config)
     hf_state = hf.state_dict()
 
-    mapped = rename_keys(_split_qkv(model.state_dict()), HF_MARIAN_KEYS)
-    if "model.shared.weight" in hf_state:
-        mapped["model.shared.weight"] = mapped["model.encoder.embed_tokens.weight"]
-    if permute_dims:
-        perm = interleaved_to_halves(model.config.d_model).to(next(model.parameters()).device)
-        for key, value in mapped.items():
-            if _READS_STREAM.fullmatch(key):
-                mapped[key] = value[:, perm]
-            elif _WRITES_STREAM.fullmatch(key):
-                mapped[key] = value[perm]
+    mapped = save_state(marian_keys(permute_dims), model.state_dict(), marian_dims(model.config),
+                        expected=hf_state)  # fmt: skip
     for side, embed in (("encoder", model.src_embed), ("decoder", model.tgt_embed)):
         key = f"model.{side}.embed_positions.weight"
         positions: Any = embed.positions  # sinusoidal (checked above)
@@ -213,7 +253,7 @@ def to_hf_marian(
         for key, value in hf_state.items():
             if key.endswith("_proj.bias") or re.fullmatch(r".*\.fc[12]\.bias", key):
                 mapped.setdefault(key, torch.zeros_like(value))
-    check_keys(set(hf_state), set(mapped))
+    check_keys(hf_state, mapped, "MarianMTModel state dict")
     with torch.no_grad():
         hf.load_state_dict(mapped, strict=True)
     first = next(model.parameters())

@@ -28,7 +28,7 @@ import torch
 from torch import Tensor
 
 from attnkit.data.tokenizer_kinds import Tokenizer, load_tokenizer
-from attnkit.decoding.text import decode_ids
+from attnkit.decoding.text import decode_ids, source_ids
 from attnkit.errors import AttnkitError, UsageError
 from attnkit.interop.onnx_export import read_meta
 
@@ -117,7 +117,7 @@ def translate(
 ) -> list[str]:
     """Translate ``texts`` as ``attnkit translate`` does (same truncation, limits, search)."""
     limit = stepper.max_len - 1
-    src = [tokenizer.encode(t)[:limit] + [tokenizer.eos_id] for t in texts]
+    src = [source_ids(tokenizer, t, limit) for t in texts]
     with torch.no_grad():
         results = decode_ids(stepper, src, beam=beam, alpha=alpha, batch_size=batch_size,
                              max_len_b=max_len_b, max_len=limit)  # fmt: skip

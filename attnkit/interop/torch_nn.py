@@ -13,38 +13,38 @@ from typing import Any
 import torch
 from torch import nn
 
-from attnkit.interop.keymap import KeyTable, check_keys, rename_keys
+from attnkit.interop.keymap import check_keys, save_state
+from attnkit.interop.keytable import Dims, Rule, Table
 from attnkit.models.encoder_decoder import EncoderDecoder
 
-_L = r"(\d+)"
-TORCH_NN_TRANSFORMER_KEYS: KeyTable = [
-    (rf"encoder\.layers\.{_L}\.self_attn\.qkv_proj\.(weight|bias)",
-     r"encoder.layers.\1.self_attn.in_proj_\2"),
-    (rf"encoder\.layers\.{_L}\.self_attn\.out_proj\.(weight|bias)",
-     r"encoder.layers.\1.self_attn.out_proj.\2"),
-    (rf"encoder\.layers\.{_L}\.ffn\.w1\.(weight|bias)", r"encoder.layers.\1.linear1.\2"),
-    (rf"encoder\.layers\.{_L}\.ffn\.w2\.(weight|bias)", r"encoder.layers.\1.linear2.\2"),
-    (rf"encoder\.layers\.{_L}\.self_attn_residual\.norm\.(weight|bias)",
-     r"encoder.layers.\1.norm1.\2"),
-    (rf"encoder\.layers\.{_L}\.ffn_residual\.norm\.(weight|bias)", r"encoder.layers.\1.norm2.\2"),
-    (r"encoder\.final_norm\.(weight|bias)", r"encoder.norm.\1"),
-    (rf"decoder\.layers\.{_L}\.self_attn\.qkv_proj\.(weight|bias)",
-     r"decoder.layers.\1.self_attn.in_proj_\2"),
-    (rf"decoder\.layers\.{_L}\.self_attn\.out_proj\.(weight|bias)",
-     r"decoder.layers.\1.self_attn.out_proj.\2"),
-    (rf"decoder\.layers\.{_L}\.cross_attn\.qkv_proj\.(weight|bias)",
-     r"decoder.layers.\1.multihead_attn.in_proj_\2"),
-    (rf"decoder\.layers\.{_L}\.cross_attn\.out_proj\.(weight|bias)",
-     r"decoder.layers.\1.multihead_attn.out_proj.\2"),
-    (rf"decoder\.layers\.{_L}\.ffn\.w1\.(weight|bias)", r"decoder.layers.\1.linear1.\2"),
-    (rf"decoder\.layers\.{_L}\.ffn\.w2\.(weight|bias)", r"decoder.layers.\1.linear2.\2"),
-    (rf"decoder\.layers\.{_L}\.self_attn_residual\.norm\.(weight|bias)",
-     r"decoder.layers.\1.norm1.\2"),
-    (rf"decoder\.layers\.{_L}\.cross_attn_residual\.norm\.(weight|bias)",
-     r"decoder.layers.\1.norm2.\2"),
-    (rf"decoder\.layers\.{_L}\.ffn_residual\.norm\.(weight|bias)", r"decoder.layers.\1.norm3.\2"),
-    (r"decoder\.final_norm\.(weight|bias)", r"decoder.norm.\1"),
+
+def _stack_rules(stack: str) -> list[Rule]:
+    """An encoder or decoder stack: each layer's self-attention and FFN, the final norm."""
+    p = f"{stack}.layers.{{n}}"
+    return [
+        Rule(f"{p}.self_attn.qkv_proj.{{wb}}", f"{p}.self_attn.in_proj_{{wb}}", "3*D D"),
+        Rule(f"{p}.self_attn.out_proj.{{wb}}", f"{p}.self_attn.out_proj.{{wb}}", "D D"),
+        Rule(f"{p}.ffn.w1.{{wb}}", f"{p}.linear1.{{wb}}", "F D"),
+        Rule(f"{p}.ffn.w2.{{wb}}", f"{p}.linear2.{{wb}}", "D F"),
+        Rule(f"{p}.self_attn_residual.norm.{{wb}}", f"{p}.norm1.{{wb}}", "D"),
+        Rule(f"{p}.ffn_residual.norm.{{wb}}", f"{p}.norm{2 if stack == 'encoder' else 3}.{{wb}}",
+             "D"),
+        Rule(f"{stack}.final_norm.{{wb}}", f"{stack}.norm.{{wb}}", "D"),
+    ]  # fmt: skip
+
+
+# The decoder's cross-attention: our fused qkv_proj <-> nn.MultiheadAttention's in_proj.
+_CROSS_ATTENTION = [
+    Rule("decoder.layers.{n}.cross_attn.qkv_proj.{wb}",
+         "decoder.layers.{n}.multihead_attn.in_proj_{wb}", "3*D D"),
+    Rule("decoder.layers.{n}.cross_attn.out_proj.{wb}",
+         "decoder.layers.{n}.multihead_attn.out_proj.{wb}", "D D"),
+    Rule("decoder.layers.{n}.cross_attn_residual.norm.{wb}", "decoder.layers.{n}.norm2.{wb}", "D"),
 ]  # fmt: skip
+TORCH_NN_TRANSFORMER_KEYS = Table(
+    "torch.nn.Transformer",
+    (*_stack_rules("encoder"), *_stack_rules("decoder"), *_CROSS_ATTENTION),
+)
 
 
 def to_torch_nn_transformer(model: EncoderDecoder) -> nn.Transformer:
@@ -79,8 +79,9 @@ def to_torch_nn_transformer(model: EncoderDecoder) -> nn.Transformer:
         batch_first=True,
     )
     ours = {k: v for k, v in model.state_dict().items() if k.startswith(("encoder.", "decoder."))}
-    mapped = rename_keys(ours, TORCH_NN_TRANSFORMER_KEYS)
-    check_keys(set(ref.state_dict()), set(mapped))
+    dims = Dims({"D": c.d_model, "F": c.d_ff})
+    mapped = save_state(TORCH_NN_TRANSFORMER_KEYS, ours, dims)
+    check_keys(ref.state_dict(), mapped, "nn.Transformer state dict")
     with torch.no_grad():
         ref.load_state_dict(mapped, strict=True)
     return ref

@@ -65,7 +65,7 @@ def test_an_unsupported_model_type(gpt2_dir, tmp_path, capsys):
     config = json.loads((gpt2_dir / "config.json").read_text())
     (gpt2_dir / "config.json").write_text(json.dumps({**config, "model_type": "t5"}))
     err = one_error_line(capsys, run_import(gpt2_dir, tmp_path / "run"))
-    assert "config.json" in err and "'t5'" in err and "supported: bert, gpt2, marian" in err
+    assert "config.json" in err and "'t5'" in err and "supported: bert, gpt2, llama, marian" in err
 
 
 def test_a_shape_mismatch(gpt2_dir, tmp_path, capsys):

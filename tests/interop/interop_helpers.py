@@ -32,3 +32,51 @@ BPE_TEXT = ["ein Haus am See", "zwei Hunde laufen schnell", "a dog runs fast",
 def source_limit(n_tokens: int, max_len_b: int = 50) -> int:
     """attnkit's output limit for a source of ``n_tokens`` tokens (EOS added)."""
     return n_tokens + 1 + max_len_b
+
+
+TEXT = ["the quick brown fox jumps over the lazy dog", "a lazy cat sleeps in the warm sun"]
+
+
+def byte_level_tokenizer(specials=("<|endoftext|>",), **roles):
+    """A small GPT-2 style (byte-level BPE) tokenizer with ``specials`` (ids 0, 1, ...).
+
+    ``roles``: e.g. ``bos_token="<s>"``; default: <|endoftext|> for BOS, EOS and unknown.
+    """
+    import tokenizers as tk
+    from transformers import PreTrainedTokenizerFast
+
+    hf = tk.Tokenizer(tk.models.BPE())
+    hf.pre_tokenizer = tk.pre_tokenizers.ByteLevel(add_prefix_space=False)
+    hf.decoder = tk.decoders.ByteLevel()
+    trainer = tk.trainers.BpeTrainer(
+        vocab_size=320, special_tokens=list(specials), show_progress=False,
+        initial_alphabet=tk.pre_tokenizers.ByteLevel.alphabet(),
+    )  # fmt: skip
+    hf.train_from_iterator(TEXT * 30, trainer)
+    eot = "<|endoftext|>"
+    roles = {"bos_token": eot, "eos_token": eot, "unk_token": eot, **roles}
+    return PreTrainedTokenizerFast(tokenizer_object=hf, **roles)
+
+
+def import_saved(model, tokenizer, directory: Path) -> Path:
+    """Save a transformers ``model`` and ``tokenizer`` to ``directory``; import it beside."""
+    from attnkit.cli.main import main
+
+    model.save_pretrained(directory, safe_serialization=True)
+    tokenizer.save_pretrained(directory)
+    out = directory.parent / "run"
+    assert main(["import", "--from", "hf", str(directory), "--out", str(out)]) == 0
+    return out
+
+
+def assert_same_logits(run: Path, hf, tokenizer, texts, **encode) -> None:
+    """The imported ``run`` and the transformers ``hf`` model: same ids, logits within 1e-5."""
+    from attnkit.checkpoints.loading import load_model
+
+    loaded = load_model(run, "cpu")
+    for text in texts:
+        ids = torch.tensor([loaded.tokenizer.encode(text)])
+        assert ids[0].tolist() == tokenizer(text, **encode).input_ids
+        with torch.no_grad():
+            diff = (loaded.model(ids).logits - hf(ids).logits).abs().max().item()
+        assert diff <= 1e-5, diff

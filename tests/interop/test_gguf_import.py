@@ -48,6 +48,7 @@ from gguf_helpers import (
 )
 
 from attnkit.checkpoints import load_model
+from attnkit.checkpoints.rundir import checkpoint_dir
 from attnkit.cli.main import main
 from attnkit.data.pretrained_tokenizer import PretrainedTokenizer
 from attnkit.data.tokenizer_kinds import tokenizer_from_json
@@ -55,6 +56,7 @@ from attnkit.decoding.generate import generate
 from attnkit.decoding.static import stepper_for
 from attnkit.interop.gguf import read_gguf
 from attnkit.interop.gguf_import import build_tokenizer, import_gguf, llama_config
+from attnkit.interop.import_writer import read_import_record
 from attnkit.models.lm_config import DecoderOnlyConfig
 
 gguf = pytest.importorskip("gguf")
@@ -118,9 +120,11 @@ def test_import_refuses_to_overwrite_unless_asked(tmp_path, capsys):
 
 def test_import_api_takes_a_pre_tokenizer(tmp_path):
     source = write_gguf(tmp_path / "tiny.gguf", to_gguf(hf_weights()), metadata())
-    out = import_gguf(source, tmp_path / "gpt2", pre_tokenizer="gpt2")
-    assert json.loads((out / "import.json").read_text())["pre_tokenizer"] == "gpt2"
-    assert json.loads((out / "tokenizer.json").read_text())["kind"] == "pretrained"
+    written = import_gguf(source, tmp_path / "gpt2", pre_tokenizer="gpt2")
+    assert written == checkpoint_dir(tmp_path / "gpt2", 0)
+    record = read_import_record(tmp_path / "gpt2")
+    assert record["format"] == "gguf" and record["details"]["pre_tokenizer"] == "gpt2"
+    assert json.loads((written / "tokenizer.json").read_text())["kind"] == "pretrained"
 
 
 def _bad_files(tmp_path: Path) -> list[tuple[Path, str]]:

@@ -6,30 +6,11 @@ import json
 
 import pytest
 import torch
+from interop_helpers import TEXT, assert_same_logits, byte_level_tokenizer, import_saved
 
 from attnkit.checkpoints.loading import load_model
 from attnkit.cli.main import main
 from attnkit.decoding.greedy import greedy_search
-
-TEXT = ["the quick brown fox jumps over the lazy dog", "a lazy cat sleeps in the warm sun"]
-
-
-def byte_level_tokenizer():
-    """A small GPT-2 style (byte-level BPE) tokenizer with <|endoftext|>."""
-    import tokenizers as tk
-    from transformers import PreTrainedTokenizerFast
-
-    hf = tk.Tokenizer(tk.models.BPE())
-    hf.pre_tokenizer = tk.pre_tokenizers.ByteLevel(add_prefix_space=False)
-    hf.decoder = tk.decoders.ByteLevel()
-    trainer = tk.trainers.BpeTrainer(
-        vocab_size=320, special_tokens=["<|endoftext|>"], show_progress=False,
-        initial_alphabet=tk.pre_tokenizers.ByteLevel.alphabet(),
-    )  # fmt: skip
-    hf.train_from_iterator(TEXT * 30, trainer)
-    eot = "<|endoftext|>"
-    return PreTrainedTokenizerFast(tokenizer_object=hf, bos_token=eot, eos_token=eot,
-                                   unk_token=eot)  # fmt: skip
 
 
 @pytest.fixture(scope="module", params=[True, False], ids=["tied", "untied"])
@@ -46,23 +27,12 @@ def gpt2(request, tmp_path_factory):
     with torch.no_grad():  # GPT-2's init is tiny: make the continuations vary
         for p in model.parameters():
             p.add_(0.2 * torch.randn_like(p))
-    src = tmp_path_factory.mktemp("gpt2") / "hf"
-    model.save_pretrained(src, safe_serialization=True)
-    tok.save_pretrained(src)
-    out = src.parent / "run"
-    assert main(["import", "--from", "hf", str(src), "--out", str(out)]) == 0
-    return model, tok, out
+    return model, tok, import_saved(model, tok, tmp_path_factory.mktemp("gpt2") / "hf")
 
 
 def test_logits_match(gpt2):
     hf, tok, run = gpt2
-    loaded = load_model(run, "cpu")
-    for text in TEXT:
-        ids = torch.tensor([loaded.tokenizer.encode(text)])
-        assert ids[0].tolist() == tok(text).input_ids
-        with torch.no_grad():
-            diff = (loaded.model(ids).logits - hf(ids).logits).abs().max().item()
-        assert diff <= 1e-5, diff
+    assert_same_logits(run, hf, tok, TEXT)
 
 
 def test_greedy_continuations_match(gpt2):

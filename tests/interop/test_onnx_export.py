@@ -49,7 +49,7 @@ def test_logits_within_1e4_of_pytorch(onnx_export, bpe_checkpoint):
 
 
 TEXTS = ["ein Haus am See", "zwei Hunde", "a dog runs fast by the lake", "Kinder <s> ß",
-         "the house", "spielen im Garten schnell", ""]  # fmt: skip
+         "the house", "spielen im Garten schnell", "", "  "]  # fmt: skip
 
 
 @pytest.mark.parametrize("beam,alpha", [(1, 0.6), (4, 0.6), (4, 0.0)])
