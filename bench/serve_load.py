@@ -7,6 +7,16 @@ the answer. Prints requests/s, sentences/s, p50/p99 latency, failures and the
 mean number of requests per decode batch. ``--soak S`` then holds concurrency
 16 for S seconds and prints the server's RSS at the start and the end.
 
+Hardening scenarios (``bench/serve_scenarios.py``), instead of the levels:
+
+* ``--abandon``: 100 translate requests of 64 texts at beam 16 abandoned
+  (sockets closed ``--abandon-after`` s after sending), then a small request
+  timed; with ``--lm-checkpoint``, the same with 20 abandoned 1024-token
+  generations; then SIGTERM with such requests in flight, timed to exit;
+* ``--soak-varied N``: N translate requests of varied beams (1-16), batch
+  sizes (1-64 texts), lengths, n-best and alpha from ``--soak-concurrency``
+  clients, the server's RSS every ``--rss-every`` requests.
+
 The model: ``--checkpoint RUN`` (e.g. a quickstart run), or none to train one
 with ``attnkit quickstart --minutes 1`` into ``--workdir``. Not a timed test:
 figures depend on the machine (and on what else runs on it).
@@ -14,6 +24,8 @@ figures depend on the machine (and on what else runs on it).
   python bench/serve_load.py --checkpoint quickstart-out
   python bench/serve_load.py --checkpoint quickstart-out --levels 1,16 --duration 5 --json
   python bench/serve_load.py --checkpoint quickstart-out --levels 16 --duration 5 --soak 120
+  python bench/serve_load.py --checkpoint quickstart-out --lm-checkpoint runs/smollm2 --abandon
+  python bench/serve_load.py --checkpoint quickstart-out --soak-varied 5000
 """
 
 from __future__ import annotations
@@ -36,13 +48,26 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 
 
-def _sentences(n: int = 500, seed: int = 0) -> list[str]:
+def _words() -> Any:
+    """``number_to_english`` from this checkout."""
     if str(REPO) not in sys.path:
         sys.path.insert(0, str(REPO))
     from attnkit.data.synthetic import number_to_english
 
+    return number_to_english
+
+
+def _sentences(n: int = 500, seed: int = 0) -> list[str]:
     rng = random.Random(seed)
-    return [number_to_english(rng.randint(1, 999_999)) for _ in range(n)]
+    words = _words()
+    return [words(rng.randint(1, 999_999)) for _ in range(n)]
+
+
+def _cpu_model() -> str:
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
+    return platform.processor() or platform.machine()
 
 
 def start_server(checkpoint: str, extra: list[str]) -> tuple[subprocess.Popen[str], str]:
@@ -144,7 +169,7 @@ def _environment(proc_pid: int, checkpoint: str, args: argparse.Namespace) -> di
     return {
         "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "commit": commit,
-        "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs",
+        "machine": f"{_cpu_model()}, {os.cpu_count()} CPUs",
         "load_average": [round(x, 2) for x in os.getloadavg()],
         "checkpoint": checkpoint,
         "server_args": args.server_args,
@@ -196,6 +221,45 @@ async def main_async(args: argparse.Namespace, proc: subprocess.Popen[str], url:
     return report
 
 
+def hardening(args: argparse.Namespace) -> dict[str, Any]:
+    """``--abandon`` and ``--soak-varied``: each on a fresh server (SIGTERM ends one)."""
+    import serve_scenarios as sc
+
+    words = _words()
+    extra = args.server_args.split()
+    report: dict[str, Any] = {}
+    small_tr = {"text": ["forty-two"], "beam": 4}
+    large_tr = {"text": [words(900_000 + 1_111 * i) for i in range(64)], "beam": 16}
+    if args.abandon:
+        proc, url = start_server(args.checkpoint, extra)
+        try:
+            report["translate_abandon"] = sc.abandon(url, "/v1/translate", large_tr, 100,
+                                                     args.abandon_after, small_tr)  # fmt: skip
+            report["translate_sigterm"] = sc.sigterm(proc, url, "/v1/translate", large_tr, 8)
+        finally:
+            proc.kill()
+        if args.lm_checkpoint:
+            long_gen = {"prompt": "The capital of France is", "max_new_tokens": 1024}
+            small_gen = {"prompt": "The capital of France is", "max_new_tokens": 2}
+            proc, url = start_server(args.lm_checkpoint, extra)
+            try:
+                report["generate_abandon"] = sc.abandon(url, "/v1/generate", long_gen, 20,
+                                                        args.abandon_after, small_gen)  # fmt: skip
+                report["generate_sigterm"] = sc.sigterm(proc, url, "/v1/generate", long_gen, 4)
+            finally:
+                proc.kill()
+    if args.soak_varied:
+        proc, url = start_server(args.checkpoint, extra)
+        try:
+            report["soak_varied"] = asyncio.run(sc.soak_varied(
+                url, lambda: rss_mb(proc.pid), words, requests=args.soak_varied,
+                concurrency=args.soak_concurrency, every=args.rss_every))  # fmt: skip
+        finally:
+            proc.terminate()
+            proc.wait(30)
+    return report
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--checkpoint", help="checkpoint or run directory (default: train one)")
@@ -207,6 +271,26 @@ def main() -> int:
     p.add_argument("--beam", type=int, default=4, help="beam size of every request (default: 4)")
     p.add_argument("--soak", type=float, default=0.0, help="then S seconds at concurrency 16")
     p.add_argument("--server-args", default="", help="extra `attnkit serve` options, quoted")
+    p.add_argument(
+        "--abandon",
+        action="store_true",
+        help="abandoned requests, then SIGTERM (instead of the levels)",
+    )
+    p.add_argument(
+        "--abandon-after",
+        type=float,
+        default=0.5,
+        help="seconds before an abandoned client hangs up (default: 0.5)",
+    )
+    p.add_argument("--lm-checkpoint", help="a decoder-only checkpoint for --abandon's generations")
+    p.add_argument(
+        "--soak-varied",
+        type=int,
+        default=0,
+        help="N varied translate requests, RSS sampled (instead of the levels)",
+    )
+    p.add_argument("--soak-concurrency", type=int, default=8, help="clients of --soak-varied")
+    p.add_argument("--rss-every", type=int, default=500, help="RSS sample interval (requests)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--save", help="also write the JSON report to this file")
     args = p.parse_args()
@@ -217,6 +301,14 @@ def main() -> int:
             subprocess.run([sys.executable, "-m", "attnkit", "quickstart", "--minutes", "1",
                             "--out", str(out), "--no-progress"], check=True, cwd=REPO)  # fmt: skip
         args.checkpoint = str(out)
+    if args.abandon or args.soak_varied:
+        env = _environment(os.getpid(), args.checkpoint, args)
+        report = {"environment": env, **hardening(args)}
+        env["load_average_after"] = [round(x, 2) for x in os.getloadavg()]
+        print(json.dumps(report, indent=2))
+        if args.save:
+            Path(args.save).write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+        return 0
     proc, url = start_server(args.checkpoint, args.server_args.split())
     try:
         report = asyncio.run(main_async(args, proc, url))

@@ -5,8 +5,11 @@ checkpoint), POST /v1/explore, GET /v1/health, GET /v1/model, the explorer page
 at / and the OpenAPI docs at /docs. Binds to 127.0.0.1 unless --host says
 otherwise. Concurrent translation requests with the same beam/alpha/nbest are
 decoded as one batch of at most --max-batch-tokens (source tokens x beam),
-waiting at most --max-wait-ms for company. Needs the serve extra
-(pip install 'attnkit[serve]').
+waiting at most --max-wait-ms for company. A request whose client disconnects
+is dropped (before or during decoding, at a step boundary); one that runs past
+--request-timeout is cancelled; generation is capped at --max-new-tokens;
+SIGTERM cancels what is running and stops within a few seconds. Needs the
+serve extra (pip install 'attnkit[serve]').
 
 Example:
   attnkit serve --checkpoint quickstart-out --port 8000
@@ -22,6 +25,8 @@ import socket
 
 from attnkit.cli.common import add_device_argument, add_precision_argument
 from attnkit.errors import UsageError
+
+MAX_NEW_TOKENS = 1024  # attnkit.serve.schemas.MAX_NEW_TOKENS (not imported: FastAPI may be missing)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -64,6 +69,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="concurrent connections before answering 503 (default: 512)",
     )
     parser.add_argument(
+        "--request-timeout",
+        type=float,
+        default=120.0,
+        help="time budget of one request in seconds, queueing included: past it the request "
+        "is cancelled at the next decoding step and answered 503 (default: 120; 0: none)",
+    )
+    parser.add_argument(
+        "--max-new-tokens",
+        type=int,
+        default=MAX_NEW_TOKENS,
+        help=f"token budget of one generation request: a larger max_new_tokens is "
+        f"refused with 422 (default and most: {MAX_NEW_TOKENS})",
+    )
+    parser.add_argument(
         "--threads",
         type=int,
         default=None,
@@ -88,15 +107,19 @@ def _check(args: argparse.Namespace) -> None:
         raise UsageError(f"--port must be in [0, 65535], got {args.port}")
     if args.threads is not None and args.threads < 1:
         raise UsageError(f"--threads must be >= 1, got {args.threads}")
+    if not 0 <= args.request_timeout < float("inf"):
+        raise UsageError(f"--request-timeout must be >= 0 seconds, got {args.request_timeout}")
+    if not 1 <= args.max_new_tokens <= MAX_NEW_TOKENS:
+        raise UsageError(
+            f"--max-new-tokens must be in [1, {MAX_NEW_TOKENS}], got {args.max_new_tokens}"
+        )
 
 
 def run(args: argparse.Namespace) -> int:
     _check(args)
     try:
-        import uvicorn
-
-        from attnkit.serve.app import ServeSettings, create_app
-        from attnkit.serve.limits import header_timeout_protocol
+        from attnkit.serve.app import ServeSettings, create_app, shutdown_hook
+        from attnkit.serve.server import build_server
     except ImportError as e:
         raise UsageError(
             f"attnkit serve needs the serve extra ({e.name} is missing): "
@@ -104,7 +127,9 @@ def run(args: argparse.Namespace) -> int:
         ) from None
     from attnkit.cli.common import apply_precision, load_for
     from attnkit.serve.engine import Engine
+    from attnkit.serve.memory import bound_native_caches
 
+    bound_native_caches()  # before anything packs a weight: oneDNN reads it once
     loaded = load_for("serve", args.checkpoint, args.device)
     apply_precision(loaded.model, args.precision)
     engine = Engine(loaded)
@@ -115,19 +140,20 @@ def run(args: argparse.Namespace) -> int:
         max_body_bytes=args.max_body_bytes,
         read_timeout=args.read_timeout,
         threads=args.threads or max(1, (os.cpu_count() or 2) // 2),
+        request_timeout=args.request_timeout or None,
+        max_new_tokens=args.max_new_tokens,
+        max_connections=args.max_connections,
     )
     app = create_app(engine, settings)
-    config = uvicorn.Config(
+    server = build_server(
         app,
+        on_shutdown=shutdown_hook(app),
         host=args.host,
         port=args.port,
-        http=header_timeout_protocol(args.read_timeout),
+        read_timeout=args.read_timeout,
+        max_connections=args.max_connections,
         log_level=args.log_level,
-        limit_concurrency=args.max_connections,
-        timeout_keep_alive=5,
-        server_header=False,
     )
-    server = uvicorn.Server(config)
     sock = _bind(args.host, args.port)
     host, port = sock.getsockname()[:2]
     shown = f"[{host}]" if ":" in host else host

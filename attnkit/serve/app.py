@@ -1,27 +1,32 @@
-"""The HTTP API on FastAPI: routes, one-line JSON errors, the explorer page.
+"""The HTTP API on FastAPI: routes, request handles, the explorer page.
 
 ``create_app(engine, settings)`` returns the ASGI app (wrapped in ``RequestGuard``).
 Every error a client can cause is ``{"error": "..."}`` on one line, naming the
 field (or, for an endpoint that does not fit the loaded model, the endpoint
-that does). Endpoints: see ``docs/serving.md`` or ``/docs``.
+that does): ``attnkit.serve.errors``. Endpoints: see ``docs/serving.md`` or ``/docs``.
+
+Each model request gets a ``RequestHandle`` (``attnkit.serve.handles``) with the
+server's time budget; a task watching the connection cancels it when the
+client disconnects, and the batcher and the decoding steps obey it.
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
-from collections.abc import AsyncIterator, Hashable, Sequence
+from collections.abc import AsyncIterator, Callable, Hashable
 from contextlib import asynccontextmanager
 from dataclasses import asdict, dataclass
-from typing import Any, cast
+from typing import Annotated, Any, cast
 
 from fastapi import Depends, FastAPI, Request
-from fastapi.exceptions import RequestValidationError
-from fastapi.responses import HTMLResponse, JSONResponse
-from starlette.exceptions import HTTPException as StarletteHTTPException
+from fastapi.responses import HTMLResponse
 
-from attnkit.serve.batcher import BatcherClosed, BatchInfo, DynamicBatcher
+from attnkit.serve.batcher import BatchInfo, DynamicBatcher
 from attnkit.serve.engine import KIND_ENDPOINTS, Engine, RequestError
-from attnkit.serve.limits import RequestGuard
+from attnkit.serve.errors import install_error_handlers
+from attnkit.serve.handles import CLIENT_GONE, RequestHandle
+from attnkit.serve.limits import Receive, RequestGuard
 from attnkit.serve.schemas import (
     ErrorResponse,
     ExploreRequest,
@@ -45,6 +50,17 @@ class ServeSettings:
     max_body_bytes: int = 256 * 1024
     read_timeout: float = 10.0  # seconds for a whole request body
     threads: int | None = None  # torch intra-op threads in the worker (None: torch's default)
+    request_timeout: float | None = 120.0  # time budget of a request, queue included
+    max_new_tokens: int = 1024  # token budget of a generation request (<= schemas.MAX_NEW_TOKENS)
+    max_connections: int | None = None  # what uvicorn allows (shown in /v1/model; set there)
+
+
+async def _watch_disconnect(receive: Receive, handle: RequestHandle) -> None:
+    """Cancel ``handle`` when the client disconnects (the body has been read by then,
+    so the next ASGI message is the disconnect, or comes once the answer is sent)."""
+    while (await receive())["type"] != "http.disconnect":
+        pass
+    handle.cancel(CLIENT_GONE)
 
 
 def _timing(info: BatchInfo, started: float) -> dict[str, Any]:
@@ -57,47 +73,35 @@ def _timing(info: BatchInfo, started: float) -> dict[str, Any]:
     }
 
 
-def _where(loc: Sequence[Any]) -> str:
-    """``("body", "text", 0)`` -> ``text[0]``."""
-    parts = [p for p in loc if p != "body"]
-    out = ""
-    for p in parts:
-        out += f"[{p}]" if isinstance(p, int) else (f".{p}" if out else str(p))
-    return out or "body"
+async def _request_handle(request: Request) -> AsyncIterator[RequestHandle]:
+    """This request's handle, cancelled if its client disconnects before the answer."""
+    settings: ServeSettings = request.app.state.settings
+    handle = RequestHandle(timeout=settings.request_timeout)
+    watcher = asyncio.ensure_future(_watch_disconnect(request.receive, handle))
+    try:
+        yield handle
+    finally:
+        watcher.cancel()
 
 
-def _error_message(e: Any) -> str:
-    """One pydantic error as ``field: what is wrong``."""
-    kind, where = e.get("type", ""), _where(e.get("loc", ()))
-    if kind == "json_invalid":
-        return f"body: malformed JSON ({e.get('ctx', {}).get('error', 'cannot parse')})"
-    if kind == "extra_forbidden":
-        return f"{where}: unknown field"
-    if kind == "missing":
-        return f"{where}: field required"
-    if kind in ("model_attributes_type", "model_type", "dict_type") and where == "body":
-        return "body: expected a JSON object"
-    msg = str(e.get("msg", "invalid")).removeprefix("Value error, ")
-    return msg if where == "body" or msg.startswith(where) else f"{where}: {msg}"
+Handle = Annotated[RequestHandle, Depends(_request_handle)]
 
 
-def _validation_message(exc: RequestValidationError) -> str:
-    """The first two errors (unknown fields first: often a misspelt name), on one line."""
-    errors = sorted(exc.errors(), key=lambda e: e.get("type") != "extra_forbidden")
-    if not errors:
-        return "body: invalid"
-    message = "; ".join(_error_message(e) for e in errors[:2])
-    return message + (f" (and {len(errors) - 2} more)" if len(errors) > 2 else "")
+def shutdown_hook(app: RequestGuard) -> Callable[[], None]:
+    """What the server calls when shutdown begins: cancel every queued and running request."""
+    batcher: DynamicBatcher = app.app.state.batcher  # type: ignore[attr-defined]
+    return batcher.close
 
 
-def create_app(engine: Engine, settings: ServeSettings | None = None) -> Any:
+def create_app(engine: Engine, settings: ServeSettings | None = None) -> RequestGuard:
     """The ASGI app serving ``engine``'s model; the batcher runs while the app does."""
     settings = settings or ServeSettings()
 
-    def run_batch(key: Hashable, payloads: list[Any]) -> list[Any]:
+    def run_batch(key: Hashable, payloads: list[Any], handles: list[RequestHandle]) -> list[Any]:
         beam, alpha, nbest = cast(tuple[int, float, int], key)
         flat = [src for sources in payloads for src in sources]
-        results = engine.translate(flat, beam=beam, alpha=alpha, nbest=nbest)
+        owners = [h for sources, h in zip(payloads, handles) for _ in sources]
+        results = engine.translate(flat, beam=beam, alpha=alpha, nbest=nbest, handles=owners)
         out, start = [], 0
         for sources in payloads:
             out.append(results[start : start + len(sources)])
@@ -137,6 +141,7 @@ def create_app(engine: Engine, settings: ServeSettings | None = None) -> Any:
     )
     app.state.engine = engine
     app.state.batcher = batcher
+    app.state.settings = settings
 
     def needs(kind: str, endpoint: str) -> Any:
         def check() -> None:
@@ -144,32 +149,17 @@ def create_app(engine: Engine, settings: ServeSettings | None = None) -> Any:
 
         return Depends(check)
 
-    @app.exception_handler(RequestError)
-    async def _request_error(request: Request, exc: RequestError) -> JSONResponse:
-        return JSONResponse({"error": str(exc)}, status_code=exc.status)
+    def token_budget(requested: int, handle: RequestHandle, field: str) -> int:
+        """``requested`` new tokens, if within the server's budget (else a 422 naming it)."""
+        if requested > settings.max_new_tokens:
+            raise RequestError(
+                f"{field}: {requested} is over this server's limit of "
+                f"{settings.max_new_tokens} (--max-new-tokens)"
+            )
+        handle.max_new_tokens = requested
+        return requested
 
-    @app.exception_handler(RequestValidationError)
-    async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
-        malformed = any(e.get("type") == "json_invalid" for e in exc.errors())
-        status = 400 if malformed else 422
-        return JSONResponse({"error": _validation_message(exc)}, status_code=status)
-
-    @app.exception_handler(StarletteHTTPException)
-    async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
-        message = str(exc.detail)
-        if exc.status_code == 404:
-            message = f"{request.url.path}: not found; endpoints: {', '.join(_ENDPOINTS)}"
-        elif exc.status_code == 405:
-            message = f"{request.url.path}: method {request.method} not allowed"
-        return JSONResponse({"error": message}, status_code=exc.status_code)
-
-    @app.exception_handler(BatcherClosed)
-    async def _closed(request: Request, exc: BatcherClosed) -> JSONResponse:
-        return JSONResponse({"error": str(exc)}, status_code=503)
-
-    @app.exception_handler(Exception)
-    async def _crash(request: Request, exc: Exception) -> JSONResponse:
-        return JSONResponse({"error": f"internal error: {type(exc).__name__}"}, status_code=500)
+    install_error_handlers(app, lambda: _ENDPOINTS)
 
     @app.get("/", response_class=HTMLResponse, include_in_schema=False)
     async def explorer() -> HTMLResponse:
@@ -201,9 +191,11 @@ def create_app(engine: Engine, settings: ServeSettings | None = None) -> Any:
                 "max_sentences": schemas.MAX_SENTENCES,
                 "max_chars": schemas.MAX_CHARS,
                 "max_beam": schemas.MAX_BEAM,
-                "max_new_tokens": schemas.MAX_NEW_TOKENS,
+                "max_new_tokens": settings.max_new_tokens,
                 "max_body_bytes": settings.max_body_bytes,
                 "read_timeout_s": settings.read_timeout,
+                "request_timeout_s": settings.request_timeout,
+                "max_connections": settings.max_connections,
             },
             "batching": {
                 "max_batch_tokens": settings.max_batch_tokens,
@@ -218,14 +210,14 @@ def create_app(engine: Engine, settings: ServeSettings | None = None) -> Any:
         response_model_exclude_none=True,
         dependencies=[needs("seq2seq", "/v1/translate")],
     )
-    async def translate(req: TranslateRequest) -> dict[str, Any]:
+    async def translate(req: TranslateRequest, handle: Handle) -> dict[str, Any]:
         """Translate every text (one dynamic batch with other compatible requests)."""
         started = time.monotonic()
         sources = engine.encode_sources(req.text)
         beam, nbest = req.beam, min(req.nbest, req.beam)
         cost = sum(len(s) for s in sources) * beam
         results, info = await batcher.submit(
-            (beam, req.alpha, nbest), sources, cost=cost, sentences=len(sources)
+            (beam, req.alpha, nbest), sources, cost=cost, sentences=len(sources), handle=handle
         )
         rows = [engine.result_json(r, nbest) for r in results]
         answer: dict[str, Any] = {
@@ -236,7 +228,7 @@ def create_app(engine: Engine, settings: ServeSettings | None = None) -> Any:
         if req.explore:
             src, first = sources[0], results[0]
             answer["explore"], _ = await batcher.call(
-                lambda: engine.translation_payload(src, first)
+                lambda: engine.translation_payload(src, first), handle=handle
             )
         answer["timing"] = _timing(info, started)
         return answer
@@ -247,19 +239,23 @@ def create_app(engine: Engine, settings: ServeSettings | None = None) -> Any:
         response_model_exclude_none=True,
         dependencies=[needs("causal_lm", "/v1/generate")],
     )
-    async def generate(req: GenerateRequest) -> dict[str, Any]:
+    async def generate(req: GenerateRequest, handle: Handle) -> dict[str, Any]:
         """Continue a prompt (seeded sampling; temperature 0 is greedy)."""
         from attnkit.serve.engine import EXPLORE_NOTES
 
         started = time.monotonic()
+        token_budget(req.max_new_tokens, handle, "max_new_tokens")
         prompt = engine.encode_prompt(req.prompt)
         options = req.model_dump(exclude={"prompt", "explore"})
 
         def job() -> tuple[list[int], dict[str, Any] | None]:
-            new = engine.generate(prompt, **options)
-            return new, engine.causal_payload(prompt, new) if req.explore else None
+            new = engine.generate(prompt, **options, handle=handle)
+            if not req.explore:
+                return new, None
+            handle.check()
+            return new, engine.causal_payload(prompt, new)
 
-        (new, payload), info = await batcher.call(job)
+        (new, payload), info = await batcher.call(job, handle=handle)
         decode = engine.tokenizer.decode
         full, head = decode([*prompt, *new]), decode(prompt)
         answer = {
@@ -279,7 +275,7 @@ def create_app(engine: Engine, settings: ServeSettings | None = None) -> Any:
         response_model_exclude_none=True,
         dependencies=[needs("masked_lm", "/v1/fill-mask")],
     )
-    async def fill_mask(req: FillMaskRequest) -> dict[str, Any]:
+    async def fill_mask(req: FillMaskRequest, handle: Handle) -> dict[str, Any]:
         """Predict every mask marker of the text from both sides."""
         from attnkit.serve.engine import EXPLORE_NOTES
 
@@ -291,7 +287,7 @@ def create_app(engine: Engine, settings: ServeSettings | None = None) -> Any:
             payload = engine.masked_payload(masked, filled) if req.explore else None
             return filled, masks, payload
 
-        (filled, masks, payload), info = await batcher.call(job)
+        (filled, masks, payload), info = await batcher.call(job, handle=handle)
         answer: dict[str, Any] = {"filled": filled, "masks": masks}
         answer["timing"] = _timing(info, started)
         if payload is not None:
@@ -299,15 +295,22 @@ def create_app(engine: Engine, settings: ServeSettings | None = None) -> Any:
         return answer
 
     @app.post("/v1/explore", response_model=ExploreResponse)
-    async def explore(req: ExploreRequest) -> dict[str, Any]:
+    async def explore(req: ExploreRequest, handle: Handle) -> dict[str, Any]:
         """The explorer page's request, for every family (what the page at / posts for LMs)."""
         text = req.text[0]
         if engine.kind == "seq2seq":
             engine.encode_sources([text])  # a 422 before queueing
+        elif engine.kind == "causal_lm":
+            token_budget(req.max_new_tokens, handle, "max_new_tokens")
         result, _ = await batcher.call(
             lambda: engine.explore(
-                text, beam=req.beam, nbest=req.nbest, max_new_tokens=req.max_new_tokens
-            )
+                text,
+                beam=req.beam,
+                nbest=req.nbest,
+                max_new_tokens=req.max_new_tokens,
+                handle=handle,
+            ),
+            handle=handle,
         )
         answer: dict[str, Any] = result
         return answer

@@ -18,8 +18,14 @@ usually waited longer than ``max_wait_ms`` already and the batch is formed at
 once from everything compatible that is queued: batches grow with concurrency
 and an idle server adds at most ``max_wait_ms`` of latency.
 
-Results go back with ``loop.call_soon_threadsafe``; a request whose client went
-away (its future cancelled) is dropped before its batch is formed.
+Results go back with ``loop.call_soon_threadsafe``. Every item carries a
+``RequestHandle`` (``attnkit.serve.handles``): a request that is cancelled
+(its client went away, its deadline passed, the server is stopping) is
+answered with ``RequestCancelled`` at once, dropped from the queue before its
+batch forms, and, if it is already running, stopped at the next decoding step
+by the work itself (``attnkit.serve.cancellable``); what a cancelled item's
+rows produce is never handed back. ``stop`` cancels everything queued and
+running, so the worker is free within one decoding step.
 """
 
 from __future__ import annotations
@@ -32,7 +38,19 @@ from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["BatchInfo", "BatcherClosed", "DynamicBatcher"]
+from attnkit.serve.handles import (
+    CLIENT_GONE,
+    SHUTTING_DOWN,
+    CancelReason,
+    RequestCancelled,
+    RequestHandle,
+)
+
+__all__ = ["BatchInfo", "BatcherClosed", "DynamicBatcher", "RunBatch"]
+
+RunBatch = Callable[[Hashable, list[Any], list[RequestHandle]], Sequence[Any]]
+"""``run_batch(key, payloads, handles) -> results``: one result per payload; ``handles[i]``
+is the request of ``payloads[i]`` (for the work to check at step boundaries)."""
 
 
 class BatcherClosed(RuntimeError):
@@ -57,7 +75,15 @@ class _Item:
     sentences: int
     future: asyncio.Future[Any]
     loop: asyncio.AbstractEventLoop
+    handle: RequestHandle
     enqueued: float = field(default_factory=time.monotonic)
+
+    def settle(self, value: Any, error: BaseException | None) -> None:
+        """Hand the result (or error) to the waiting coroutine, from any thread."""
+        try:
+            self.loop.call_soon_threadsafe(_resolve, self.future, value, error)
+        except RuntimeError:  # the loop is closed: nobody is waiting any more
+            pass
 
 
 @dataclass
@@ -69,6 +95,8 @@ class BatcherStats:
     jobs: int = 0
     largest_batch: int = 0
     busy_s: float = 0.0
+    dropped_queued: int = 0  # cancelled before the worker started them
+    cancelled_running: int = 0  # cancelled while their batch or job ran
 
 
 def _resolve(future: asyncio.Future[Any], value: Any, error: BaseException | None) -> None:
@@ -84,7 +112,7 @@ class DynamicBatcher:
     """Groups compatible requests into one ``run_batch`` call, in one worker thread.
 
     Args:
-        run_batch: ``run_batch(key, payloads) -> results``, one result per payload,
+        run_batch: ``run_batch(key, payloads, handles) -> results`` (``RunBatch``),
             called in the worker thread.
         max_tokens: token budget of a batch (sum of the items' ``cost``); an item
             larger than the budget runs alone.
@@ -95,7 +123,7 @@ class DynamicBatcher:
 
     def __init__(
         self,
-        run_batch: Callable[[Hashable, list[Any]], Sequence[Any]],
+        run_batch: RunBatch,
         *,
         max_tokens: int = 8192,
         max_wait_ms: float = 5.0,
@@ -117,6 +145,7 @@ class DynamicBatcher:
         self._pending: deque[_Item] = deque()
         self._cond = threading.Condition()
         self._closing = False
+        self._running: list[_Item] = []
         self._thread: threading.Thread | None = None
 
     # -- life cycle ------------------------------------------------------------------
@@ -127,16 +156,19 @@ class DynamicBatcher:
         self._thread = threading.Thread(target=self._work, name="attnkit-model", daemon=True)
         self._thread.start()
 
-    def stop(self, timeout: float = 30.0) -> None:
-        """Finish the running batch, fail what is still queued, join the thread."""
+    def close(self, reason: CancelReason = SHUTTING_DOWN) -> None:
+        """Refuse new work and cancel everything queued and running (any thread)."""
         with self._cond:
             self._closing = True
-            left, self._pending = list(self._pending), deque()
+            items = [*self._pending, *self._running]
+            self._pending = deque()
             self._cond.notify_all()
-        for item in left:
-            item.loop.call_soon_threadsafe(
-                _resolve, item.future, None, BatcherClosed("the server is shutting down")
-            )
+        for item in items:
+            item.handle.cancel(reason)
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """``close``, then join the worker (free within one decoding step of the work)."""
+        self.close()
         if self._thread is not None:
             self._thread.join(timeout)
             self._thread = None
@@ -149,28 +181,61 @@ class DynamicBatcher:
     # -- submitting ------------------------------------------------------------------
 
     async def submit(
-        self, key: Hashable, payload: Any, *, cost: int, sentences: int = 1
+        self,
+        key: Hashable,
+        payload: Any,
+        *,
+        cost: int,
+        sentences: int = 1,
+        handle: RequestHandle | None = None,
     ) -> tuple[Any, BatchInfo]:
-        """Queue a batchable item; return its result and how it was batched."""
+        """Queue a batchable item; return its result and how it was batched.
+
+        Raises ``RequestCancelled`` as soon as ``handle`` is cancelled.
+        """
         if key is None:
             raise ValueError("key: None is reserved for plain jobs")
-        return await self._enqueue(key, payload, max(1, cost), max(1, sentences))
+        return await self._enqueue(key, payload, max(1, cost), max(1, sentences), handle)
 
-    async def call(self, fn: Callable[[], Any]) -> tuple[Any, BatchInfo]:
-        """Run ``fn()`` alone in the worker thread; return its result."""
-        return await self._enqueue(None, fn, 1, 1)
+    async def call(
+        self, fn: Callable[[], Any], *, handle: RequestHandle | None = None
+    ) -> tuple[Any, BatchInfo]:
+        """Run ``fn()`` alone in the worker thread; return its result.
+
+        ``fn`` should obey ``handle`` itself (e.g. decode through a
+        ``CancellableStepper``); the batcher skips it if it is cancelled before
+        it starts and never returns its result once cancelled.
+        """
+        return await self._enqueue(None, fn, 1, 1, handle)
 
     async def _enqueue(
-        self, key: Hashable | None, payload: Any, cost: int, sentences: int
+        self,
+        key: Hashable | None,
+        payload: Any,
+        cost: int,
+        sentences: int,
+        handle: RequestHandle | None,
     ) -> tuple[Any, BatchInfo]:
         loop = asyncio.get_running_loop()
-        item = _Item(key, payload, cost, sentences, loop.create_future(), loop)
+        handle = handle or RequestHandle()
+        item = _Item(key, payload, cost, sentences, loop.create_future(), loop, handle)
         with self._cond:
             if self._closing or self._thread is None:
                 raise BatcherClosed("the model worker is not running")
             self._pending.append(item)
             self._cond.notify_all()
-        result: tuple[Any, BatchInfo] = await item.future
+        handle.on_cancel(lambda reason: item.settle(None, RequestCancelled(reason)))
+        left = handle.remaining()
+        # At the deadline, reading ``cancelled`` cancels the handle, which answers here.
+        timer = None if left is None else loop.call_later(max(0.0, left), lambda: handle.cancelled)
+        try:
+            result: tuple[Any, BatchInfo] = await item.future
+        except asyncio.CancelledError:  # the coroutine itself was cancelled: drop the work
+            handle.cancel(CLIENT_GONE)
+            raise
+        finally:
+            if timer is not None:
+                timer.cancel()
         return result
 
     # -- the worker ------------------------------------------------------------------
@@ -185,7 +250,7 @@ class DynamicBatcher:
                 if self._closing:
                     return
                 first = self._pending.popleft()
-            if first.future.cancelled():
+            if self._dropped(first):
                 continue
             if first.key is None:
                 self.stats.jobs += 1
@@ -207,7 +272,7 @@ class DynamicBatcher:
                 full = sentences >= self.max_sentences or cost >= self.max_tokens
                 kept: deque[_Item] = deque()
                 for item in self._pending:
-                    if item.future.cancelled():
+                    if self._dropped(item):
                         continue
                     if full or item.key != first.key:
                         kept.append(item)
@@ -227,20 +292,37 @@ class DynamicBatcher:
                     return batch
                 self._cond.wait(left)
 
+    def _dropped(self, item: _Item) -> bool:
+        """Whether ``item`` was cancelled before it ran (its waiter was answered already)."""
+        if item.handle.cancelled or item.future.cancelled():
+            self.stats.dropped_queued += 1
+            return True
+        return False
+
     def _run(self, key: Hashable | None, items: list[_Item]) -> None:
         """Run a job (``key`` None) or a batch; hand each item its result or the error."""
         start = time.monotonic()
         results: Sequence[Any] = ()
         error: BaseException | None = None
+        with self._cond:
+            self._running = items
+            closing = self._closing  # close() came between taking them and here
+        if closing:
+            for item in items:
+                item.handle.cancel(SHUTTING_DOWN)
         try:
             if key is None:
                 results = [items[0].payload()]
             else:
-                results = self.run_batch(key, [i.payload for i in items])
+                handles = [i.handle for i in items]
+                results = self.run_batch(key, [i.payload for i in items], handles)
             if len(results) != len(items):
                 raise RuntimeError(f"run_batch returned {len(results)} results for {len(items)}")
         except Exception as e:  # handed to every request of the batch
             error = e
+        finally:
+            with self._cond:
+                self._running = []
         end = time.monotonic()
         self.stats.busy_s += end - start
         sentences = sum(i.sentences for i in items)
@@ -251,5 +333,8 @@ class DynamicBatcher:
                 batch_requests=len(items),
                 batch_sentences=sentences,
             )
+            if item.handle.cancelled:  # answered with its reason; its rows were cut short
+                self.stats.cancelled_running += 1
+                continue
             value = None if error is not None else (results[n], info)
-            item.loop.call_soon_threadsafe(_resolve, item.future, value, error)
+            item.settle(value, error)

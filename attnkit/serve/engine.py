@@ -8,6 +8,11 @@ without a server, so an exported page shows what the served page shows.
 
 Errors a client caused are ``RequestError`` (status 422, or 400 for an
 endpoint that does not fit the model), their message naming the field.
+
+The decoding methods take the request handles (``attnkit.serve.handles``) of
+their work and decode through a ``CancellableStepper``, so a cancelled request
+stops at the next step boundary (``RequestCancelled``) and, in a batch, only
+the cancelled requests' sentences stop.
 """
 
 from __future__ import annotations
@@ -21,6 +26,8 @@ import torch
 
 from attnkit.checkpoints.loading import LoadedModel
 from attnkit.decoding.common import DecodeResult
+from attnkit.serve.cancellable import CancellableStepper, Owners
+from attnkit.serve.handles import RequestHandle
 
 # The endpoint (and CLI command) that serves each kind of model.
 KIND_ENDPOINTS: dict[str, str] = {
@@ -68,7 +75,8 @@ class Engine:
         self.kind: str = loaded.family.kind
         self.device = next(self.model.parameters()).device
         self.max_len: int = self.model.config.max_len
-        self.stepper = stepper_for(self.model) if self.kind == "seq2seq" else None
+        # What decodes the model (translation and generation): the fast path for its device.
+        self.stepper = stepper_for(self.model) if self.kind != "masked_lm" else None
         field = loaded.family.vocab_field  # None only for image classifiers, which load_for refuses
         self.vocab_rows = int(getattr(self.model.config, field)) if field else 0
         # Counted once here, so that /v1/model never touches the model from the event loop.
@@ -131,14 +139,28 @@ class Engine:
 
     @torch.no_grad()
     def translate(
-        self, sources: Sequence[Sequence[int]], *, beam: int, alpha: float, nbest: int
+        self,
+        sources: Sequence[Sequence[int]],
+        *,
+        beam: int,
+        alpha: float,
+        nbest: int,
+        handles: Sequence[RequestHandle] | None = None,
     ) -> list[DecodeResult]:
-        """One ``DecodeResult`` per source; all sources decoded as one length-sorted batch."""
+        """One ``DecodeResult`` per source; all sources decoded as one length-sorted batch.
+
+        ``handles[i]``: the request that sent ``sources[i]``; a cancelled request's
+        sentences stop at the next step, and the call raises ``RequestCancelled``
+        once every request is cancelled.
+        """
         from attnkit.decoding.text import decode_ids
 
         assert self.stepper is not None
+        stepper = self.stepper
+        if handles is not None:
+            stepper = CancellableStepper(stepper, Owners(sources, handles))
         return decode_ids(
-            self.stepper,
+            stepper,
             sources,
             beam=beam,
             alpha=alpha,
@@ -186,11 +208,18 @@ class Engine:
         top_k: int,
         top_p: float,
         seed: int,
+        handle: RequestHandle | None = None,
     ) -> list[int]:
-        """New token ids after ``prompt``; a seeded generator per request (reproducible)."""
-        from attnkit.decoding.generate import stream
-        from attnkit.decoding.static import stepper_for
+        """New token ids after ``prompt``; a seeded generator per request (reproducible).
 
+        A cancelled ``handle`` stops the generation at the next step (``RequestCancelled``).
+        """
+        from attnkit.decoding.generate import stream
+
+        assert self.stepper is not None
+        stepper = self.stepper
+        if handle is not None:
+            stepper = CancellableStepper(stepper, Owners.single(handle))
         generator = torch.Generator(device=self.device).manual_seed(seed)
         prompt_ids = torch.tensor([list(prompt)], dtype=torch.long, device=self.device)
         return [
@@ -203,7 +232,7 @@ class Engine:
                 top_k=min(top_k, self.vocab_rows),
                 top_p=top_p,
                 generator=generator,
-                stepper=stepper_for(self.model),
+                stepper=stepper,
             )
         ]
 
@@ -255,21 +284,28 @@ class Engine:
         nbest: int = 1,
         max_new_tokens: int = 20,
         field: str = "text[0]",
+        handle: RequestHandle | None = None,
     ) -> dict[str, Any]:
         """``{"explore", "explore_note", "output"}`` for one text, for every family.
 
         Translation: beam search then the teacher-forced pass; causal LM: a
         greedy continuation of ``max_new_tokens``; masked LM: the text as is,
-        ``[MASK]`` markers filled in the output. Runs in the calling thread.
+        ``[MASK]`` markers filled in the output. Runs in the calling thread;
+        a cancelled ``handle`` stops the decoding at the next step.
         """
+        handles = None if handle is None else [handle]
         if self.kind == "seq2seq":
             src = self.encode_sources([text], field)[0]
-            result = self.translate([src], beam=beam, alpha=0.6, nbest=min(nbest, beam))[0]
+            result = self.translate(
+                [src], beam=beam, alpha=0.6, nbest=min(nbest, beam), handles=handles
+            )[0]
+            _check(handle)
             payload = self.translation_payload(src, result)
         elif self.kind == "causal_lm":
             prompt = self.encode_prompt(text, field)
             new = self.generate(prompt, max_new_tokens=max_new_tokens, temperature=0.0,
-                                top_k=0, top_p=1.0, seed=0)  # fmt: skip
+                                top_k=0, top_p=1.0, seed=0, handle=handle)  # fmt: skip
+            _check(handle)
             payload = self.causal_payload(prompt, new)
         else:
             masked = self.encode_masked(text, "[MASK]", field)
@@ -294,6 +330,12 @@ class Engine:
             "max_len": self.max_len,
             "device": str(self.device),
         }
+
+
+def _check(handle: RequestHandle | None) -> None:
+    """Stop here if ``handle`` was cancelled (before a pass that cannot stop midway)."""
+    if handle is not None:
+        handle.check()
 
 
 def _finite(x: float) -> float | None:

@@ -12,7 +12,9 @@ then reads the buffered body.
 ``HeaderTimeoutH11`` is uvicorn's h11 protocol with one more timer: a
 connection that has not completed a request's headers within
 ``header_timeout`` seconds (from connecting, or from its previous response) is
-closed. uvicorn itself only times out idle keep-alive connections.
+closed. uvicorn itself only times out idle keep-alive connections. It also
+answers what uvicorn answers by itself in the API's JSON shape rather than
+plain text: malformed HTTP (400) and overload past ``--max-connections`` (503).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import json
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
+import h11
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 Scope = MutableMapping[str, Any]
@@ -124,11 +127,48 @@ class _Disconnected(Exception):
     pass
 
 
+MALFORMED_HTTP = (
+    "malformed HTTP request: expected HTTP/1.1 with a valid request line, headers "
+    "(at most 16 KiB, Host included) and Content-Length or chunks"
+)
+
+
 class HeaderTimeoutH11(H11Protocol):
-    """uvicorn's h11 protocol, closing connections that are slow to send headers."""
+    """uvicorn's h11 protocol, closing connections that are slow to send headers, and
+    answering malformed HTTP (400) and overload (503) as JSON."""
 
     header_timeout: float = 10.0
     _header_timer: asyncio.TimerHandle | None = None
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # uvicorn's own check answers in plain text: take it over (same rule, JSON answer).
+        self._limit, self.limit_concurrency = self.limit_concurrency, None
+        app = self.app
+
+        async def limited(scope: Scope, receive: Receive, send: Send) -> None:
+            # This request's task is already counted in self.tasks, hence ">" for tasks.
+            limit = self._limit
+            if limit is not None and (len(self.connections) >= limit or len(self.tasks) > limit):
+                message = f"overloaded: {limit} connections at once at most (--max-connections)"
+                await send_json(send, 503, {"error": message}, close=True)
+                return
+            await app(scope, receive, send)
+
+        self.app = limited
+
+    def send_400_response(self, msg: str) -> None:
+        """uvicorn's answer to a request h11 cannot parse, as JSON (uvicorn's is plain text)."""
+        data = json.dumps({"error": MALFORMED_HTTP}).encode("utf-8")
+        headers = [(b"content-type", b"application/json"), (b"connection", b"close"),
+                   (b"content-length", str(len(data)).encode())]  # fmt: skip
+        try:
+            for event in (h11.Response(status_code=400, headers=headers, reason=b"Bad Request"),
+                          h11.Data(data=data), h11.EndOfMessage()):  # fmt: skip
+                self.transport.write(self.conn.send(event) or b"")
+        except h11.LocalProtocolError:  # an answer had already begun: just close
+            pass
+        self.transport.close()
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)

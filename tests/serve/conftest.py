@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -144,8 +145,65 @@ def stop_server(served: Served) -> None:
 
 
 @pytest.fixture(scope="session")
-def served_transformer(checkpoint: Callable[[str], Path]) -> Iterator[Served]:
-    """The real server (uvicorn, subprocess) on the tiny Transformer, short read timeout."""
-    served = start_server(checkpoint("transformer"), "--read-timeout", "1.5")
+def served_lm(checkpoint: Callable[[str], Path]) -> Iterator[Served]:
+    """The real server on the tiny decoder-only LM."""
+    served = start_server(checkpoint("decoder_only"))
     yield served
     stop_server(served)
+
+
+@pytest.fixture
+def fresh_server() -> Iterator[Callable[..., Served]]:
+    """``fresh_server(run, *options)``: a server of this test's own, stopped afterwards."""
+    started: list[Served] = []
+
+    def start(run: Path, *extra: str) -> Served:
+        started.append(start_server(run, *extra))
+        return started[-1]
+
+    yield start
+    for served in started:
+        stop_server(served)
+
+
+@pytest.fixture(scope="session")
+def served_transformer(checkpoint: Callable[[str], Path]) -> Iterator[Served]:
+    """The real server (uvicorn, subprocess) on the tiny Transformer, short read timeout."""
+    served = start_server(
+        checkpoint("transformer"),
+        "--read-timeout", "1.5",
+        "--max-connections", "48",  # test_server.py fills them
+    )  # fmt: skip
+    yield served
+    stop_server(served)
+
+
+class Spy:
+    """A stepper that counts ``start``/``step`` calls and runs ``at_step(n)`` after step n."""
+
+    def __init__(self, inner: Any, at_step: Callable[[int], object]) -> None:
+        self.inner, self.at_step = inner, at_step
+        self.pad_id, self.bos_id, self.eos_id = inner.pad_id, inner.bos_id, inner.eos_id
+        self.starts = self.steps = 0
+
+    def start(self, src_ids: Any, *, max_steps: int | None = None) -> Any:
+        self.starts += 1
+        return self.inner.start(src_ids, max_steps=max_steps)
+
+    def step(self, tokens: Any, state: Any) -> Any:
+        self.steps += 1
+        out = self.inner.step(tokens, state)
+        self.at_step(self.steps)
+        return out
+
+
+@pytest.fixture
+def spy(monkeypatch: pytest.MonkeyPatch) -> Callable[..., Spy]:
+    """``spy(engine, at_step=None)``: put a ``Spy`` between ``engine`` and its model."""
+
+    def install(engine: Any, at_step: Callable[[int], object] = lambda n: None) -> Spy:
+        stepper = Spy(engine.stepper, at_step)
+        monkeypatch.setattr(engine, "stepper", stepper)
+        return stepper
+
+    return install

@@ -16,6 +16,7 @@ from attnkit.checkpoints.loading import load_model
 from attnkit.serve.app import ServeSettings, create_app
 from attnkit.serve.batcher import BatcherClosed, DynamicBatcher
 from attnkit.serve.engine import Engine
+from attnkit.serve.handles import CLIENT_GONE, RequestCancelled, RequestHandle
 
 
 class FakeModel:
@@ -26,7 +27,7 @@ class FakeModel:
         self.gate = threading.Event()
         self.gate.set()
 
-    def __call__(self, key: Hashable, payloads: list[Any]) -> list[Any]:
+    def __call__(self, key: Hashable, payloads: list[Any], handles: list[Any]) -> list[Any]:
         self.gate.wait(10)
         self.batches.append((key, list(payloads)))
         if any(p == "boom" for p in payloads):
@@ -143,7 +144,7 @@ def test_jobs_run_in_the_worker_thread_and_cancelled_requests_are_dropped():
     assert all("gone" not in ps for _, ps in fake.batches)
 
 
-def test_stop_fails_what_is_queued():
+def test_stop_cancels_what_is_queued_and_what_is_running():
     fake = FakeModel()
     batcher = DynamicBatcher(fake, max_tokens=100, max_wait_ms=1)
     batcher.start()
@@ -152,17 +153,91 @@ def test_stop_fails_what_is_queued():
         blocked = await _blocker(batcher, fake)
         queued = asyncio.ensure_future(batcher.submit("k", 1, cost=1))
         await asyncio.sleep(0.01)
-        stopper = threading.Thread(target=batcher.stop)
-        stopper.start()
-        await asyncio.sleep(0.05)
+        batcher.close()  # what the server does as shutdown begins (in the event loop)
+        # Both are answered while the model is still busy (the fake ignores its handles).
+        both = asyncio.gather(blocked, queued, return_exceptions=True)
+        answers = await asyncio.wait_for(both, 2)
         fake.gate.set()
-        stopper.join()
-        return await asyncio.gather(blocked, queued, return_exceptions=True)
+        return answers
 
-    first, queued = _run(go())
-    assert first[0] == ("block", "first") and isinstance(queued, BatcherClosed)
+    answers = _run(go())
+    batcher.stop()
+    for answer in answers:
+        assert isinstance(answer, RequestCancelled) and answer.status == 503
+        assert "shutting down" in str(answer)
+    assert [k for k, _ in fake.batches] == ["block"]  # the queued one never ran
     with pytest.raises(BatcherClosed):
         _run(batcher.submit("k", 2, cost=1))
+
+
+def test_a_cancelled_request_is_answered_at_once_and_never_runs():
+    fake = FakeModel()
+    batcher = DynamicBatcher(fake, max_tokens=100, max_wait_ms=1)
+    batcher.start()
+
+    async def go() -> list[Any]:
+        blocked = await _blocker(batcher, fake)
+        gone_handle = RequestHandle()
+        gone = asyncio.ensure_future(batcher.submit("k", "gone", cost=1, handle=gone_handle))
+        kept = asyncio.ensure_future(batcher.submit("k", "kept", cost=1))
+        await asyncio.sleep(0.01)
+        gone_handle.cancel(CLIENT_GONE)  # what the disconnect watcher does
+        answer = await asyncio.wait_for(asyncio.gather(gone, return_exceptions=True), 2)
+        fake.gate.set()  # the worker is still busy until now
+        return [*answer, await kept, await blocked]
+
+    gone, kept, _ = _run(go())
+    batcher.stop()
+    assert isinstance(gone, RequestCancelled) and gone.status == 499
+    assert kept[0] == ("k", "kept")
+    assert all("gone" not in ps for _, ps in fake.batches)
+    assert batcher.stats.dropped_queued == 1
+
+
+def test_the_deadline_answers_a_queued_request_while_the_worker_is_busy():
+    fake = FakeModel()
+    batcher = DynamicBatcher(fake, max_tokens=100, max_wait_ms=1)
+    batcher.start()
+
+    async def go() -> tuple[Any, float]:
+        blocked = await _blocker(batcher, fake)
+        start = time.monotonic()
+        late = batcher.submit("k", "late", cost=1, handle=RequestHandle(timeout=0.2))
+        answer = await asyncio.wait_for(asyncio.gather(late, return_exceptions=True), 5)
+        waited = time.monotonic() - start
+        fake.gate.set()
+        await blocked
+        return answer[0], waited
+
+    late, waited = _run(go())
+    batcher.stop()
+    assert isinstance(late, RequestCancelled) and late.status == 503
+    assert "time budget of 0.2 s" in str(late)
+    assert 0.2 <= waited < 3.0
+    assert all("late" not in ps for _, ps in fake.batches)
+
+
+def test_a_request_cancelled_while_its_batch_runs_gets_its_reason_and_the_rest_their_results():
+    seen_handles: list[RequestHandle] = []
+
+    def run_batch(key: Hashable, payloads: list[Any], handles: list[Any]) -> list[Any]:
+        seen_handles.extend(handles)
+        handles[1].cancel(CLIENT_GONE)  # the second client leaves mid-batch
+        return [f"result {p}" for p in payloads]
+
+    batcher = DynamicBatcher(run_batch, max_tokens=100, max_wait_ms=50)
+    batcher.start()
+
+    async def go() -> list[Any]:
+        tasks = [batcher.submit("k", i, cost=1, handle=RequestHandle()) for i in range(3)]
+        return await asyncio.gather(*tasks, return_exceptions=True)
+
+    first, second, third = _run(go())
+    batcher.stop()
+    assert len(seen_handles) == 3  # one batch, each payload with its request's handle
+    assert first[0] == "result 0" and third[0] == "result 2"
+    assert isinstance(second, RequestCancelled) and second.status == 499
+    assert batcher.stats.cancelled_running == 1
 
 
 def test_bad_knobs_name_the_field():
@@ -197,9 +272,9 @@ def test_concurrent_requests_equal_decoding_each_alone(checkpoint):
     seen: list[tuple[Hashable, int]] = []
     run_batch = batcher.run_batch
 
-    def spy(key: Hashable, payloads: list[Any]) -> Any:
+    def spy(key: Hashable, payloads: list[Any], handles: list[Any]) -> Any:
         seen.append((key, len(payloads)))
-        return run_batch(key, payloads)
+        return run_batch(key, payloads, handles)
 
     batcher.run_batch = spy
     requests = _requests(30)

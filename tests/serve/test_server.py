@@ -153,3 +153,135 @@ def test_the_listening_socket_says_it_is_tcp():
         assert sock.proto == socket.IPPROTO_TCP
     finally:
         sock.close()
+
+
+# -- cancellation, shutdown and malformed HTTP on the real server --------------------------
+
+LONG_TEXTS = [f"nine hundred {n} thousand nine hundred ninety-{d}"
+              for n in ("ninety", "eighty", "seventy", "sixty") for d in ("one", "two", "three",
+              "four", "five", "six", "seven", "eight", "nine", "one", "two", "three", "four",
+              "five", "six", "seven")]  # fmt: skip
+LARGE = {"text": LONG_TEXTS, "beam": 16}  # 64 texts at beam 16: 1,024 rows
+
+
+def _timed_post(url: str, path: str, body: dict[str, Any]) -> tuple[float, httpx.Response]:
+    start = time.monotonic()
+    r = httpx.post(url + path, json=body, timeout=300)
+    return time.monotonic() - start, r
+
+
+def _abandon(port: int, path: str, body: dict[str, Any], n: int, after: float) -> None:
+    """``n`` clients send ``body`` over raw sockets and hang up ``after`` s later."""
+    data = json.dumps(body).encode()
+    head = (f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(data)}\r\n\r\n").encode()  # fmt: skip
+    sockets = [_raw(port) for _ in range(n)]
+    for s in sockets:
+        s.sendall(head + data)
+    time.sleep(after)
+    for s in sockets:
+        s.close()
+
+
+def _health(url: str) -> dict[str, Any]:
+    return dict(httpx.get(url + "/v1/health", timeout=30).json()["batcher"])
+
+
+def test_abandoned_translations_are_dropped_and_a_small_request_answers_at_once(
+    served_transformer,
+):
+    url = served_transformer.url
+    assert len(LARGE["text"]) == 64
+    one_large, r = _timed_post(url, "/v1/translate", LARGE)  # what each abandoned one costs
+    assert r.status_code == 200
+    before = _health(url)
+    _abandon(served_transformer.port, "/v1/translate", LARGE, n=12, after=0.3)
+    small, r = _timed_post(url, "/v1/translate", {"text": ["forty-two"]})
+    assert r.status_code == 200
+    # Decoding the 12 abandoned requests would take ~12 x one_large; at most one had begun.
+    assert small < 2.0 + 1.5 * one_large, (small, one_large)
+    after = _health(url)
+    gone = (after["dropped_queued"] - before["dropped_queued"]) + (
+        after["cancelled_running"] - before["cancelled_running"]
+    )
+    assert gone == 12, (before, after)
+
+
+def test_abandoned_generations_are_dropped_and_a_small_request_answers_at_once(served_lm):
+    url = served_lm.url
+    long = {"prompt": "the cat", "max_new_tokens": 1024}
+    one_long, r = _timed_post(url, "/v1/generate", long)
+    assert r.status_code == 200 and r.json()["new_tokens"] == 1024
+    _abandon(served_lm.port, "/v1/generate", long, n=20, after=0.3)
+    small, r = _timed_post(url, "/v1/generate", {"prompt": "the cat", "max_new_tokens": 2})
+    assert r.status_code == 200 and r.json()["new_tokens"] == 2
+    assert small < 2.0 + 1.5 * one_long, (small, one_long)  # 20 x one_long if decoded
+
+
+def test_sigterm_with_requests_in_flight_stops_within_5_s(checkpoint, fresh_server):
+    served = fresh_server(checkpoint("decoder_only"))
+    long = json.dumps({"prompt": "the cat", "max_new_tokens": 1024}).encode()
+    head = ("POST /v1/generate HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(long)}\r\n\r\n").encode()  # fmt: skip
+    waiting = [_raw(served.port) for _ in range(4)]
+    for s in waiting:
+        s.sendall(head + long)
+    deadline = time.monotonic() + 30
+    while _health(served.url)["jobs"] < 1:  # the worker is decoding the first one
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    start = time.monotonic()
+    served.process.terminate()
+    served.process.wait(30)
+    took = time.monotonic() - start
+    answers = [_read_all(s) for s in waiting]
+    assert took < 5.0, f"SIGTERM took {took:.1f} s"
+    for reply in answers:  # each waiting client was told, in JSON
+        assert reply.startswith(b"HTTP/1.1 503"), reply[:200]
+        assert b'{"error":"the server is shutting down"}' in reply
+
+
+@pytest.mark.parametrize(
+    "request_bytes",
+    [
+        b"HELLO\r\n\r\n",
+        b"GET /v1/health HTTP/1.1\r\n\r\n",  # no Host
+        b"GET /v1/health HTTP/1.1\r\nHost: x\r\nBad Header\r\n\r\n",
+        b"GET /\xff HTTP/1.1\r\nHost: x\r\n\r\n",
+        b"POST /v1/translate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        b"Content-Length: abc\r\n\r\n",
+        b"POST /v1/translate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        b"Transfer-Encoding: chunked\r\n\r\nzz\r\n",
+    ],
+    ids=["garbage", "no host", "bad header", "non-ascii path", "bad length", "bad chunk"],
+)
+def test_malformed_http_gets_a_json_400(served_transformer, request_bytes):
+    s = _raw(served_transformer.port)
+    s.sendall(request_bytes)
+    reply = _read_all(s)
+    s.close()
+    head, _, body = reply.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 400"), reply[:200]
+    assert b"content-type: application/json" in head.lower()
+    assert json.loads(body)["error"].startswith("malformed HTTP request")
+    assert _translate(served_transformer.url)["translations"]  # and it carries on
+
+
+def test_overload_past_max_connections_gets_a_json_503(served_transformer):
+    limits = httpx.get(served_transformer.url + "/v1/model", timeout=30).json()["limits"]
+    limit = limits["max_connections"]
+    idle = [_raw(served_transformer.port) for _ in range(limit)]
+    try:
+        time.sleep(0.2)
+        s = _raw(served_transformer.port)
+        s.sendall(b"GET /v1/health HTTP/1.1\r\nHost: x\r\n\r\n")
+        reply = _read_all(s)
+        s.close()
+    finally:
+        for c in idle:
+            c.close()
+    head, _, body = reply.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 503"), reply[:200]
+    assert json.loads(body) == {
+        "error": f"overloaded: {limit} connections at once at most (--max-connections)"
+    }
