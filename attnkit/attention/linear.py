@@ -313,7 +313,8 @@ class LinearSelfAttention(nn.Module):
 
     def _merge(self, out: Tensor) -> Tensor:
         b, _, t, _ = out.shape
-        return self.out_proj(out.transpose(1, 2).reshape(b, t, self.d_model))
+        merged: Tensor = self.out_proj(out.transpose(1, 2).reshape(b, t, self.d_model))
+        return merged
 
     def forward(
         self,

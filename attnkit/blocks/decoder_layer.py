@@ -13,7 +13,8 @@ from typing import Any
 from torch import Tensor, nn
 
 from attnkit.attention.cache import LayerCache
-from attnkit.attention.multihead import MultiHeadAttention
+from attnkit.attention.cross import CrossAttention
+from attnkit.attention.masks import Mask
 from attnkit.blocks.encoder_layer import EncoderLayer
 from attnkit.blocks.residual import Residual
 
@@ -24,7 +25,7 @@ class DecoderLayer(nn.Module):
     def __init__(
         self,
         self_attn: nn.Module,
-        cross_attn: MultiHeadAttention,
+        cross_attn: CrossAttention,
         ffn: nn.Module,
         self_attn_residual: Residual,
         cross_attn_residual: Residual,
@@ -45,7 +46,7 @@ class DecoderLayer(nn.Module):
         *,
         self_mask: Tensor | None = None,
         is_causal: bool = True,
-        memory_mask: Tensor | None = None,
+        memory_mask: Mask | None = None,
         need_weights: bool = False,
         cache: LayerCache | None = None,
     ) -> tuple[Tensor, Tensor | None, Tensor | None, Any]:

@@ -18,6 +18,7 @@ from typing import Any
 from torch import Tensor, nn
 
 from attnkit.attention.cache import DecoderCache
+from attnkit.attention.masks import Mask
 from attnkit.blocks.decoder_layer import DecoderLayer
 from attnkit.blocks.encoder_layer import EncoderLayer
 
@@ -76,7 +77,7 @@ class Decoder(nn.Module):
         *,
         self_mask: Tensor | None = None,
         is_causal: bool = True,
-        memory_mask: Tensor | None = None,
+        memory_mask: Mask | None = None,
         need_weights: bool = False,
         cache: DecoderCache | None = None,
     ) -> StackOutput:

@@ -30,7 +30,9 @@ from attnkit.decoding.sampling import filter_logits
 from attnkit.errors import UsageError
 
 
-def _check(prompt_ids: Tensor, max_new_tokens: int, temperature: float, top_k: int, top_p: float):
+def _check(
+    prompt_ids: Tensor, max_new_tokens: int, temperature: float, top_k: int, top_p: float
+) -> None:
     if not isinstance(prompt_ids, Tensor) or prompt_ids.dim() != 2 or prompt_ids.size(1) < 1:
         shape = tuple(prompt_ids.shape) if isinstance(prompt_ids, Tensor) else prompt_ids
         raise UsageError(f"prompt_ids must be a (batch, length >= 1) tensor, got {shape}")

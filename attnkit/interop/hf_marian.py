@@ -74,12 +74,16 @@ _WRITES_STREAM = re.compile(r".*(out_proj|fc2|layer_norm)\.(weight|bias)")
 
 
 def _split_qkv(state: dict[str, Tensor]) -> dict[str, Tensor]:
-    """``...qkv_proj.{weight,bias}`` ``(3D, ...)`` -> ``...{q,k,v}_proj.*`` ``(D, ...)`` each."""
+    """``...qkv_proj.{weight,bias}`` ``(3D, ...)`` -> ``...{q,k,v}_proj.*`` ``(D, ...)`` each;
+    cross-attention's ``...kv_proj.*`` ``(2D, ...)`` -> ``...{k,v}_proj.*``."""
     out = {}
     for key, value in state.items():
         if ".qkv_proj." in key:
             for name, part in zip("qkv", value.chunk(3, dim=0)):
                 out[key.replace(".qkv_proj.", f".{name}_proj.")] = part
+        elif ".kv_proj." in key:
+            for name, part in zip("kv", value.chunk(2, dim=0)):
+                out[key.replace(".kv_proj.", f".{name}_proj.")] = part
         else:
             out[key] = value
     return out

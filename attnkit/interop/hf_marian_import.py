@@ -99,6 +99,10 @@ def marian_config(d: HFDirectory) -> TransformerConfig:
     )
 
 
+# Our fused projections and the HF projections they hold (cross-attention: keys, values).
+_FUSED = {".qkv_proj.": "qkv", ".kv_proj.": "kv"}
+
+
 def _hf_names(c: TransformerConfig) -> tuple[dict[str, str], dict[str, tuple[int, ...]]]:
     """attnkit key (q/k/v split) -> HF key (through ``HF_MARIAN_KEYS``), and its shape."""
     from attnkit.models.encoder_decoder import EncoderDecoder
@@ -107,11 +111,12 @@ def _hf_names(c: TransformerConfig) -> tuple[dict[str, str], dict[str, tuple[int
         state = EncoderDecoder(c).state_dict()
     names, shapes = {}, {}
     for key, value in state.items():
-        fused = ".qkv_proj." in key
-        for part in ("q", "k", "v") if fused else ("",):
-            ours = key.replace(".qkv_proj.", f".{part}_proj.") if part else key
+        fused = next((f for f in _FUSED if f in key), None)
+        parts = _FUSED[fused] if fused else ("",)
+        for part in parts:
+            ours = key.replace(fused, f".{part}_proj.") if fused else key
             shape = tuple(value.shape)
-            shapes[ours] = (shape[0] // 3, *shape[1:]) if fused else shape
+            shapes[ours] = (shape[0] // len(parts), *shape[1:]) if fused else shape
             for pattern, template in HF_MARIAN_KEYS:
                 m = re.fullmatch(pattern, ours)
                 if m:
@@ -157,9 +162,10 @@ def marian_state(d: HFDirectory, weights: dict[str, Tensor], c: TransformerConfi
         elif _WRITES.fullmatch(hf_name):
             value = value[inverse]
         w.put(ours, hf_name, value)
-    for key in [k for k in w.state if ".q_proj." in k]:  # q, k, v -> the fused qkv_proj
-        parts = [key.replace(".q_proj.", f".{p}_proj.") for p in "qkv"]
-        fused = key.replace(".q_proj.", ".qkv_proj.")
+    for key in [k for k in w.state if ".k_proj." in k]:  # self: q, k, v -> qkv_proj; cross: k, v
+        cross = ".cross_attn." in key
+        parts = [key.replace(".k_proj.", f".{p}_proj.") for p in ("kv" if cross else "qkv")]
+        fused = key.replace(".k_proj.", ".kv_proj." if cross else ".qkv_proj.")
         w.state[fused] = torch.cat([w.state.pop(p) for p in parts], dim=0)
         w.origin[fused] = w.origin.pop(parts[0])
         for p in parts[1:]:

@@ -32,7 +32,7 @@ TORCH_NN_TRANSFORMER_KEYS: KeyTable = [
      r"decoder.layers.\1.self_attn.in_proj_\2"),
     (rf"decoder\.layers\.{_L}\.self_attn\.out_proj\.(weight|bias)",
      r"decoder.layers.\1.self_attn.out_proj.\2"),
-    (rf"decoder\.layers\.{_L}\.cross_attn\.qkv_proj\.(weight|bias)",
+    (rf"decoder\.layers\.{_L}\.cross_attn\.qkv_proj\.(weight|bias)",  # q_proj + kv_proj
      r"decoder.layers.\1.multihead_attn.in_proj_\2"),
     (rf"decoder\.layers\.{_L}\.cross_attn\.out_proj\.(weight|bias)",
      r"decoder.layers.\1.multihead_attn.out_proj.\2"),
@@ -79,6 +79,9 @@ def to_torch_nn_transformer(model: EncoderDecoder) -> nn.Transformer:
         batch_first=True,
     )
     ours = {k: v for k, v in model.state_dict().items() if k.startswith(("encoder.", "decoder."))}
+    for key in [k for k in ours if ".cross_attn.q_proj." in k]:  # in_proj: q rows, then k, v
+        kv = key.replace(".q_proj.", ".kv_proj.")
+        ours[key.replace(".q_proj.", ".qkv_proj.")] = torch.cat([ours.pop(key), ours.pop(kv)])
     mapped = rename_keys(ours, TORCH_NN_TRANSFORMER_KEYS)
     check_keys(set(ref.state_dict()), set(mapped))
     with torch.no_grad():

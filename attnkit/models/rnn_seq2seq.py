@@ -224,6 +224,7 @@ class RNNSeq2Seq(nn.Module):
     def _run(self, x: Tensor, state: RNNSeq2SeqState) -> Tensor:
         """Advance the decoder RNN over ``x`` ``(B, t, in)``; top-layer outputs ``(B, t, H)``."""
         hidden = state.hidden if len(state.hidden) == 2 else state.hidden[0]
+        out: Tensor
         out, new = self.decoder(x, hidden)
         state.hidden = new if isinstance(new, tuple) else (new,)
         return out
