@@ -34,7 +34,7 @@ Shapes: ``B`` batch, ``h`` heads, ``Tq``/``Tk`` lengths, ``d`` head dim.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -314,7 +314,7 @@ def _chunked(
     return out
 
 
-_compiled: dict[str, Any] = {}
+_compiled: dict[str, Callable[..., Any]] = {}
 
 
 def _flex(

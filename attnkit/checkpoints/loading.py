@@ -25,10 +25,9 @@ from torch import Tensor, nn
 
 from attnkit.checkpoints.files import CONFIG_FILE, MODEL_FILE, TOKENIZER_FILE, load_checkpoint
 from attnkit.checkpoints.rundir import latest_checkpoint, resolve_checkpoint
-from attnkit.data.tokenizers import Tokenizer, tokenizer_from_json
+from attnkit.data.tokenizer_kinds import Tokenizer, tokenizer_from_json
 from attnkit.device import resolve_device
 from attnkit.errors import CheckpointError, ConfigError
-from attnkit.models.checkpoint_keys import upgrade_state_dict
 from attnkit.models.registry import KIND_NAMES, Family, ModelKind, family_of, get_family
 
 # torch.nn.init's random initialisers (each dispatches through the torch-function
@@ -90,10 +89,8 @@ def load_model_state(model: nn.Module, state: Mapping[str, Tensor], *, source: P
     """Strictly load ``state`` into ``model``; a mismatch raises ``CheckpointError``.
 
     A vocabulary or width mismatch shows up as a shape difference; a checkpoint
-    of another architecture as missing/unexpected keys. Keys of earlier attnkit
-    versions are upgraded first (``attnkit.models.checkpoint_keys``).
+    of another architecture as missing/unexpected keys.
     """
-    state = upgrade_state_dict(state)
     expected = model.state_dict()
     missing = sorted(set(expected) - set(state))
     unexpected = sorted(set(state) - set(expected))

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable
-from typing import Any, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
 
 import torch
 from torch import Tensor, nn
@@ -34,6 +34,7 @@ from attnkit.attention.cache import DecoderCache
 from attnkit.attention.masks import Mask
 from attnkit.attention.one_query import OneQueryDecode
 from attnkit.attention.static_cache import StaticBufferPool, StaticKVCache
+from attnkit.decoding.protocol import AnyStepper
 from attnkit.models.state import CacheFactory, CacheLayout, DecoderState
 
 
@@ -172,7 +173,7 @@ DecodePath = str  # "fast" | "compiled" | "reference"
 DECODE_PATHS = ("fast", "compiled", "reference")
 
 
-def stepper_for(model: Any, path: DecodePath = "fast") -> Any:
+def stepper_for(model: AnyStepper, path: DecodePath = "fast") -> AnyStepper:
     """The ``Stepper`` to decode ``model`` with on ``path``, and the attention backend for it.
 
     ``"fast"``: on a GPU the static cache (models that support it; others as
@@ -204,6 +205,6 @@ def stepper_for(model: Any, path: DecodePath = "fast") -> Any:
     return StaticCacheStepper(model, compile=path == "compiled")
 
 
-def _on_cpu(model: Any) -> bool:
-    first = next(iter(model.parameters()), None) if hasattr(model, "parameters") else None
+def _on_cpu(model: object) -> bool:
+    first = next(iter(model.parameters()), None) if isinstance(model, nn.Module) else None
     return first is None or first.device.type == "cpu"

@@ -1,8 +1,8 @@
 """Checkpoints written by earlier attnkit versions, brought to today's state-dict keys.
 
-One load-time upgrade, applied where checkpoints are loaded
-(``attnkit.checkpoints.loading.load_model_state``), so every reader of a
-checkpoint (``load_model``, a resumed run, the importers) sees today's keys:
+One load-time upgrade, applied where checkpoint files are read
+(``attnkit.checkpoints.files.load_checkpoint``), so every reader of a
+checkpoint (``load_model``, a resumed run, ``train --init``) sees today's keys:
 
 * cross-attention once had one fused ``cross_attn.qkv_proj`` ``(D + 2 h_kv d, D)``
   (queries, keys, values) and sliced it at every call; it now has ``q_proj``
