@@ -66,6 +66,22 @@ def cpu_name() -> str:
     return platform.processor() or platform.machine()
 
 
+# The matmul extensions the CPU kernels use: AMX tiles (bf16/int8), VNNI (int8 dot
+# products: fbgemm, oneDNN), AVX512-BF16 (bf16 dot products: oneDNN, int8pack_mm).
+CPU_FEATURES = ("amx_tile", "amx_bf16", "amx_int8", "avx512_vnni", "avx_vnni", "avx512_bf16")
+
+
+def cpu_features() -> str:
+    """``CPU_FEATURES`` this CPU has and lacks, from ``/proc/cpuinfo``'s flags."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return "flags unknown"
+    line = next((ln for ln in text.splitlines() if ln.startswith("flags")), "")
+    flags = set(line.split(":", 1)[-1].split())
+    return ", ".join(f"{f} {'yes' if f in flags else 'no'}" for f in CPU_FEATURES)
+
+
 def load_average() -> str:
     try:
         return " ".join(f"{x:.2f}" for x in os.getloadavg()) + " (1, 5, 15 min)"
@@ -84,6 +100,7 @@ def environment(device: torch.device) -> dict[str, str]:
         commit += " + uncommitted changes in attnkit/ or bench/"
     env = {
         "device": name,
+        "cpu features": cpu_features(),
         "torch": torch.__version__,
         "python": platform.python_version(),
         "commit": commit,

@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from common import cpu_name, environment, format_table, load_average
+from common import cpu_features, cpu_name, environment, format_table, load_average
 from torch import Tensor
 
 PROMPT = "<|im_start|>user\nWrite a short story about a robot who learns to paint.<|im_end|>\n"
@@ -191,6 +191,7 @@ def main() -> None:
         return
     print(f"# cpu_generate: {cpu_name()}, {args.threads} threads, prompt {len(ids)} tokens, "
           f"{args.new_tokens} new, load before {load_average()}")  # fmt: skip
+    print(f"# cpu features: {cpu_features()}")
 
     loads: dict[str, float] = {}
     runs: dict[str, Run] = {}

@@ -25,7 +25,7 @@ Shapes: ``L`` layers, ``B`` batch rows (sentences x beams), ``h`` heads
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Protocol, Self, runtime_checkable
+from typing import Protocol, Self, runtime_checkable
 
 import torch
 from torch import Tensor
@@ -83,6 +83,23 @@ class DecoderCache(Protocol):
         ...
 
 
+class LayeredCache(Protocol):
+    """A cache that keeps every layer (``KVCache``, ``StaticKVCache``,
+    ``RecurrentStateCache``): what its ``LayerView`` reads."""
+
+    cross_k: Tensor | None  # (L, B, h, S, d) or None
+    cross_v: Tensor | None
+
+    @property
+    def device(self) -> torch.device: ...
+
+    def position_offset(self) -> int | Tensor: ...
+
+    def update_layer(self, layer: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        """Store layer ``layer``'s new keys/values; return every visible key/value."""
+        ...
+
+
 def cross_rows(indices: Tensor, cross: bool | Tensor) -> Tensor | None:
     """The rows a ``reorder`` keeps of the cross-attention keys/values; ``None``: all, as is."""
     if isinstance(cross, Tensor):
@@ -97,13 +114,11 @@ class LayerView:
     view is what the layer sees, so no layer index travels through the model.
     """
 
-    def __init__(self, cache: Any, index: int) -> None:
-        # Any cache that keeps every layer: _update(i, k, v), cross_k/cross_v,
-        # position_offset() and device (KVCache, StaticKVCache, RecurrentStateCache).
+    def __init__(self, cache: LayeredCache, index: int) -> None:
         self._cache, self._index = cache, index
 
     def update(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
-        return self._cache._update(self._index, k, v)
+        return self._cache.update_layer(self._index, k, v)
 
     @property
     def cross(self) -> tuple[Tensor, Tensor] | None:
@@ -172,7 +187,7 @@ class KVCache:
     def self_mask(self, t: int) -> None:
         return None  # keys are exactly positions 0 .. length + t - 1
 
-    def _update(self, layer: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+    def update_layer(self, layer: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
         end = self.length + k.size(2)
         if end > self.capacity:
             self._grow(end)

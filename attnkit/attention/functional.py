@@ -2,9 +2,11 @@
 
 ``attend`` takes PyTorch's fused ``F.scaled_dot_product_attention`` whenever
 nobody asked for the weights, and an explicit reference path that returns
-them otherwise. Both give the same values and gradients (tested). One query
-per row on the CPU without gradients (a decode step) takes two batched GEMVs
-instead (``attnkit.attention.one_query``: the fused kernel is slow there).
+them otherwise. Both give the same values and gradients (tested). It is the
+reference attention backend (``attnkit.attention.backends``); faster ways to
+compute the same function for a given strategy (a CPU decode step:
+``attnkit.attention.one_query``) are other backends, handed to the attention
+modules where that strategy is chosen, never picked here.
 
 Relative positions (Shaw et al., 2018; ``attnkit.positions.relative``) take a
 third, explicit path, using the paper's efficient split (§3.3) so no
@@ -40,7 +42,6 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from attnkit.attention.gqa import repeat_kv
-from attnkit.attention.one_query import one_query_attention, use_one_query_path
 from attnkit.attention.scores import DotScore, ScaledDotScore, dot_score, scaled_dot_score
 from attnkit.positions.relative import RelativePositionTerms
 
@@ -57,6 +58,23 @@ def _guard_empty_rows(mask: Tensor) -> tuple[Tensor, Tensor]:
     """
     has_key = mask.any(dim=-1, keepdim=True)
     return mask | ~has_key, has_key
+
+
+def resolve_score(
+    score: ScoreFn | None, scale: float | None
+) -> tuple[ScoreFn | None, float | None]:
+    """``(the score to compute explicitly, or None for a dot product; the scale)``.
+
+    Scaled dot (the default) and plain dot (scale 1) run as scaled dot
+    products; any other score must be computed, and takes no scale.
+    """
+    if score is None or score is scaled_dot_score or isinstance(score, ScaledDotScore):
+        return None, scale
+    if score is dot_score or isinstance(score, DotScore):
+        return None, 1.0 if scale is None else scale
+    if scale is not None:
+        raise ValueError("scale: only the dot-product scores take a scale")
+    return score, None
 
 
 def attend(
@@ -103,20 +121,11 @@ def attend(
     """
     tq, tk = q.size(-2), k.size(-2)
     groups = q.size(-3) // k.size(-3) if q.dim() >= 3 and k.dim() >= 3 else 1
-    custom = score
-    if score is None or score is scaled_dot_score or isinstance(score, ScaledDotScore):
-        custom = None
-    elif score is dot_score or isinstance(score, DotScore):
-        custom, scale = None, 1.0 if scale is None else scale
-    elif scale is not None:
-        raise ValueError("scale: only the dot-product scores take a scale")
+    custom, scale = resolve_score(score, scale)
     if custom is not None and (position is not None or bias is not None):
         raise ValueError("position: relative and bias terms need a dot-product score")
     if is_causal and tq == 1:
         is_causal = False  # one query at the newest position sees every key
-    plain = custom is None and position is None and bias is None and not need_weights
-    if plain and tq == 1 and dropout_p == 0.0 and use_one_query_path(q, k):
-        return one_query_attention(q, k, v, mask, scale), None  # a CPU decode step
     explicit = need_weights or position is not None or custom is not None
     if groups > 1 and explicit:  # the explicit paths want one key/value head per query head
         k, v = repeat_kv(k, groups), repeat_kv(v, groups)

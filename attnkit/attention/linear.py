@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Protocol
 
 import torch
 import torch.nn.functional as F
@@ -276,6 +276,16 @@ def linear_attention_weights(
     return scores / (scores.sum(-1, keepdim=True) + eps)
 
 
+class StateView(Protocol):
+    """One layer's decoding state, read and replaced (``RecurrentLayerView``)."""
+
+    @property
+    def state(self) -> LinearAttentionState | None: ...
+
+    @state.setter
+    def state(self, value: LinearAttentionState) -> None: ...
+
+
 class LinearSelfAttention(nn.Module):
     """Multi-head self-attention with linear attention inside; a drop-in for
     ``MultiHeadAttention`` in self-attention (same ``qkv_proj``/``out_proj`` layout).
@@ -313,7 +323,8 @@ class LinearSelfAttention(nn.Module):
 
     def _merge(self, out: Tensor) -> Tensor:
         b, _, t, _ = out.shape
-        return self.out_proj(out.transpose(1, 2).reshape(b, t, self.d_model))
+        merged: Tensor = self.out_proj(out.transpose(1, 2).reshape(b, t, self.d_model))
+        return merged
 
     def forward(
         self,
@@ -322,7 +333,7 @@ class LinearSelfAttention(nn.Module):
         mask: Tensor | None = None,
         is_causal: bool = False,
         need_weights: bool = False,
-        cache: Any = None,
+        cache: StateView | None = None,
     ) -> tuple[Tensor, Tensor | None]:
         """``x`` ``(B, T, D)`` -> ``((B, T, D), weights (B, h, T, T) or None)``.
 

@@ -34,7 +34,8 @@ Shapes: ``B`` batch, ``h`` heads, ``Tq``/``Tk`` lengths, ``d`` head dim.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -56,8 +57,20 @@ def window_extent(window: int, causal: bool) -> tuple[int, int]:
     return (window - 1, 0) if causal else (window // 2, window // 2)
 
 
-def _positions(num_queries: int, num_keys: int | None, device: torch.device | None):
+def _positions(
+    num_queries: int,
+    num_keys: int | None,
+    device: torch.device | None,
+    q_positions: Tensor | None = None,
+) -> tuple[Tensor, Tensor]:
+    """Query positions ``(Tq, 1)`` (given, else the last ``Tq`` keys) and keys ``(1, Tk)``."""
     num_keys = num_queries if num_keys is None else num_keys
+    if q_positions is not None:
+        if q_positions.shape != (num_queries,):
+            raise ValueError(
+                f"q_positions: expected ({num_queries},), got {tuple(q_positions.shape)}"
+            )
+        return q_positions[:, None], torch.arange(num_keys, device=q_positions.device)[None, :]
     if num_keys < num_queries:
         raise ValueError(f"num_keys: {num_keys} is fewer than the {num_queries} queries")
     qpos = torch.arange(num_keys - num_queries, num_keys, device=device)
@@ -75,7 +88,11 @@ def band_mask(
     """``(Tq, Tk)``: True where ``p - left <= j <= p + right`` (``p`` the query's position)."""
     if left < 0 or right < 0:
         raise ValueError(f"left/right: must be >= 0, got left={left}, right={right}")
-    qpos, kpos = _positions(num_queries, num_keys, device)
+    return _band(*_positions(num_queries, num_keys, device), left, right)
+
+
+def _band(qpos: Tensor, kpos: Tensor, left: int, right: int) -> Tensor:
+    """The one band test: key ``j`` within ``[p - left, p + right]`` of query position ``p``."""
     rel = kpos - qpos
     return (rel >= -left) & (rel <= right)
 
@@ -103,7 +120,7 @@ def global_positions(
         if not 0 <= global_tokens <= num_keys:
             raise ValueError(f"global_tokens: {global_tokens} is not in 0..{num_keys}")
         return torch.arange(global_tokens, device=device)
-    pos = torch.as_tensor(global_tokens, dtype=torch.long, device=device).flatten().unique()
+    pos: Tensor = torch.unique(torch.as_tensor(global_tokens, dtype=torch.long, device=device))
     if pos.numel() and (int(pos.min()) < 0 or int(pos.max()) >= num_keys):
         raise ValueError(f"global_tokens: positions must be in 0..{num_keys - 1}, got {pos}")
     return pos
@@ -116,14 +133,20 @@ def block_sparse_mask(
     window: int,
     global_tokens: GlobalTokens = None,
     causal: bool = False,
+    q_positions: Tensor | None = None,
     device: torch.device | None = None,
 ) -> Tensor:
-    """``(Tq, Tk)``: sliding window, plus global rows and columns, then causality."""
+    """``(Tq, Tk)``: sliding window, plus global rows and columns, then causality.
+
+    ``q_positions`` ``(Tq,)`` (long) places the queries anywhere among the keys
+    (a static cache's step, whose keys are its whole capacity); by default they
+    are the last ``Tq`` keys.
+    """
     num_keys = num_queries if num_keys is None else num_keys
-    mask = sliding_window_mask(num_queries, num_keys, window=window, causal=causal, device=device)
-    g = global_positions(global_tokens, num_keys, device)
+    qpos, kpos = _positions(num_queries, num_keys, device, q_positions)
+    mask = _band(qpos, kpos, *window_extent(window, causal))
+    g = global_positions(global_tokens, num_keys, kpos.device)
     if g.numel():
-        qpos, kpos = _positions(num_queries, num_keys, device)
         is_global_key = torch.isin(kpos, g)  # (1, Tk): every query sees these keys
         is_global_query = torch.isin(qpos, g)  # (Tq, 1): these queries see every key
         mask = mask | is_global_key | is_global_query
@@ -156,6 +179,7 @@ def local_attention(
     causal: bool = False,
     global_tokens: GlobalTokens = None,
     key_padding_mask: Tensor | None = None,
+    mask: Tensor | None = None,
     dropout_p: float = 0.0,
     scale: float | None = None,
     need_weights: bool = False,
@@ -170,6 +194,8 @@ def local_attention(
         causal: queries see no later key (aligned to the last ``Tq`` keys).
         global_tokens: ``n`` or key positions that attend/are attended globally.
         key_padding_mask: bool ``(B, Tk)`` or ``(B, 1, 1, Tk)``, True = real key.
+        mask: any other bool mask broadcastable to ``(B, h, Tq, Tk)`` (True = may
+            attend), combined with the pattern; it forces ``"dense"``.
         need_weights: return the dense weights ``(B, h, Tq, Tk)`` (forces ``"dense"``).
         impl: ``"auto"``, ``"dense"``, ``"chunked"`` or ``"flex"`` (module docstring).
         block_size: query block ``c`` of the chunked path (64 and 128 timed
@@ -192,17 +218,21 @@ def local_attention(
         # unfold copies; below ~4x that many keys a dense masked SDPA is cheaper
         # (bench/NOTES.md). Weights need the dense matrix anyway.
         sparse = tk > 4 * (block_size + left + right)
-        impl = "chunked" if (sparse and not need_weights) else "dense"
+        impl = "chunked" if (sparse and not need_weights and mask is None) else "dense"
     if need_weights and impl != "dense":
         raise ValueError(f"need_weights: only impl='dense' returns weights, not {impl!r}")
+    if mask is not None and impl != "dense":
+        raise ValueError(f"mask: only impl='dense' takes a general mask, not {impl!r}")
     if impl == "dense":
-        mask = block_sparse_mask(
+        dense = block_sparse_mask(
             tq, tk, window=window, global_tokens=global_tokens, causal=causal, device=q.device
         )
         if real is not None:
-            mask = mask & real[:, None, None, :]
+            dense = dense & real[:, None, None, :]
+        if mask is not None:
+            dense = dense & mask
         return attend(
-            q, k, v, mask=mask, dropout_p=dropout_p, need_weights=need_weights, scale=scale
+            q, k, v, mask=dense, dropout_p=dropout_p, need_weights=need_weights, scale=scale
         )
     g = global_positions(global_tokens, tk, q.device)
     if impl == "flex":
@@ -284,7 +314,7 @@ def _chunked(
     return out
 
 
-_compiled: dict[str, Any] = {}
+_compiled: dict[str, Callable[..., Any]] = {}
 
 
 def _flex(
@@ -312,7 +342,7 @@ def _flex(
     is_global = torch.zeros(tk, dtype=torch.bool, device=q.device)
     is_global[g] = True
 
-    def mask_mod(b, h, qi, kj):
+    def mask_mod(b: Tensor, h: Tensor, qi: Tensor, kj: Tensor) -> Tensor:
         rel = kj - (qi + off)
         ok = ((rel >= -left) & (rel <= right)) | is_global[kj] | is_global[qi + off]
         if causal:
@@ -323,4 +353,59 @@ def _flex(
 
     bsz = None if real is None else q.size(0)
     block = _compiled["block_mask"](mask_mod, bsz, None, tq, tk, device=q.device)
-    return _compiled["flex"](q, k, v, block_mask=block, scale=scale)
+    out: Tensor = _compiled["flex"](q, k, v, block_mask=block, scale=scale)
+    return out
+
+
+@dataclass(frozen=True)
+class LocalWindow:
+    """A self-attention layer's reach: ``window`` keys around each query plus
+    ``global_tokens`` global positions (the first ``n``); what a local layer is built with.
+
+    ``mask`` gives the band at any query positions (a cached step); ``attend``
+    runs a whole sequence through ``local_attention``, which never builds the
+    ``(T, T)`` mask when the sequence is long and nothing else shapes the
+    scores.
+    """
+
+    window: int
+    global_tokens: int = 0
+    causal: bool = False
+
+    def __post_init__(self) -> None:
+        window_extent(self.window, self.causal)  # validates the window
+        if self.global_tokens < 0:
+            raise ValueError(f"global_tokens: must be >= 0, got {self.global_tokens}")
+
+    def _globals(self, num_keys: int) -> int | None:
+        # The first n positions, of those that exist so far (a short sequence, a first step).
+        return min(self.global_tokens, num_keys) or None
+
+    def mask(self, q_positions: Tensor, num_keys: int) -> Tensor:
+        """``(Tq, Tk)`` bool for queries at ``q_positions`` ``(Tq,)`` over keys ``0 .. Tk - 1``."""
+        return block_sparse_mask(
+            q_positions.numel(), num_keys, window=self.window, causal=self.causal,
+            global_tokens=self._globals(num_keys), q_positions=q_positions,
+        )  # fmt: skip
+
+    def attend(
+        self,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        *,
+        mask: Tensor | None,
+        is_causal: bool,
+        dropout_p: float,
+        need_weights: bool,
+    ) -> tuple[Tensor, Tensor | None]:
+        """Local attention over a whole sequence: ``q`` ``(B, h, T, d)``, ``k``/``v`` the
+        same ``T`` positions. ``mask``: a key padding mask ``(B, 1, 1, T)`` (the chunked
+        path takes it), or any other bool mask (dense)."""
+        padding = mask is not None and mask.dim() == 4 and mask.size(-2) == 1
+        return local_attention(
+            q, k, v, window=self.window, causal=self.causal or is_causal,
+            global_tokens=self._globals(k.size(-2)), dropout_p=dropout_p,
+            key_padding_mask=mask if padding else None, mask=None if padding else mask,
+            need_weights=need_weights,
+        )  # fmt: skip

@@ -1,4 +1,4 @@
-"""Attention for one query per row on the CPU: a decode step's shape, as two batched GEMVs.
+"""The CPU decode backend: one query per row as two batched GEMVs (``OneQueryDecode``).
 
 A decode step asks ``(B, h, 1, d)`` queries against ``(B, h_kv, T, d)`` keys.
 PyTorch's fused CPU kernel is built for long query blocks; at one query it
@@ -9,87 +9,43 @@ same computation is ``bmm -> softmax -> bmm`` on ``(B * h_kv, g, T)``, with
 reads each cached key once instead of repeating it per query head.
 
 The result equals ``F.scaled_dot_product_attention`` to float rounding
-(tested); ``attend`` takes this path only for inference on the CPU.
+(tested). ``OneQueryDecode`` takes this path for the calls it fits (one query,
+no weights asked for, no dropout, no position terms or other score) and
+hands every other call to ``attend``; ``attnkit.decoding.stepper_for``
+installs it for the CPU decode paths (``attnkit.attention.backends``).
 
-A decoder passes the same mask tensors at every step (the source padding
-mask, a cache's validity mask updated in place), so their additive form and
-whether every row sees a key are remembered per tensor object and version
-(``_additive``): at one query the mask work would otherwise cost as much as
-the attention itself.
+The mask is added to the scores, so it is needed in additive form. A source
+mask arrives prepared (``PreparedMask``: made once per decoding call by the
+decoding state that owns it); any other mask (a static cache's validity mask,
+a local window) is converted at the call.
+
+Shapes: ``B`` batch, ``h`` query heads, ``h_kv`` key/value heads, ``g = h / h_kv``,
+``T`` keys, ``d`` head dim.
 """
 
 from __future__ import annotations
 
 import math
-import threading
-import weakref
-from collections import OrderedDict
 
 import torch
 from torch import Tensor
 
-_MASKS: OrderedDict[int, tuple[weakref.ref[Tensor], int, torch.dtype, Tensor, Tensor | None]]
-_MASKS = OrderedDict()
-_MASKS_LOCK = threading.Lock()
-_MASKS_KEPT = 8  # a decoder's self and cross masks, a few decodes at once
-
-
-def _fresh(mask: Tensor, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
-    """``mask`` as an additive float tensor, and which rows see a key at all."""
-    # The most negative finite value, not -inf: a row with no key stays finite
-    # (uniform weights, then zeroed) instead of NaN; exp() of it is 0. where() builds
-    # it in the default float32, which a float64 floor would not fit.
-    floor = max(torch.finfo(dtype).min, torch.finfo(torch.float32).min) / 2
-    return torch.where(mask, 0.0, floor).to(dtype), mask.any(dim=-1, keepdim=True)
-
-
-def _additive(mask: Tensor, dtype: torch.dtype) -> tuple[Tensor, Tensor | None]:
-    """``_fresh(mask)``, with ``has_key`` ``None`` when every row sees a key (the usual
-    case: then nothing is zeroed). Remembered per tensor object and version, so an
-    in-place update (a cache's mask) is seen. Tensors made under ``inference_mode``
-    keep no version counter: theirs are computed afresh at every call."""
-    if mask.is_inference():
-        return _fresh(mask, dtype)
-    key = id(mask)
-    with _MASKS_LOCK:
-        hit = _MASKS.get(key)
-    if hit is not None and hit[0]() is mask and hit[1] == mask._version and hit[2] == dtype:
-        return hit[3], hit[4]
-    additive, has_key = _fresh(mask, dtype)
-    kept = None if bool(has_key.all()) else has_key
-    with _MASKS_LOCK:
-        _MASKS[key] = (weakref.ref(mask), mask._version, dtype, additive, kept)
-        while len(_MASKS) > _MASKS_KEPT:
-            _MASKS.popitem(last=False)
-    return additive, kept
-
-
-def use_one_query_path(q: Tensor, k: Tensor) -> bool:
-    """Whether ``attend`` should take ``one_query_attention`` for these tensors.
-
-    Not under ``torch.compile``: the mask cache is Python state a graph cannot
-    hold, and inductor fuses the SDPA path itself (a compiled step is unchanged).
-    """
-    return (
-        not torch.compiler.is_compiling()
-        and q.dim() == 4
-        and q.size(-2) == 1
-        and q.device.type == "cpu"
-        and not (q.requires_grad or k.requires_grad)
-        and q.size(1) % k.size(1) == 0
-    )
+from attnkit.attention.functional import ScoreFn, attend, resolve_score
+from attnkit.attention.masks import Mask, PreparedMask, additive_mask, bool_mask
+from attnkit.positions.relative import RelativePositionTerms
 
 
 def one_query_attention(
-    q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, scale: float | None
+    q: Tensor, k: Tensor, v: Tensor, mask: Mask | None, scale: float | None
 ) -> Tensor:
     """``softmax(q k^T * scale + mask) v`` for ``q`` ``(B, h, 1, d)``.
 
     Args:
         k, v: ``(B, h_kv, T, d)`` with ``h_kv`` dividing ``h`` (query head ``i``
             reads key/value head ``i // (h / h_kv)``, as ``repeat_kv`` lays them out).
-        mask: bool, broadcastable to ``(B, h, 1, T)``, True = may attend. A row
-            that may attend to no key gives zeros (as ``attend`` promises).
+        mask: bool, broadcastable to ``(B, h, 1, T)``, True = may attend, or a
+            ``PreparedMask``. A row that may attend to no key gives zeros (as
+            ``attend`` promises).
 
     Returns:
         ``(B, h, 1, dv)``.
@@ -103,13 +59,63 @@ def one_query_attention(
     scores = scores.view(b, h, 1, t)
     # half-precision scores are normalised in fp32, as the fused kernels do
     acc = torch.float32 if scores.dtype in (torch.float16, torch.bfloat16) else scores.dtype
+    has_key: Tensor | None = None
     if mask is None:
         weights = torch.softmax(scores.mul_(scale), dim=-1, dtype=acc).to(q.dtype)
-        has_key = None
     else:
-        additive, has_key = _additive(mask, scores.dtype)
+        if isinstance(mask, PreparedMask) and mask.additive.dtype == scores.dtype:
+            additive, has_key = mask.additive, mask.has_key
+        else:
+            allowed = mask.allowed if isinstance(mask, PreparedMask) else mask
+            additive, has_key = additive_mask(allowed, scores.dtype)
         logits = torch.add(additive, scores, alpha=scale)  # the mask and the scale in one op
         weights = torch.softmax(logits, dim=-1, dtype=acc).to(q.dtype)
     out = torch.bmm(weights.view(b * h_kv, g, t), v.reshape(b * h_kv, t, v.size(-1)))
     out = out.view(b, h, 1, v.size(-1))
     return out if has_key is None else out * has_key
+
+
+class OneQueryDecode:
+    """An ``AttentionBackend``: ``one_query_attention`` where it fits, ``attend`` elsewhere.
+
+    It fits a call with one query per row (``q`` ``(B, h, 1, d)``, ``h_kv``
+    dividing ``h``), nothing but a mask shaping the scores (no position terms,
+    bias or other score), no weights asked for and no dropout: a decode
+    step. Whatever else reaches it (a prompt, a training step, weights for
+    a plot) is computed by ``attend`` exactly as ``REFERENCE`` would.
+    """
+
+    def __call__(
+        self,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        *,
+        mask: Mask | None = None,
+        is_causal: bool = False,
+        dropout_p: float = 0.0,
+        need_weights: bool = False,
+        scale: float | None = None,
+        position: RelativePositionTerms | None = None,
+        score: ScoreFn | None = None,
+        bias: Tensor | None = None,
+    ) -> tuple[Tensor, Tensor | None]:
+        custom, dot_scale = resolve_score(score, scale)  # plain dot: scaled by 1
+        if (
+            custom is None
+            and position is None
+            and bias is None
+            and not need_weights
+            and dropout_p == 0.0
+            and q.dim() == 4
+            and q.size(-2) == 1  # one query sees every key: causality is moot
+            and q.size(1) % k.size(1) == 0
+        ):
+            return one_query_attention(q, k, v, mask, dot_scale), None
+        return attend(
+            q, k, v, mask=bool_mask(mask), is_causal=is_causal, dropout_p=dropout_p,
+            need_weights=need_weights, scale=scale, position=position, score=score, bias=bias,
+        )  # fmt: skip
+
+    def __repr__(self) -> str:
+        return "OneQueryDecode()"

@@ -26,16 +26,17 @@ class RecurrentLayerView(LayerView):
     """One layer's view: its ``state`` (read and replaced by ``LinearSelfAttention``);
     cross-attention keys/values and query positions as ``LayerView`` has them."""
 
+    def __init__(self, cache: RecurrentStateCache, index: int) -> None:
+        super().__init__(cache, index)
+        self._recurrent = cache  # typed: LayerView only knows a LayeredCache
+
     @property
     def state(self) -> LinearAttentionState | None:
-        return self._cache.states[self._index]
+        return self._recurrent.states[self._index]
 
     @state.setter
     def state(self, value: LinearAttentionState) -> None:
-        self._cache.states[self._index] = value
-
-    def update(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
-        raise TypeError("update: a linear-attention layer keeps a state, not keys and values")
+        self._recurrent.states[self._index] = value
 
 
 class RecurrentStateCache:
@@ -47,6 +48,9 @@ class RecurrentStateCache:
         self.cross_v: Tensor | None = None
         self.length = 0
         self.device = torch.device("cpu") if device is None else torch.device(device)
+
+    def update_layer(self, layer: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        raise TypeError("update: a linear-attention layer keeps a state, not keys and values")
 
     def set_cross(self, k: Tensor, v: Tensor) -> None:
         """Store cross-attention keys/values ``(L, B, h, S, d)`` computed once."""

@@ -117,12 +117,14 @@ class AdditiveScore(Score):
 
     def project_keys(self, k: Tensor) -> Tensor:
         """``W_k k`` ``(..., Tk, A)``."""
-        return self.key_proj(k)
+        projected: Tensor = self.key_proj(k)
+        return projected
 
     def forward(self, q: Tensor, k: Tensor, *, projected: bool = False) -> Tensor:
         pk = k if projected else self.project_keys(k)
         hidden = torch.tanh(self.query_proj(q).unsqueeze(-2) + pk.unsqueeze(-3))
-        return self.v(hidden).squeeze(-1)
+        scores: Tensor = self.v(hidden)
+        return scores.squeeze(-1)
 
 
 class LocationScore(Score):
@@ -147,7 +149,8 @@ class LocationScore(Score):
                 f"max_src_len: the source has {tk} positions, the location score only "
                 f"{self.max_src_len}; raise max_src_len or shorten the source"
             )
-        return self.proj(q)[..., :tk]
+        scores: Tensor = self.proj(q)
+        return scores[..., :tk]
 
 
 def build_score(

@@ -21,12 +21,15 @@ from __future__ import annotations
 import weakref
 from collections import OrderedDict
 from collections.abc import Sequence
-from typing import Any, Self
+from typing import Self
 
 import torch
 from torch import Tensor
 
 from attnkit.attention.cache import LayerCache, LayerView, cross_rows
+
+PoolKey = tuple[str, tuple[int, ...], torch.dtype, torch.device, bool]
+"""A pooled buffer's name, shape, dtype, device and whether it was made in inference mode."""
 
 
 class StaticBufferPool:
@@ -40,7 +43,7 @@ class StaticBufferPool:
     def __init__(self, max_entries: int = 16, *, mark_static: bool = True) -> None:
         self.max_entries = max_entries
         self.mark_static = mark_static
-        self._entries: OrderedDict[tuple, tuple[Tensor, Any]] = OrderedDict()
+        self._entries: OrderedDict[PoolKey, tuple[Tensor, weakref.ref[object]]] = OrderedDict()
 
     def take(
         self,
@@ -171,7 +174,7 @@ class StaticKVCache:
         keys = torch.arange(self.capacity, device=self.pos.device)
         return (keys[None, :] <= self.positions(t)[:, None])[None, None]
 
-    def _update(self, layer: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+    def update_layer(self, layer: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
         """Write ``(B, h, t, d)`` at ``pos`` in place; return the layer's whole buffers
         (positions past ``pos + t`` hold stale values that ``self_mask`` hides)."""
         index = self.positions(k.size(2))

@@ -8,13 +8,13 @@ view of the decoder's cache.
 
 from __future__ import annotations
 
-from typing import Any
-
 from torch import Tensor, nn
 
 from attnkit.attention.cache import LayerCache
-from attnkit.attention.multihead import MultiHeadAttention
+from attnkit.attention.cross import CrossAttention
+from attnkit.attention.masks import Mask
 from attnkit.blocks.encoder_layer import EncoderLayer
+from attnkit.blocks.moe import MoEAux
 from attnkit.blocks.residual import Residual
 
 
@@ -24,7 +24,7 @@ class DecoderLayer(nn.Module):
     def __init__(
         self,
         self_attn: nn.Module,
-        cross_attn: MultiHeadAttention,
+        cross_attn: CrossAttention,
         ffn: nn.Module,
         self_attn_residual: Residual,
         cross_attn_residual: Residual,
@@ -45,10 +45,10 @@ class DecoderLayer(nn.Module):
         *,
         self_mask: Tensor | None = None,
         is_causal: bool = True,
-        memory_mask: Tensor | None = None,
+        memory_mask: Mask | None = None,
         need_weights: bool = False,
         cache: LayerCache | None = None,
-    ) -> tuple[Tensor, Tensor | None, Tensor | None, Any]:
+    ) -> tuple[Tensor, Tensor | None, Tensor | None, MoEAux | None]:
         """Decode ``x`` ``(B, T, D)`` against ``memory`` ``(B, S, D)`` (or its cached ``(k, v)``).
 
         Returns ``(x, self-attention weights (B, h, T, T'), cross weights (B, h, T, S),
@@ -81,7 +81,7 @@ class CausalLayer(EncoderLayer):
         self_mask: Tensor | None = None,
         need_weights: bool = False,
         cache: LayerCache | None = None,
-    ) -> tuple[Tensor, Tensor | None, Any]:
+    ) -> tuple[Tensor, Tensor | None, MoEAux | None]:
         """``x`` ``(B, T, D)`` -> ``(B, T, D)``; weights ``(B, h, T, T')`` on request, and
         the FFN's report (``MoEAux``) or ``None``.
 

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from torch import Tensor, nn
 
+from attnkit.blocks.moe import MoEAux
 from attnkit.blocks.residual import Residual
 
 
@@ -27,7 +26,7 @@ class EncoderLayer(nn.Module):
 
     def forward(
         self, x: Tensor, *, mask: Tensor | None = None, need_weights: bool = False
-    ) -> tuple[Tensor, Tensor | None, Any]:
+    ) -> tuple[Tensor, Tensor | None, MoEAux | None]:
         """``x`` ``(B, S, D)``, ``mask`` ``(B, 1, 1, S)`` -> ``(B, S, D)``.
 
         Returns ``(x, weights, aux)``: the weights ``(B, h, S, S)`` only when

@@ -13,13 +13,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from torch import Tensor, nn
 
 from attnkit.attention.cache import DecoderCache
+from attnkit.attention.masks import Mask
 from attnkit.blocks.decoder_layer import DecoderLayer
 from attnkit.blocks.encoder_layer import EncoderLayer
+from attnkit.blocks.moe import MoEAux
 
 
 @dataclass
@@ -36,7 +37,7 @@ class StackOutput:
     hidden: Tensor
     attentions: list[Tensor] | None = None
     cross_attentions: list[Tensor] | None = None
-    aux: list[Any] = field(default_factory=list)
+    aux: list[MoEAux] = field(default_factory=list)
 
 
 class Encoder(nn.Module):
@@ -76,7 +77,7 @@ class Decoder(nn.Module):
         *,
         self_mask: Tensor | None = None,
         is_causal: bool = True,
-        memory_mask: Tensor | None = None,
+        memory_mask: Mask | None = None,
         need_weights: bool = False,
         cache: DecoderCache | None = None,
     ) -> StackOutput:
@@ -139,5 +140,5 @@ def run_causal_layers(
     return StackOutput(x, weights if need_weights else None, None, _present(auxes))
 
 
-def _present(auxes: list[Any]) -> list[Any]:
+def _present(auxes: list[MoEAux | None]) -> list[MoEAux]:
     return [a for a in auxes if a is not None]

@@ -40,6 +40,7 @@ from torch import Tensor
 from attnkit.checkpoints import safe_files
 from attnkit.checkpoints.safe_files import load_tensors, save_tensors
 from attnkit.errors import CheckpointError
+from attnkit.models.checkpoint_keys import upgrade_state_dict
 from attnkit.outputs import describe_os_error, fsync_dir, make_temporary_dir, swap_directory
 
 MODEL_FILE = "model.safetensors"
@@ -178,7 +179,8 @@ def load_checkpoint(directory: str | Path, *, load_optimizer: bool = True) -> Ch
     config = _read_json(directory / CONFIG_FILE)
     if not isinstance(config, dict):
         raise CheckpointError(f"{directory / CONFIG_FILE}: expected a JSON object")
-    model_state = load_tensors(directory / MODEL_FILE)
+    # Keys of earlier attnkit versions become today's, for every reader of the checkpoint.
+    model_state = dict(upgrade_state_dict(load_tensors(directory / MODEL_FILE)))
     tokenizer_path = directory / TOKENIZER_FILE
     tokenizer_json = None
     if tokenizer_path.exists():

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 import torch
 from torch import Tensor
@@ -30,7 +30,9 @@ from attnkit.decoding.sampling import filter_logits
 from attnkit.errors import UsageError
 
 
-def _check(prompt_ids: Tensor, max_new_tokens: int, temperature: float, top_k: int, top_p: float):
+def _check(
+    prompt_ids: Tensor, max_new_tokens: int, temperature: float, top_k: int, top_p: float
+) -> None:
     if not isinstance(prompt_ids, Tensor) or prompt_ids.dim() != 2 or prompt_ids.size(1) < 1:
         shape = tuple(prompt_ids.shape) if isinstance(prompt_ids, Tensor) else prompt_ids
         raise UsageError(f"prompt_ids must be a (batch, length >= 1) tensor, got {shape}")
@@ -53,6 +55,17 @@ def pick_token(
         return logits.argmax(dim=-1)
     probs = filter_logits(logits, temperature=temperature, top_k=top_k, top_p=top_p).softmax(-1)
     return torch.multinomial(probs, 1, generator=generator).squeeze(1)
+
+
+class StreamOptions(TypedDict, total=False):
+    """``stream``'s keyword options, as ``generate`` passes them on."""
+
+    temperature: float
+    top_k: int
+    top_p: float
+    generator: torch.Generator | None
+    eos_id: int | None
+    stepper: AnyStepper | None
 
 
 @torch.no_grad()
@@ -121,7 +134,7 @@ def generate(
     max_new_tokens: int,
     *,
     on_token: Callable[[Tensor], None] | None = None,
-    **options: Any,
+    **options: Unpack[StreamOptions],
 ) -> Tensor:
     """The prompt followed by its continuation, ``(B, T + N)``.
 

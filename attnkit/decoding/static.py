@@ -24,13 +24,17 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable
-from typing import Any, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
+from attnkit.attention.backends import REFERENCE, use_backend
 from attnkit.attention.cache import DecoderCache
+from attnkit.attention.masks import Mask
+from attnkit.attention.one_query import OneQueryDecode
 from attnkit.attention.static_cache import StaticBufferPool, StaticKVCache
+from attnkit.decoding.protocol import AnyStepper
 from attnkit.models.state import CacheFactory, CacheLayout, DecoderState
 
 
@@ -50,13 +54,13 @@ class SupportsStaticCache(Protocol):
 
     def step(self, tokens: Tensor, state: DecoderState) -> tuple[Tensor, DecoderState]: ...
 
-    def decode(self, tokens: Tensor, cache: DecoderCache, memory_mask: Tensor | None) -> Tensor: ...
+    def decode(self, tokens: Tensor, cache: DecoderCache, memory_mask: Mask | None) -> Tensor: ...
 
 
 def _static_logits(
     model: SupportsStaticCache,
     tokens: Tensor,
-    memory_mask: Tensor | None,
+    memory_mask: Mask | None,
     self_k: list[Tensor],
     self_v: list[Tensor],
     cross_k: Tensor | None,
@@ -169,8 +173,8 @@ DecodePath = str  # "fast" | "compiled" | "reference"
 DECODE_PATHS = ("fast", "compiled", "reference")
 
 
-def stepper_for(model: Any, path: DecodePath = "fast") -> Any:
-    """The ``Stepper`` to decode ``model`` with on ``path``.
+def stepper_for(model: AnyStepper, path: DecodePath = "fast") -> AnyStepper:
+    """The ``Stepper`` to decode ``model`` with on ``path``, and the attention backend for it.
 
     ``"fast"``: on a GPU the static cache (models that support it; others as
     they are); on the CPU the model's own cache, which a search's length
@@ -179,10 +183,20 @@ def stepper_for(model: Any, path: DecodePath = "fast") -> Any:
     over its whole capacity: ``bench/NOTES.md``). ``"compiled"``: the static
     cache, compiled (``ValueError`` for a model without a static-cache step);
     ``"reference"``: the model's own growing cache.
+
+    The model's attention modules get the backend of the path
+    (``attnkit.attention.backends``; they keep it until another is
+    installed): on the CPU, except compiled, ``OneQueryDecode`` (a decode
+    step's one query per row as two batched GEMVs, several times cheaper
+    there than the fused kernel); otherwise ``REFERENCE`` (the fused kernel,
+    which inductor also fuses itself into a compiled step).
     """
     if path not in DECODE_PATHS:
         raise ValueError(f"path: expected one of {', '.join(DECODE_PATHS)}; got {path!r}")
-    if path == "reference" or (path == "fast" and _on_cpu(model)):
+    cpu = _on_cpu(model)
+    if isinstance(model, nn.Module):
+        use_backend(model, OneQueryDecode() if cpu and path != "compiled" else REFERENCE)
+    if path == "reference" or (path == "fast" and cpu):
         return model
     if not isinstance(model, SupportsStaticCache):
         if path == "compiled":
@@ -191,6 +205,6 @@ def stepper_for(model: Any, path: DecodePath = "fast") -> Any:
     return StaticCacheStepper(model, compile=path == "compiled")
 
 
-def _on_cpu(model: Any) -> bool:
-    first = next(iter(model.parameters()), None) if hasattr(model, "parameters") else None
+def _on_cpu(model: object) -> bool:
+    first = next(iter(model.parameters()), None) if isinstance(model, nn.Module) else None
     return first is None or first.device.type == "cpu"

@@ -11,6 +11,7 @@ from typing import Any
 
 import torch
 
+from attnkit.data.tokenizers import Tokenizer
 from attnkit.decoding.beam import beam_search
 from attnkit.decoding.common import DecodeResult, Hypothesis
 from attnkit.decoding.greedy import greedy_search
@@ -27,7 +28,7 @@ def _pad(seqs: Sequence[Sequence[int]], pad_id: int) -> torch.Tensor:
     return out
 
 
-def source_ids(tokenizer: Any, text: str, limit: int) -> list[int]:
+def source_ids(tokenizer: Tokenizer, text: str, limit: int) -> list[int]:
     """``text``'s ids cut to ``limit``, then EOS; a blank line is EOS alone (decoded as
     nothing), whatever the tokenizer makes of its spaces."""
     ids = tokenizer.encode(text)[:limit] if text.strip() else []
@@ -79,8 +80,8 @@ def decode_ids(
 
 @torch.no_grad()
 def translate_texts(
-    model: Any,
-    tokenizer: Any,
+    model: Any,  # an EncoderDecoder or RNNSeq2Seq; its callers hold it as an nn.Module
+    tokenizer: Tokenizer,
     texts: Sequence[str],
     *,
     beam: int = 4,

@@ -84,10 +84,12 @@ def _layer_rules(ours: str, theirs: str, reads: tuple[Step, ...], writes: tuple[
 
 
 def _cross_attention_rules(reads: tuple[Step, ...], writes: tuple[Step, ...]) -> list[Rule]:
-    """The decoder's cross-attention: our fused ``qkv_proj`` <-> Marian's ``encoder_attn``."""
+    """The decoder's cross-attention: our ``q_proj`` and ``kv_proj`` (keys, then values)
+    <-> Marian's ``encoder_attn``."""
     ours, theirs = "decoder.layers.{dec}.cross_attn", "model.decoder.layers.{dec}.encoder_attn"
     return [
-        fuse(f"{ours}.qkv_proj.{{wb}}", f"{theirs}.*_proj.{{wb}}", "qkv", ("D D", "D D", "D D"),
+        Rule(f"{ours}.q_proj.{{wb}}", f"{theirs}.q_proj.{{wb}}", "D D", reads),
+        fuse(f"{ours}.kv_proj.{{wb}}", f"{theirs}.*_proj.{{wb}}", "kv", ("D D", "D D"),
              steps=reads),
         Rule(f"{ours}.out_proj.{{wb}}", f"{theirs}.out_proj.{{wb}}", "D D", writes),
         Rule("decoder.layers.{dec}.cross_attn_residual.norm.{wb}",

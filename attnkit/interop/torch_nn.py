@@ -33,10 +33,11 @@ def _stack_rules(stack: str) -> list[Rule]:
     ]  # fmt: skip
 
 
-# The decoder's cross-attention: our fused qkv_proj <-> nn.MultiheadAttention's in_proj.
+# The decoder's cross-attention: our q_proj and kv_proj stacked <-> nn.MultiheadAttention's
+# in_proj (rows: queries, keys, values).
 _CROSS_ATTENTION = [
-    Rule("decoder.layers.{n}.cross_attn.qkv_proj.{wb}",
-         "decoder.layers.{n}.multihead_attn.in_proj_{wb}", "3*D D"),
+    Rule(tuple(f"decoder.layers.{{n}}.cross_attn.{p}_proj.{{wb}}" for p in ("q", "kv")),
+         "decoder.layers.{n}.multihead_attn.in_proj_{wb}", "3*D D", rows=("D", "2*D")),
     Rule("decoder.layers.{n}.cross_attn.out_proj.{wb}",
          "decoder.layers.{n}.multihead_attn.out_proj.{wb}", "D D"),
     Rule("decoder.layers.{n}.cross_attn_residual.norm.{wb}", "decoder.layers.{n}.norm2.{wb}", "D"),

@@ -8,11 +8,11 @@ summed in another order (differences at float rounding, ~1e-6 relative).
 
 ``OneDNNLinear`` is an ``autograd.Function``: its forward and both backward
 products (``grad_x = grad_y W``, ``grad_W = grad_y^T x``) are oneDNN calls
-(``torch.ops.mkldnn._linear_pointwise``). ``use_onednn_linear(model)`` turns
-every ``nn.Linear`` of a model into ``OneDNNLinearModule`` in place (the
-parameters, their names and any tying stay as they are), so a trainer can
-switch it on for the CPU (``train.cpu_matmul``). Inputs that oneDNN's fp32
-path does not take (fp64, CUDA) fall back to ``F.linear``.
+(``attnkit.kernels.torch_ops.onednn_linear``). ``use_onednn_linear(model)``
+replaces every ``nn.Linear`` of a model by a ``OneDNNLinearModule`` holding the
+same parameters (their names, any tying and an optimizer's references stay as
+they are), so a trainer can switch it on for the CPU (``train.cpu_matmul``).
+Inputs that oneDNN's fp32 path does not take (fp64, CUDA) fall back to ``F.linear``.
 
 Shapes: ``x`` ``(..., K)``, ``weight`` ``(N, K)``, ``bias`` ``(N,)``.
 """
@@ -25,14 +25,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from attnkit.kernels.torch_ops import onednn_available as available
+from attnkit.kernels.torch_ops import onednn_linear as _dnnl
 
-def available() -> bool:
-    """Whether this torch build has oneDNN's linear op."""
-    return torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
-
-
-def _dnnl(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
-    return torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", [], "")
+__all__ = ["OneDNNLinear", "OneDNNLinearModule", "available", "linear", "use_onednn_linear"]
 
 
 class OneDNNLinear(torch.autograd.Function):
@@ -68,21 +64,34 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
 
 
 class OneDNNLinearModule(nn.Linear):
-    """An ``nn.Linear`` whose fp32 CPU products go through oneDNN (same parameters)."""
+    """An ``nn.Linear`` whose fp32 CPU products go through oneDNN.
+
+    Made from an existing ``nn.Linear`` and holding its very parameters (not
+    copies): nothing is allocated or drawn from the random generator.
+    """
+
+    def __init__(self, linear: nn.Linear) -> None:
+        nn.Module.__init__(self)  # not nn.Linear's: it would allocate and initialise weights
+        self.in_features, self.out_features = linear.in_features, linear.out_features
+        self.weight = linear.weight
+        self.register_parameter("bias", linear.bias)
 
     def forward(self, x: Tensor) -> Tensor:
         return linear(x, self.weight, self.bias)
 
 
 def use_onednn_linear(model: nn.Module) -> int:
-    """Switch every plain ``nn.Linear`` of ``model`` to oneDNN, in place; returns how many.
+    """Replace every plain ``nn.Linear`` of ``model`` by a ``OneDNNLinearModule``; returns how many.
 
-    The modules keep their parameters (and so their state-dict names and any
-    weight tying); only ``forward`` changes.
+    The replacements hold the same parameters, so state-dict names, weight
+    tying and an optimizer built before stay valid; a module shared by two
+    parents is replaced by one module in both.
     """
-    count = 0
-    for module in model.modules():
-        if type(module) is nn.Linear:
-            module.__class__ = OneDNNLinearModule
-            count += 1
-    return count
+    replaced: dict[int, OneDNNLinearModule] = {}
+    for parent in list(model.modules()):
+        for name, child in list(parent.named_children()):
+            if type(child) is nn.Linear:
+                if id(child) not in replaced:
+                    replaced[id(child)] = OneDNNLinearModule(child)
+                setattr(parent, name, replaced[id(child)])
+    return len(replaced)

@@ -16,9 +16,12 @@ embeddings keep their own ``N(0, D^-0.5)`` init (``TokenEmbedding``).
 
 from __future__ import annotations
 
+import torch
 from torch import nn
 
+from attnkit.attention.cross import CrossAttention
 from attnkit.attention.linear import LinearSelfAttention
+from attnkit.attention.local import LocalWindow
 from attnkit.attention.multihead import MultiHeadAttention
 from attnkit.blocks import (
     CausalLayer,
@@ -35,6 +38,7 @@ from attnkit.blocks.swiglu import SwiGLU
 from attnkit.models.config_base import AttentionStackConfig
 from attnkit.models.embeddings import InputEmbedding, TokenEmbedding
 from attnkit.positions import RelativePositions, build_positions
+from attnkit.positions.alibi import ALiBi
 from attnkit.positions.rotary import RotaryEmbedding
 
 
@@ -48,23 +52,23 @@ def rotary(c: AttentionStackConfig) -> RotaryEmbedding | None:
 def attention(
     c: AttentionStackConfig,
     *,
-    self_attention: bool,
     causal: bool = False,
     rope: RotaryEmbedding | None = None,
-) -> nn.Module:
-    """One attention sublayer.
+) -> MultiHeadAttention | LinearSelfAttention:
+    """One self-attention sublayer, with the config's position terms and reach.
 
-    Position terms (relative, rotary, ALiBi) and the local window live in
-    self-attention only; cross-attention is plain softmax attention over the
-    encoder output, as in the paper. ``causal``: a decoder's self-attention.
+    ``causal``: a decoder's self-attention (its local window looks back only).
+    Cross-attention (``cross_attention``) has none of these: plain softmax
+    attention over the encoder output, as in the paper.
     """
-    if self_attention and c.attention == "linear":
+    if c.attention == "linear":
         return LinearSelfAttention(c.d_model, c.num_heads, bias=c.bias)
     relative = (
-        RelativePositions(c.head_dim, c.max_relative_position)
-        if self_attention and c.relative_positions
-        else None
+        RelativePositions(c.head_dim, c.max_relative_position) if c.relative_positions else None
     )
+    window = None
+    if c.attention == "local":
+        window = LocalWindow(c.attention_window, c.global_tokens, causal)
     return MultiHeadAttention(
         c.d_model,
         c.num_heads,
@@ -72,18 +76,16 @@ def attention(
         bias=c.bias,
         num_kv_heads=c.num_kv_heads,
         relative_positions=relative,
-        rotary=rope if self_attention else None,
-        alibi=self_attention and c.positions == "alibi",
-        window=c.attention_window if self_attention and c.attention == "local" else None,
-        global_tokens=c.global_tokens if self_attention else 0,
-        causal=causal,
+        rotary=rope,
+        alibi=ALiBi(c.num_heads) if c.positions == "alibi" else None,
+        window=window,
         score=c.attention_score,
     )
 
 
-def cross_attention(c: AttentionStackConfig) -> MultiHeadAttention:
+def cross_attention(c: AttentionStackConfig) -> CrossAttention:
     """A decoder's attention over the encoder output: softmax, no position terms."""
-    return MultiHeadAttention(
+    return CrossAttention(
         c.d_model, c.num_heads, dropout=c.attention_dropout, bias=c.bias,
         num_kv_heads=c.num_kv_heads, score=c.attention_score,
     )  # fmt: skip
@@ -134,7 +136,7 @@ def encoder(c: AttentionStackConfig, num_layers: int) -> Encoder:
     rope = rotary(c)
     layers = [
         EncoderLayer(
-            self_attn=attention(c, self_attention=True, rope=rope),
+            self_attn=attention(c, rope=rope),
             ffn=feed_forward(c, i),
             self_attn_residual=residual(c),
             ffn_residual=residual(c),
@@ -148,7 +150,7 @@ def decoder(c: AttentionStackConfig, num_layers: int) -> Decoder:
     rope = rotary(c)
     layers = [
         DecoderLayer(
-            self_attn=attention(c, self_attention=True, causal=True, rope=rope),
+            self_attn=attention(c, causal=True, rope=rope),
             cross_attn=cross_attention(c),
             ffn=feed_forward(c, i),
             self_attn_residual=residual(c),
@@ -165,7 +167,7 @@ def causal_layers(c: AttentionStackConfig, num_layers: int) -> list[CausalLayer]
     rope = rotary(c)
     return [
         CausalLayer(
-            self_attn=attention(c, self_attention=True, causal=True, rope=rope),
+            self_attn=attention(c, causal=True, rope=rope),
             ffn=feed_forward(c, i),
             self_attn_residual=residual(c),
             ffn_residual=residual(c),
@@ -181,10 +183,33 @@ def init_weights(model: nn.Module, output_proj: nn.Linear, *, tied: bool, d_mode
     an untied one gets that same init, so the first logits have the scale a
     tied model's have.
     """
+    done = {id(output_proj)}
     for module in model.modules():
-        if isinstance(module, nn.Linear) and module is not output_proj:
+        if isinstance(module, CrossAttention):
+            _init_as_fused(module.q_proj, module.kv_proj)
+            done.update((id(module.q_proj), id(module.kv_proj)))
+        elif isinstance(module, nn.Linear) and id(module) not in done:
             nn.init.xavier_uniform_(module.weight)
             if module.bias is not None:
                 nn.init.zeros_(module.bias)
     if not tied:
         nn.init.normal_(output_proj.weight, std=d_model**-0.5)
+
+
+def _init_as_fused(q_proj: nn.Linear, kv_proj: nn.Linear) -> None:
+    """Xavier-uniform over the queries' and the keys'/values' rows as one matrix, as
+    ``nn.MultiheadAttention`` initialises its ``in_proj_weight``; zero biases.
+
+    Cross-attention's projections were one fused ``(D + 2 h_kv d, D)`` weight
+    before they became two modules: drawing them as that one matrix keeps the
+    bound and the random stream, so a seed gives the same model as it did.
+    """
+    d = q_proj.weight.size(0)
+    weight = q_proj.weight.new_empty(d + kv_proj.weight.size(0), q_proj.weight.size(1))
+    nn.init.xavier_uniform_(weight)
+    with torch.no_grad():
+        q_proj.weight.copy_(weight[:d])
+        kv_proj.weight.copy_(weight[d:])
+    for proj in (q_proj, kv_proj):
+        if proj.bias is not None:
+            nn.init.zeros_(proj.bias)

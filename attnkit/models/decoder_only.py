@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from torch import Tensor, nn
 
 from attnkit.attention.cache import DecoderCache
+from attnkit.attention.masks import Mask
 from attnkit.blocks import run_causal_layers
 from attnkit.blocks.moe import MoEAux, merge_aux
 from attnkit.models import builders
@@ -103,7 +104,7 @@ class DecoderOnlyLM(nn.Module):
         return CacheLayout(c.num_layers, c.kv_heads, c.head_dim, c.max_len)
 
     def decode(
-        self, tokens: Tensor, cache: DecoderCache, memory_mask: Tensor | None = None
+        self, tokens: Tensor, cache: DecoderCache, memory_mask: Mask | None = None
     ) -> Tensor:
         """Logits ``(B, V)`` of the token after ``tokens`` ``(B, t)``, fed at the cache's
         next positions (their keys/values go into ``cache``; the caller advances it).
@@ -112,7 +113,8 @@ class DecoderOnlyLM(nn.Module):
         """
         x = self.embed(tokens, offset=cache.position_offset())
         out = run_causal_layers(self.layers, x, final_norm=self.final_norm, cache=cache)
-        return self.lm_head(out.hidden[:, -1])
+        logits: Tensor = self.lm_head(out.hidden[:, -1])
+        return logits
 
     def start(
         self,

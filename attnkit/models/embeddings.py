@@ -59,5 +59,8 @@ class InputEmbedding(nn.Module):
             pe = self.positions.at(offset + torch.arange(t, device=offset.device))
         else:
             pe = self.positions(t, offset)
-        x = self.tokens(ids) + pe
-        return self.dropout(x if self.norm is None else self.norm(x))
+        x: Tensor = self.tokens(ids) + pe
+        if self.norm is not None:
+            x = self.norm(x)
+        out: Tensor = self.dropout(x)
+        return out

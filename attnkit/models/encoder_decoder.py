@@ -19,7 +19,7 @@ import torch
 from torch import Tensor, nn
 
 from attnkit.attention.cache import DecoderCache
-from attnkit.attention.masks import causal_padding_mask, padding_mask
+from attnkit.attention.masks import Mask, causal_padding_mask, padding_mask, prepare_mask
 from attnkit.blocks import StackOutput
 from attnkit.blocks.moe import merge_aux
 from attnkit.models import builders
@@ -168,11 +168,13 @@ class EncoderDecoder(nn.Module):
             cross=cross,
         )
         # Without padding the mask changes nothing: leave it out of every step
-        # (one host sync per batch; SDPA then takes its unmasked kernel).
-        no_padding = bool(src_mask.all())
-        return DecoderState(cache=made, memory_mask=None if no_padding else src_mask)
+        # (one host sync per batch; SDPA then takes its unmasked kernel). With
+        # padding, its additive form is made here, once for every step.
+        if bool(src_mask.all()):
+            return DecoderState(cache=made)
+        return DecoderState(cache=made, memory_mask=prepare_mask(src_mask, memory.dtype))
 
-    def decode(self, tokens: Tensor, cache: DecoderCache, memory_mask: Tensor | None) -> Tensor:
+    def decode(self, tokens: Tensor, cache: DecoderCache, memory_mask: Mask | None) -> Tensor:
         """Logits ``(B, V)`` after feeding ``tokens`` ``(B, t)`` at the cache's next positions.
 
         Writes the tokens' keys/values into ``cache``; the caller advances it.
@@ -188,7 +190,8 @@ class EncoderDecoder(nn.Module):
             memory_mask=memory_mask,
             cache=cache,
         )
-        return self.output_proj(decoded.hidden[:, -1])
+        logits: Tensor = self.output_proj(decoded.hidden[:, -1])
+        return logits
 
     def step(self, tokens: Tensor, state: DecoderState) -> tuple[Tensor, DecoderState]:
         """Feed the newest target token(s) ``(B,)`` or ``(B, t)``; logits ``(B, V)`` of the next."""

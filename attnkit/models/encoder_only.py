@@ -61,7 +61,8 @@ class MLMHead(nn.Module):
 
     def forward(self, hidden: Tensor) -> Tensor:
         h = self.norm(self.activation(self.dense(hidden)))
-        return self.output_proj(h) + self.bias
+        logits: Tensor = self.output_proj(h) + self.bias
+        return logits
 
 
 class ClassificationHead(nn.Module):
@@ -74,7 +75,8 @@ class ClassificationHead(nn.Module):
         self.classifier = nn.Linear(d_model, num_labels)
 
     def forward(self, pooled: Tensor) -> Tensor:
-        return self.classifier(self.dropout(torch.tanh(self.pooler(pooled))))
+        scores: Tensor = self.classifier(self.dropout(torch.tanh(self.pooler(pooled))))
+        return scores
 
 
 def pool(hidden: Tensor, real: Tensor, how: str) -> Tensor:

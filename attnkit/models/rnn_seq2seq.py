@@ -39,13 +39,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
 
 import torch
 from torch import Tensor, nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
-from attnkit.attention.functional import attend
+from attnkit.attention.functional import ScoreFn, attend
 from attnkit.attention.scores import DotScore, Score, build_score
 from attnkit.models.outputs import Seq2SeqOutput
 from attnkit.models.rnn_config import RNNSeq2SeqConfig
@@ -209,9 +208,9 @@ class RNNSeq2Seq(nn.Module):
     ) -> tuple[Tensor, Tensor | None]:
         """Context ``(B, Tq, M)`` (and weights ``(B, Tq, S)``) for queries ``(B, Tq, H)``."""
         assert self.score is not None
-        score: Any = self.score
-        if not isinstance(score, DotScore):  # keys are already projected; dot stays fused
-            score = partial(score, projected=True)
+        score: ScoreFn = self.score
+        if not isinstance(self.score, DotScore):  # keys are already projected; dot stays fused
+            score = partial(self.score, projected=True)
         return attend(
             query,
             state.keys,
@@ -224,6 +223,7 @@ class RNNSeq2Seq(nn.Module):
     def _run(self, x: Tensor, state: RNNSeq2SeqState) -> Tensor:
         """Advance the decoder RNN over ``x`` ``(B, t, in)``; top-layer outputs ``(B, t, H)``."""
         hidden = state.hidden if len(state.hidden) == 2 else state.hidden[0]
+        out: Tensor
         out, new = self.decoder(x, hidden)
         state.hidden = new if isinstance(new, tuple) else (new,)
         return out

@@ -22,6 +22,7 @@ import torch
 from torch import Tensor
 
 from attnkit.attention.cache import DecoderCache, KVCache
+from attnkit.attention.masks import PreparedMask
 from attnkit.attention.recurrent_cache import RecurrentStateCache
 
 # Growing caches start this deep when the search gives no length bound, then double.
@@ -111,19 +112,20 @@ class DecoderState:
 
     Attributes:
         cache: every layer's keys/values (a ``DecoderCache``).
-        memory_mask: ``(B_src, 1, 1, S)`` real source positions, or ``None``
-            (a decoder-only model, or a source batch without padding).
+        memory_mask: ``(B_src, 1, 1, S)`` real source positions, prepared once
+            with its additive form (``PreparedMask``), or ``None`` (a
+            decoder-only model, or a source batch without padding).
         pending: ``(B,)`` the prompt's last token, fed by the first ``step``
             (decoder-only; the searches feed BOS there), or ``None``.
         group: batch rows per source-side row: 1, or ``K`` once beam search has
             copied each sentence into ``K`` beams. The source side (the
             cross-attention keys/values and ``memory_mask``) is then kept once
             per sentence, and cross-attention reads it for all ``K`` beams at
-            once (``MultiHeadAttention._cross``).
+            once (``CrossAttention``).
     """
 
     cache: DecoderCache
-    memory_mask: Tensor | None = None
+    memory_mask: PreparedMask | None = None
     pending: Tensor | None = None
     group: int = 1
 

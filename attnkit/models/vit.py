@@ -127,7 +127,8 @@ class PatchEmbedding(nn.Module):
         self.proj = nn.Linear(patch_size * patch_size * channels, d_model)
 
     def forward(self, images: Tensor) -> Tensor:
-        return self.proj(patchify(images, self.patch_size))
+        patches: Tensor = self.proj(patchify(images, self.patch_size))
+        return patches
 
 
 @dataclass

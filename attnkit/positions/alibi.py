@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 
 def _power_of_two_slopes(n: int) -> Tensor:
@@ -79,3 +79,31 @@ def alibi_bias(
     if not causal:
         distance = distance.abs()
     return -slopes.to(device=distance.device, dtype=dtype)[:, None, None] * distance
+
+
+class ALiBi(nn.Module):
+    """One attention layer's ALiBi: its heads' slopes, and the bias at given positions.
+
+    The slopes are a non-persistent buffer (a function of ``h``, not weights:
+    nothing enters the state dict); they follow the module to its device.
+    """
+
+    slopes: Tensor
+
+    def __init__(self, num_heads: int) -> None:
+        super().__init__()
+        self.register_buffer("slopes", alibi_slopes(num_heads), persistent=False)
+
+    def forward(self, q_positions: Tensor, num_keys: int, dtype: torch.dtype) -> Tensor:
+        """``(h, Tq, Tk)``: ``-m_h |i - j|`` for queries at ``q_positions`` ``(Tq,)`` over keys
+        ``0 .. Tk - 1``.
+
+        Symmetric (``causal=False`` in ``alibi_bias``): for a causal layer the
+        keys past a query are masked anyway, so this is the paper's
+        ``-m_h (i - j)`` wherever it counts, and one bias serves encoders too.
+        """
+        keys = torch.arange(num_keys, device=q_positions.device)
+        return alibi_bias(self.slopes, q_positions, keys, causal=False, dtype=dtype)
+
+    def extra_repr(self) -> str:
+        return f"num_heads={self.slopes.numel()}"

@@ -92,7 +92,7 @@ class RotaryEmbedding(nn.Module):
         head_dim: rotated dimension ``d`` (even); the whole head, as in Llama.
         theta: the base of the frequencies (``rope_theta``; 10000 in the
             paper, 500000 in Llama 3, 100000 in SmolLM2).
-        max_len: positions cached up front; ``extend`` grows the table.
+        max_len: positions cached (a model's ``max_len``: it never sees more).
         dtype: dtype the angles are computed and cached in (float32 by
             default, as HF Llama; float64 for exact references).
     """
@@ -114,28 +114,14 @@ class RotaryEmbedding(nn.Module):
         rotary_inverse_frequencies(head_dim, theta)  # validates both
         self.head_dim = head_dim
         self.theta = float(theta)
-        self.table_dtype = dtype
-        self._build(max_len, torch.device("cpu"))
+        inv_freq = rotary_inverse_frequencies(head_dim, theta, dtype=dtype)
+        cos, sin = rotary_cos_sin(torch.arange(max_len), inv_freq)
+        self.register_buffer("cos", cos, persistent=False)  # (L, d)
+        self.register_buffer("sin", sin, persistent=False)
 
     @property
     def max_len(self) -> int:
         return self.cos.size(0)
-
-    def _build(self, max_len: int, device: torch.device) -> None:
-        # Always from scratch in ``table_dtype``: after ``model.half()`` the
-        # tables are half, but a regrown table must not come from half angles.
-        inv_freq = rotary_inverse_frequencies(self.head_dim, self.theta, dtype=self.table_dtype)
-        positions = torch.arange(max_len, device=device)
-        cos, sin = rotary_cos_sin(positions, inv_freq.to(device))
-        if hasattr(self, "cos"):
-            cos, sin = cos.to(self.cos.dtype), sin.to(self.sin.dtype)
-        self.register_buffer("cos", cos, persistent=False)  # (L, d)
-        self.register_buffer("sin", sin, persistent=False)
-
-    def extend(self, max_len: int) -> None:
-        """Make sure positions ``< max_len`` are cached (host-side; grows by doubling)."""
-        if max_len > self.max_len:
-            self._build(max(max_len, 2 * self.max_len), self.cos.device)
 
     def forward(self, positions: Tensor) -> tuple[Tensor, Tensor]:
         """``(cos, sin)`` at ``positions``, ready for ``apply_rotary``.
@@ -146,8 +132,7 @@ class RotaryEmbedding(nn.Module):
                 cache's ``pos + arange(t)`` on the device) or ``(B, T)``
                 (per-row positions, e.g. left-padded prompts). Every value
                 must be ``< max_len``: this is not checked, because checking
-                a device tensor would sync (call ``extend`` with the host-side
-                length beforehand; a static cache's capacity bounds it).
+                a device tensor would sync (the model's ``max_len`` bounds them).
 
         Returns:
             ``(T, d)`` each for ``(T,)`` positions, ``(B, 1, T, d)`` for
@@ -159,15 +144,6 @@ class RotaryEmbedding(nn.Module):
         if positions.dim() == 2:
             cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
         return cos, sin
-
-    def at_range(self, start: int, length: int) -> tuple[Tensor, Tensor]:
-        """``(length, d)`` cos/sin for host-side positions ``start .. start + length - 1``.
-
-        Grows the table when needed: for the growing ``KVCache``, whose
-        ``length`` is a Python int.
-        """
-        self.extend(start + length)
-        return self.cos[start : start + length], self.sin[start : start + length]
 
     def extra_repr(self) -> str:
         return f"head_dim={self.head_dim}, theta={self.theta:g}, max_len={self.max_len}"

@@ -10,7 +10,6 @@ from attnkit.quantize.linear import Int8Linear, PackedLinear, quantize_rows
 from attnkit.quantize.model import (
     PRECISIONS,
     QuantizedTokenEmbedding,
-    SplitCrossAttention,
     model_bytes,
     quantize_model,
 )
@@ -22,7 +21,6 @@ __all__ = [
     "Int8WeightOnlyLinear",
     "PackedLinear",
     "QuantizedTokenEmbedding",
-    "SplitCrossAttention",
     "model_bytes",
     "quantize_model",
     "quantize_rows",

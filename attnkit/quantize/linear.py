@@ -22,31 +22,32 @@ Only the packed weight is resident (no float copy): ``state_dict`` unpacks it
 ``Int8Linear``) and ``load_state_dict`` repacks, so checkpoints round-trip.
 Both modules are inference-only (no autograd through the packed weights).
 
-The quantized ops are private/legacy torch APIs (``torch.ops.mkldnn`` is what
-inductor's CPU freezing uses; ``quantized::linear_dynamic`` is what the
-deprecated ``quantize_dynamic`` calls, and building its packed weight needs a
-per-channel quantized tensor, a deprecated tensor kind in torch 2.13). They are
-wrapped here, in one file, so a later torch needs one change.
+The ops are private/legacy torch APIs, called through their one wrapper,
+``attnkit.kernels.torch_ops``.
 """
 
 from __future__ import annotations
 
-import warnings
 from typing import Any
 
 import torch
 from torch import Tensor, nn
 
-PRECISIONS = ("fp32", "bf16")
-ACTIVATIONS = ("none", "relu")
+from attnkit.kernels.torch_ops import (
+    check_activation,
+    fbgemm_linear,
+    fbgemm_pack,
+    fbgemm_unpack,
+    onednn_linear,
+    onednn_pack,
+)
+
+PACKED_PRECISIONS = ("fp32", "bf16")
+"""The weight formats of ``PackedLinear`` (``attnkit.quantize.PRECISIONS`` are the
+model-wide conversions)."""
 INT8_REL_ERROR = 0.02
 """Documented bound: ``max|y_int8 - y_fp32| <= INT8_REL_ERROR * max|y_fp32|`` for
 LayerNorm-like or ReLU inputs and Xavier-like weights (measured: 1.1e-2 worst)."""
-
-
-def _check_activation(activation: str) -> None:
-    if activation not in ACTIVATIONS:
-        raise ValueError(f"activation: expected one of {ACTIVATIONS}, got {activation!r}")
 
 
 class PackedLinear(nn.Module):
@@ -71,9 +72,9 @@ class PackedLinear(nn.Module):
         rows_hint: int = 32,
     ) -> None:
         super().__init__()
-        if precision not in PRECISIONS:
-            raise ValueError(f"precision: expected one of {PRECISIONS}, got {precision!r}")
-        _check_activation(activation)
+        if precision not in PACKED_PRECISIONS:
+            raise ValueError(f"precision: expected one of {PACKED_PRECISIONS}, got {precision!r}")
+        check_activation(activation)
         self.precision, self.activation, self.rows_hint = precision, activation, rows_hint
         self.dtype = torch.float32 if precision == "fp32" else torch.bfloat16
         self.out_features, self.in_features = weight.shape
@@ -81,9 +82,8 @@ class PackedLinear(nn.Module):
 
     def _pack(self, weight: Tensor, bias: Tensor | None) -> None:
         w = weight.to(device="cpu", dtype=self.dtype).contiguous()
-        self._packed = torch.ops.mkldnn._reorder_linear_weight(w, self.rows_hint)
+        self._packed = onednn_pack(w, self.rows_hint)
         self._bias = None if bias is None else bias.to(self.dtype).contiguous()
-        self._post = (self.activation, [None] if self.activation == "relu" else [], "")
 
     @classmethod
     def from_linear(cls, linear: nn.Linear, **kwargs: Any) -> PackedLinear:
@@ -91,10 +91,7 @@ class PackedLinear(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         """``x`` ``(..., K)`` fp32 -> ``(..., N)`` fp32."""
-        name, args, algo = self._post
-        y = torch.ops.mkldnn._linear_pointwise(
-            x.to(self.dtype), self._packed, self._bias, name, args, algo
-        )
+        y = onednn_linear(x.to(self.dtype), self._packed, self._bias, self.activation)
         return y if self.dtype == torch.float32 else y.float()
 
     @property
@@ -157,7 +154,7 @@ class Int8Linear(nn.Module):
         self, weight: Tensor, bias: Tensor | None = None, *, activation: str = "none"
     ) -> None:
         super().__init__()
-        _check_activation(activation)
+        check_activation(activation)
         self.activation = activation
         self.out_features, self.in_features = weight.shape
         q, scale = quantize_rows(weight)
@@ -169,19 +166,8 @@ class Int8Linear(nn.Module):
                 f"weight_int8: expected int8 {(self.out_features, self.in_features)}, "
                 f"got {q.dtype} {tuple(q.shape)}"
             )
-        _select_engine()
-        zeros = torch.zeros(q.size(0), dtype=torch.long)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # per-channel quantized tensors: deprecated in 2.13
-            qw = torch._make_per_channel_quantized_tensor(q.cpu(), scale.double().cpu(), zeros, 0)
-        b = None if bias is None else bias.float().cpu().contiguous()
-        self._packed = torch.ops.quantized.linear_prepack(qw, b)
-        self._has_bias = b is not None
-        self._op = (
-            torch.ops.quantized.linear_relu_dynamic
-            if self.activation == "relu"
-            else torch.ops.quantized.linear_dynamic
-        )
+        self._packed = fbgemm_pack(q, scale, bias)
+        self._has_bias = bias is not None
 
     @classmethod
     def from_linear(cls, linear: nn.Linear, **kwargs: Any) -> Int8Linear:
@@ -189,12 +175,11 @@ class Int8Linear(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         """``x`` ``(..., K)`` fp32 -> ``(..., N)`` fp32."""
-        return self._op(x.float(), self._packed, False)
+        return fbgemm_linear(x.float(), self._packed, self.activation)
 
     def unpacked(self) -> tuple[Tensor, Tensor, Tensor | None]:
         """``(weight_int8 (N, K), weight_scale (N,) fp32, bias (N,) or None)``."""
-        qw, bias = torch.ops.quantized.linear_unpack(self._packed)
-        return qw.int_repr(), qw.q_per_channel_scales().float(), bias
+        return fbgemm_unpack(self._packed)
 
     @property
     def weight(self) -> Tensor:
@@ -233,10 +218,3 @@ class Int8Linear(nn.Module):
             f"in_features={self.in_features}, out_features={self.out_features}, "
             f"int8 per-channel weights, dynamic activations, activation={self.activation}"
         )
-
-
-def _select_engine() -> None:
-    """fbgemm's x86 kernels (AVX-512 VNNI here); ``x86`` is its alias with oneDNN fallbacks."""
-    engines = torch.backends.quantized.supported_engines
-    if torch.backends.quantized.engine not in ("x86", "fbgemm"):
-        torch.backends.quantized.engine = "x86" if "x86" in engines else "fbgemm"

@@ -12,7 +12,9 @@ Precisions (``PRECISIONS``):
   activations: accurate where activations have outliers, as in Llama-type
   models); token embeddings int8 per row.
 
-The residual stream, norms, softmax and attention stay fp32; so do the
+Its attention modules get the CPU decode backend (``OneQueryDecode``: a
+decode step's one query per row as two batched GEMVs). The residual stream,
+norms, softmax and attention stay fp32; so do the
 layers that decide rather than transform (a mixture-of-experts router, the
 small matrices of a learned attention score). A ReLU right after an FFN's
 first linear is fused into it. The model is converted **in place** (and
@@ -20,10 +22,9 @@ returned) for inference: every forward, ``start``/``step`` and the searches
 keep working, and its ``state_dict`` keeps the float model's names (int8
 linears store ``weight_int8`` + ``weight_scale`` instead of ``weight``).
 
-Cross-attention slices its fused ``qkv_proj`` weight into a query part and a
-key/value part, which a packed or quantised weight cannot offer: each
-cross-attention module gets ``q_proj`` ``(D -> D)`` and ``kv_proj``
-``(D -> 2 h_kv d)`` instead, and becomes a ``SplitCrossAttention``.
+Every conversion replaces a module by another (``setattr`` on its parent);
+no module changes class. Cross-attention's ``q_proj`` and ``kv_proj`` are
+linears like any other (``attnkit.attention.cross``).
 """
 
 from __future__ import annotations
@@ -31,32 +32,16 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from attnkit.attention.multihead import MultiHeadAttention
+from attnkit.attention.backends import use_backend
+from attnkit.attention.one_query import OneQueryDecode
 from attnkit.attention.scores import Score
-from attnkit.blocks.decoder_layer import DecoderLayer
 from attnkit.blocks.feedforward import FeedForward
 from attnkit.blocks.moe import MoEFeedForward
 from attnkit.models.embeddings import TokenEmbedding
-from attnkit.quantize.linear import Int8Linear, PackedLinear
+from attnkit.quantize.linear import Int8Linear, PackedLinear, quantize_rows
 from attnkit.quantize.weight_only import Int8WeightOnlyLinear
 
 PRECISIONS = ("fp32", "bf16", "int8", "int8w")
-
-
-class SplitCrossAttention(MultiHeadAttention):
-    """Cross-attention through ``q_proj`` and ``kv_proj`` modules instead of weight slices."""
-
-    q_proj: nn.Module
-    kv_proj: nn.Module
-
-    def project_q(self, x: Tensor) -> Tensor:
-        """Queries of ``x`` ``(B, T, D)``, ``(B, h, T, d)``."""
-        return self._heads(self.q_proj(x), self.num_heads)
-
-    def project_kv(self, memory: Tensor) -> tuple[Tensor, Tensor]:
-        """Keys and values of ``memory`` ``(B, S, D)``, ``(B, h_kv, S, d)`` each."""
-        k, v = self.kv_proj(memory).split(self.kv_dim, dim=-1)
-        return self._heads(k, self.num_kv_heads), self._heads(v, self.num_kv_heads)
 
 
 class QuantizedTokenEmbedding(nn.Module):
@@ -72,9 +57,9 @@ class QuantizedTokenEmbedding(nn.Module):
         self.scale = embedding.scale
         self.precision = precision
         if precision == "int8":
-            row_scale = w.abs().amax(dim=1).clamp(min=1e-12) / 127.0
-            self.register_buffer("weight_int8", torch.round(w / row_scale[:, None]).to(torch.int8))
-            self.register_buffer("row_scale", row_scale.float())
+            q, row_scale = quantize_rows(w)
+            self.register_buffer("weight_int8", q)
+            self.register_buffer("row_scale", row_scale)
         else:
             self.register_buffer("weight_bf16", w.to(torch.bfloat16))
 
@@ -125,15 +110,8 @@ def quantize_model(model: nn.Module, precision: str) -> nn.Module:
         if isinstance(owner, Score | MoEFeedForward)
         for m in (owner.modules() if isinstance(owner, Score) else [owner.router])
     }
-    cross = {id(layer.cross_attn) for layer in model.modules() if isinstance(layer, DecoderLayer)}
     for module in list(model.modules()):
-        if isinstance(module, MultiHeadAttention) and id(module) in cross:
-            d, w, b = module.d_model, module.qkv_proj.weight, module.qkv_proj.bias
-            module.q_proj = _convert(w[:d], None if b is None else b[:d], precision)
-            module.kv_proj = _convert(w[d:], None if b is None else b[d:], precision)
-            del module.qkv_proj
-            module.__class__ = SplitCrossAttention
-        elif isinstance(module, FeedForward) and module.activation is nn.functional.relu:
+        if isinstance(module, FeedForward) and module.activation is nn.functional.relu:
             # ReLU fused into the first GEMM (the activation becomes a no-op).
             module.w1 = _linear(module.w1, precision, "relu")  # type: ignore[assignment]
             module.activation = _identity
@@ -144,7 +122,7 @@ def quantize_model(model: nn.Module, precision: str) -> nn.Module:
                 setattr(module, name, _linear(child, precision))
     if precision != "fp32":
         _quantize_embeddings(model, precision)
-    model.quantized_precision = precision  # type: ignore[assignment]  # read by callers
+    use_backend(model, OneQueryDecode())  # a CPU inference model: decode steps as GEMVs
     return model
 
 

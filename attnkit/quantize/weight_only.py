@@ -22,7 +22,8 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from attnkit.quantize.linear import _check_activation, quantize_rows
+from attnkit.kernels.torch_ops import check_activation, int8pack_mm
+from attnkit.quantize.linear import quantize_rows
 
 
 class Int8WeightOnlyLinear(nn.Module):
@@ -45,7 +46,7 @@ class Int8WeightOnlyLinear(nn.Module):
         self, weight: Tensor, bias: Tensor | None = None, *, activation: str = "none"
     ) -> None:
         super().__init__()
-        _check_activation(activation)
+        check_activation(activation)
         self.activation = activation
         self.out_features, self.in_features = weight.shape
         q, scale = quantize_rows(weight)
@@ -65,7 +66,7 @@ class Int8WeightOnlyLinear(nn.Module):
     def forward(self, x: Tensor) -> Tensor:
         """``x`` ``(..., K)`` -> ``(..., N)`` fp32."""
         rows = x.reshape(-1, self.in_features).to(torch.bfloat16)
-        y = torch.ops.aten._weight_int8pack_mm(rows, self.weight_int8, self._scale_bf16)
+        y = int8pack_mm(rows, self.weight_int8, self._scale_bf16)
         y = y.float().view(*x.shape[:-1], self.out_features)
         if self.bias is not None:
             y = y + self.bias

@@ -7,6 +7,7 @@ import torch
 
 from attnkit.attention.functional import attend
 from attnkit.attention.local import (
+    LocalWindow,
     band_mask,
     block_sparse_mask,
     local_attention,
@@ -173,3 +174,35 @@ def test_flex_forward_matches_dense():
     mask = block_sparse_mask(t, window=32, global_tokens=2, causal=True)
     out, _ = local_attention(q, k, v, window=32, causal=True, global_tokens=2, impl="flex")
     torch.testing.assert_close(out, dense(q, k, v, mask), atol=1e-5, rtol=1e-5)
+
+
+def test_the_layer_window_places_queries_anywhere_among_the_keys():
+    # A static cache's step: queries at positions 5, 6 over its whole capacity of 9
+    # keys (not the last keys); the rows are those of the full sequence's mask.
+    for causal in (False, True):
+        window = LocalWindow(3, global_tokens=1, causal=causal)
+        full = window.mask(torch.arange(9), 9)
+        assert torch.equal(full, block_sparse_mask(9, window=3, global_tokens=1, causal=causal))
+        assert torch.equal(window.mask(torch.tensor([5, 6]), 9), full[5:7])
+    # More global tokens than keys so far (a first step): the ones that exist.
+    assert window.mask(torch.tensor([0]), 1).tolist() == [[True]]
+    with pytest.raises(ValueError, match="q_positions"):
+        window.mask(torch.tensor([[0]]), 1)
+
+
+@pytest.mark.parametrize("mask_kind", ["none", "padding", "full"])
+def test_the_layer_window_over_a_whole_sequence_equals_the_dense_band(mask_kind):
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(2, 2, 300, 8) for _ in range(3))  # long: the chunked path
+    window = LocalWindow(16, global_tokens=2, causal=True)
+    mask = None
+    if mask_kind == "padding":
+        mask = torch.ones(2, 1, 1, 300, dtype=torch.bool)
+        mask[1, ..., 250:] = False
+    elif mask_kind == "full":  # a (B, 1, T, T) mask can only go the dense way
+        mask = torch.rand(2, 1, 300, 300, generator=torch.Generator().manual_seed(1)) > 0.2
+    out, _ = window.attend(q, k, v, mask=mask, is_causal=False, dropout_p=0.0, need_weights=False)
+    dense = window.mask(torch.arange(300), 300)
+    dense = dense if mask is None else dense & mask
+    want, _ = attend(q, k, v, mask=dense)
+    torch.testing.assert_close(out, want, rtol=1e-5, atol=1e-5)

@@ -2,7 +2,7 @@ import pytest
 import torch
 from torch import nn
 
-from attnkit.attention import KVCache, MultiHeadAttention, padding_mask
+from attnkit.attention import CrossAttention, KVCache, MultiHeadAttention, padding_mask
 
 
 def _pair(d=16, h=4):
@@ -29,8 +29,30 @@ def test_self_attention_equals_torch_nn_with_padding():
     torch.testing.assert_close(fast, ref_out, atol=1e-10, rtol=0)
 
 
+def _cross_pair(d=16, h=4):
+    ours = CrossAttention(d, h).double()
+    ref = nn.MultiheadAttention(d, h, batch_first=True).double()
+    with torch.no_grad():  # in_proj rows: queries, then keys and values (= kv_proj)
+        ref.in_proj_weight.copy_(torch.cat([ours.q_proj.weight, ours.kv_proj.weight]))
+        ref.in_proj_bias.copy_(torch.cat([ours.q_proj.bias, ours.kv_proj.bias]))
+        ref.out_proj.weight.copy_(ours.out_proj.weight)
+        ref.out_proj.bias.copy_(ours.out_proj.bias)
+    return ours.eval(), ref.eval()
+
+
+def test_cross_attention_has_separate_query_and_key_value_projections():
+    cross = CrossAttention(16, 4, num_kv_heads=2)
+    shapes = {k: tuple(v.shape) for k, v in cross.state_dict().items()}
+    assert shapes == {
+        "q_proj.weight": (16, 16), "q_proj.bias": (16,),
+        "kv_proj.weight": (2 * 2 * 4, 16), "kv_proj.bias": (2 * 2 * 4,),
+        "out_proj.weight": (16, 16), "out_proj.bias": (16,),
+    }  # fmt: skip
+    assert list(shapes)[:2] == ["q_proj.weight", "q_proj.bias"]  # the fused layout's order
+
+
 def test_cross_attention_equals_torch_nn():
-    ours, ref = _pair()
+    ours, ref = _cross_pair()
     x = torch.randn(2, 4, 16, dtype=torch.float64)
     mem = torch.randn(2, 6, 16, dtype=torch.float64)
     out, _ = ours(x, mem)
@@ -73,7 +95,7 @@ def test_beams_fold_onto_a_shared_source(kv_heads):
     # 2 sentences x 3 beams of queries against 2 source rows equals the same
     # queries against the source repeated per beam (outputs and weights).
     torch.manual_seed(0)
-    mha = MultiHeadAttention(16, 4, num_kv_heads=kv_heads).double().eval()
+    mha = CrossAttention(16, 4, num_kv_heads=kv_heads).double().eval()
     x = torch.randn(6, 2, 16, dtype=torch.float64)
     memory = torch.randn(2, 5, 16, dtype=torch.float64)
     mask = padding_mask(torch.tensor([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]]), 0)

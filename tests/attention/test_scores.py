@@ -7,6 +7,7 @@ import torch
 
 from attnkit.attention import (
     AdditiveScore,
+    CrossAttention,
     GeneralScore,
     LocationScore,
     MultiHeadAttention,
@@ -182,21 +183,23 @@ def test_attend_with_a_custom_score_is_the_explicit_formula(name):
 @pytest.mark.parametrize("score", ["dot", "scaled_dot", "general", "additive"])
 def test_multihead_with_each_score_runs_and_ignores_appended_padding(score):
     torch.manual_seed(0)
-    mha = MultiHeadAttention(16, 4, score=score).double().eval()
+    cross = CrossAttention(16, 4, score=score).double().eval()
     x, mem = _randn(2, 3, 16), _randn(2, 5, 16)
     ids = torch.tensor([[4, 5, 6, 0, 0], [4, 5, 6, 7, 8]])
-    base, w = mha(x, mem, mask=padding_mask(ids, 0), need_weights=True)
+    base, w = cross(x, mem, mask=padding_mask(ids, 0), need_weights=True)
     assert base.shape == (2, 3, 16) and w.shape == (2, 4, 3, 5)
     assert w[0, :, :, 3:].abs().max() == 0
     padded_mem = torch.cat([mem, torch.randn(2, 2, 16, dtype=torch.float64)], dim=1)
     padded_ids = torch.cat([ids, torch.zeros(2, 2, dtype=torch.long)], dim=1)
     for need_weights in (False, True):
-        out, _ = mha(x, padded_mem, mask=padding_mask(padded_ids, 0), need_weights=need_weights)
+        out, _ = cross(x, padded_mem, mask=padding_mask(padded_ids, 0), need_weights=need_weights)
         torch.testing.assert_close(out, base)
     # Self-attention with a causal mask, and gradients reaching every parameter.
+    mha = MultiHeadAttention(16, 4, score=score).double().eval()
     self_out, _ = mha(x, is_causal=True)
     (base.square().sum() + self_out.square().sum()).backward()
-    assert all(p.grad is not None and torch.isfinite(p.grad).all() for p in mha.parameters())
+    params = [*cross.parameters(), *mha.parameters()]
+    assert all(p.grad is not None and torch.isfinite(p.grad).all() for p in params)
 
 
 def test_multihead_refuses_scores_without_key_contents():

@@ -23,9 +23,9 @@ class RecordingCache(KVCache):
         super().__init__(*args, **kwargs)
         self.updates: list[int] = []
 
-    def _update(self, layer, k, v):
+    def update_layer(self, layer, k, v):
         self.updates.append(layer)
-        return super()._update(layer, k, v)
+        return super().update_layer(layer, k, v)
 
 
 def test_each_decoder_layer_writes_through_its_own_view():

@@ -72,7 +72,11 @@ def bpe_checkpoint(tmp_path_factory) -> Path:
     from attnkit.data.tokenizers import BPETokenizer
 
     tokenizer = BPETokenizer.train(BPE_TEXT, 90, min_frequency=1)
-    return save_random_model(tmp_path_factory.mktemp("bpe") / "ckpt", tokenizer)
+    # A seed whose random model never ranks <pad> first on the texts the tests translate
+    # (CT2 has no <pad>; HF Marian never emits it) and answers an empty source with
+    # special tokens only (checked when the seed was chosen, after the cross-attention
+    # split changed the random draws): the tests compare the exports on such a model.
+    return save_random_model(tmp_path_factory.mktemp("bpe") / "ckpt", tokenizer, seed=12)
 
 
 @pytest.fixture(scope="session")

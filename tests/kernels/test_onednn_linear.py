@@ -59,7 +59,12 @@ def test_a_whole_model_switches_in_place_keeping_parameters_and_ties():
     want.sum().backward()
     want_grads = {n: p.grad.clone() for n, p in model.named_parameters()}
     model.zero_grad()
+    before, rng = model.output_proj, torch.get_rng_state()
     count = use_onednn_linear(model)
+    assert torch.equal(torch.get_rng_state(), rng)  # nothing was initialised
+    # Replaced, not re-classed: the old module is still a plain nn.Linear.
+    assert type(before) is nn.Linear and model.output_proj is not before
+    assert model.output_proj.weight is before.weight
     assert count == sum(isinstance(m, nn.Linear) for m in model.modules()) > 0
     assert all(type(m) is not nn.Linear for m in model.modules())
     assert {k: v.data_ptr() for k, v in model.state_dict().items()} == names

@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from attnkit.attention import GeneralScore, MultiHeadAttention
+from attnkit.attention import CrossAttention, GeneralScore, MultiHeadAttention
 from attnkit.blocks import Residual
 from attnkit.models import (
     DecoderOnlyConfig,
@@ -51,11 +51,10 @@ def output(model) -> torch.Tensor:
 @pytest.mark.parametrize("family", list(FAMILIES))
 def test_attention_score_takes_effect(family):
     general = build(family, attention_score="general")
-    attentions = [m for m in general.modules() if isinstance(m, MultiHeadAttention)]
+    kinds = MultiHeadAttention | CrossAttention
+    attentions = [m for m in general.modules() if isinstance(m, kinds)]
     assert attentions and all(isinstance(m.score, GeneralScore) for m in attentions)
-    assert all(
-        m.score is None for m in build(family).modules() if isinstance(m, MultiHeadAttention)
-    )
+    assert all(m.score is None for m in build(family).modules() if isinstance(m, kinds))
     assert not torch.allclose(output(general), output(build(family)))
 
 
@@ -72,7 +71,7 @@ def test_positions_take_effect(family, positions, absolute, relative):
     self_attns = [m for name, m in model.named_modules() if name.endswith("self_attn")]
     assert self_attns and all((m.relative_positions is not None) == relative for m in self_attns)
     cross = [m for name, m in model.named_modules() if name.endswith("cross_attn")]
-    assert all(m.relative_positions is None for m in cross)  # never in cross-attention
+    assert all(isinstance(m, CrossAttention) for m in cross)  # no position terms there
 
 
 @pytest.mark.parametrize("family", list(FAMILIES))

@@ -162,7 +162,8 @@ def test_beams_share_the_source_side_and_decode_as_if_they_did_not(monkeypatch):
             return m.start(src_ids, max_steps=max_steps)
 
         def step(self, tokens, state):
-            seen.append((state.group, state.cache.cross_k.size(1), state.memory_mask.size(0)))
+            rows = state.memory_mask.allowed.size(0)
+            seen.append((state.group, state.cache.cross_k.size(1), rows))
             return m.step(tokens, state)
 
     shared = beam_search(Spy(), src, beam_size=4, max_len=7)
@@ -186,7 +187,7 @@ def test_a_reorder_that_mixes_sentences_gives_rows_their_own_source():
     _, state = m.step(tgt[[0, 0, 1, 1], :2], state)
     idx = torch.tensor([3, 0])  # sentence 1's beam first, then sentence 0's
     state = state.reorder(idx)
-    assert state.group == 1 and state.memory_mask.size(0) == 2
+    assert state.group == 1 and state.memory_mask.allowed.size(0) == 2
     logits, _ = m.step(tgt[[1, 0], 2], state)
     torch.testing.assert_close(logits, full[[1, 0], 2])
 

@@ -12,11 +12,12 @@ import pytest
 import torch
 
 from attnkit.attention import KVCache, StaticKVCache
+from attnkit.attention.one_query import OneQueryDecode
 from attnkit.attention.recurrent_cache import RecurrentStateCache
 from attnkit.blocks.moe import MoEFeedForward
 from attnkit.blocks.norms import RMSNorm
 from attnkit.blocks.swiglu import SwiGLU
-from attnkit.decoding import StaticCacheStepper, greedy_search
+from attnkit.decoding import StaticCacheStepper, greedy_search, stepper_for
 from attnkit.models import (
     DecoderOnlyConfig,
     DecoderOnlyLM,
@@ -79,6 +80,17 @@ def test_greedy_tokens_are_the_same_on_the_static_and_the_reference_path(name):
     assert got.scores == pytest.approx(want.scores, abs=1e-9)
     state = fast.start(prompt, max_steps=10)
     assert isinstance(state.cache, StaticKVCache) == (name in STATIC)
+
+
+@pytest.mark.parametrize("name", list(OPTIONS))
+def test_the_cpu_decode_backend_gives_the_reference_tokens(name):
+    model, prompt = lm(**OPTIONS[name]), ids(3, 4)
+    want = greedy_search(model, prompt, max_len_a=0.0, max_len_b=10)  # REFERENCE, as built
+    got = greedy_search(stepper_for(model), prompt, max_len_a=0.0, max_len_b=10)
+    backends = {type(m.backend) for m in model.modules() if hasattr(m, "backend")}
+    assert backends == ({OneQueryDecode} if name != "linear" else set())
+    assert got.tokens == want.tokens
+    assert got.scores == pytest.approx(want.scores, abs=1e-9)
 
 
 @pytest.mark.parametrize("name", list(OPTIONS))

@@ -9,7 +9,8 @@ import torch
 import torch.nn.functional as F
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from attnkit.positions.alibi import alibi_bias, alibi_slopes
+from attnkit.attention import MultiHeadAttention
+from attnkit.positions.alibi import ALiBi, alibi_bias, alibi_slopes
 
 
 def test_slopes_for_8_heads_are_the_papers_sequence():
@@ -95,3 +96,26 @@ def test_no_python_loop_over_heads():
 def test_bad_positions_name_the_field():
     with pytest.raises(ValueError, match="q_positions"):
         alibi_bias(4, torch.zeros(1, 3, dtype=torch.long), torch.arange(3))
+
+
+def test_the_layer_module_is_the_symmetric_bias_at_its_positions_and_no_weight():
+    alibi = ALiBi(6)
+    assert dict(alibi.state_dict()) == {}  # the slopes are a function of h
+    step = alibi(torch.tensor([7]), 10, torch.float64)  # a cached step at position 7
+    want = alibi_bias(6, torch.tensor([7]), torch.arange(10), causal=False, dtype=torch.float64)
+    assert torch.equal(step, want) and step.shape == (6, 1, 10)
+
+
+def test_a_layer_with_alibi_adds_that_bias_to_its_scores():
+    torch.manual_seed(0)
+    mha = MultiHeadAttention(24, 3, alibi=ALiBi(3)).double().eval()
+    x = torch.randn(2, 5, 24, dtype=torch.float64)
+    out, weights = mha(x, is_causal=True, need_weights=True)
+    q, k, _ = mha.qkv_proj(x).split(24, dim=-1)
+    q, k = (t.view(2, 5, 3, 8).transpose(1, 2) for t in (q, k))
+    bias = alibi_bias(3, torch.arange(5), torch.arange(5), dtype=torch.float64)
+    causal = torch.ones(5, 5, dtype=torch.bool).tril()
+    scores = (q @ k.transpose(-2, -1) / math.sqrt(8) + bias).masked_fill(~causal, -math.inf)
+    torch.testing.assert_close(weights, torch.softmax(scores, dim=-1))
+    with pytest.raises(ValueError, match="alibi"):
+        MultiHeadAttention(24, 3, alibi=ALiBi(4))

@@ -7,9 +7,10 @@ import copy
 import pytest
 import torch
 
+from attnkit.attention import CrossAttention
 from attnkit.decoding import greedy_search
 from attnkit.models import EncoderDecoder, TransformerConfig
-from attnkit.quantize import SplitCrossAttention, model_bytes, quantize_model
+from attnkit.quantize import Int8Linear, model_bytes, quantize_model, quantize_rows
 
 
 def small(**kw) -> EncoderDecoder:
@@ -44,10 +45,12 @@ def test_logits_close(precision, norm, batch):
     assert float((out - ref).abs().max() / ref.abs().max()) < BOUNDS[precision]
 
 
-def test_cross_attention_is_split_and_decoding_works(batch):
+def test_cross_attention_projections_are_replaced_and_decoding_works(batch):
     model = quantize_model(small(), "int8")
     cross = model.decoder.layers[0].cross_attn
-    assert isinstance(cross, SplitCrossAttention) and not hasattr(cross, "qkv_proj")
+    assert type(cross) is CrossAttention  # its modules are replaced, its class stays
+    assert isinstance(cross.q_proj, Int8Linear) and isinstance(cross.kv_proj, Int8Linear)
+    assert not hasattr(model, "quantized_precision")
     out = greedy_search(model, batch[0], max_len=5)  # the model's own static-cache path
     assert len(out.tokens) == 3
 
@@ -201,3 +204,15 @@ def test_a_quantized_decoder_only_model_decodes_on_its_cache(precision):
             else:
                 torch.testing.assert_close(logits, full, atol=1e-4, rtol=1e-4)
             tokens = torch.cat([tokens, logits.argmax(-1, keepdim=True)], dim=1)
+
+
+def test_int8_token_embedding_is_quantize_rows_of_the_float_one():
+    model = small()
+    weight = model.src_embed.tokens.weight.detach().clone()
+    weight[5] = 0.0  # a zero row: the scale's floor keeps it finite
+    with torch.no_grad():
+        model.src_embed.tokens.weight.copy_(weight)
+    embedding = quantize_model(model, "int8").src_embed.tokens
+    q, scale = quantize_rows(weight)
+    assert torch.equal(embedding.weight_int8, q) and torch.equal(embedding.row_scale, scale)
+    assert torch.isfinite(embedding(torch.tensor([[5, 6]]))).all()

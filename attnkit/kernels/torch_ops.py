@@ -1,0 +1,109 @@
+"""The one wrapper around the private and legacy torch ops behind attnkit's CPU linears.
+
+* oneDNN (``torch.ops.mkldnn``): ``_reorder_linear_weight`` packs a weight into
+  oneDNN's blocked layout, ``_linear_pointwise`` multiplies (packed or plain
+  weight, an optional fused ReLU). What inductor's CPU freezing uses; private.
+* fbgemm (``torch.ops.quantized``): ``linear_prepack`` packs a per-channel
+  quantised int8 weight (built from a per-channel quantized tensor, a
+  deprecated tensor kind in torch 2.13), ``linear_dynamic`` /
+  ``linear_relu_dynamic`` multiply with activations quantised per call. What
+  the deprecated ``quantize_dynamic`` calls.
+* ``aten._weight_int8pack_mm``: int8 weights with one scale per row, bf16
+  activations, dequantise-and-multiply in one kernel; private.
+
+``attnkit.quantize`` (``PackedLinear``, ``Int8Linear``,
+``Int8WeightOnlyLinear``) and ``attnkit.kernels.onednn_linear`` call them only
+through here, so a torch release that renames or drops one needs one change.
+
+Shapes: ``x`` ``(..., K)``, weights ``(N, K)``, biases and scales ``(N,)``.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+import torch
+from torch import Tensor
+
+ACTIVATIONS = ("none", "relu")
+"""What the packed GEMMs can fuse into their output."""
+
+
+def check_activation(activation: str) -> None:
+    """``ValueError`` naming ``activation`` unless it is one of ``ACTIVATIONS``."""
+    if activation not in ACTIVATIONS:
+        raise ValueError(f"activation: expected one of {ACTIVATIONS}, got {activation!r}")
+
+
+# -- oneDNN ------------------------------------------------------------------------------
+
+
+def onednn_available() -> bool:
+    """Whether this torch build has oneDNN's linear op."""
+    return torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
+
+
+def onednn_pack(weight: Tensor, rows_hint: int) -> Tensor:
+    """``weight`` ``(N, K)`` (CPU, contiguous; fp32 or bf16) in oneDNN's blocked layout,
+    tuned for products with about ``rows_hint`` rows."""
+    packed: Tensor = torch.ops.mkldnn._reorder_linear_weight(weight, rows_hint)
+    return packed
+
+
+def onednn_linear(
+    x: Tensor, weight: Tensor, bias: Tensor | None, activation: str = "none"
+) -> Tensor:
+    """``act(x W^T + b)`` on oneDNN; ``weight`` packed (``onednn_pack``) or plain, of
+    ``x``'s dtype."""
+    scalars: list[Any] = [None] if activation == "relu" else []
+    y: Tensor = torch.ops.mkldnn._linear_pointwise(x, weight, bias, activation, scalars, "")
+    return y
+
+
+# -- fbgemm dynamic int8 -----------------------------------------------------------------
+
+
+def select_quantized_engine() -> None:
+    """fbgemm's x86 kernels (AVX-512 VNNI where the CPU has it); ``x86`` is its alias
+    with oneDNN fallbacks."""
+    engines = torch.backends.quantized.supported_engines
+    if torch.backends.quantized.engine not in ("x86", "fbgemm"):
+        torch.backends.quantized.engine = "x86" if "x86" in engines else "fbgemm"
+
+
+def fbgemm_pack(q: Tensor, scale: Tensor, bias: Tensor | None) -> Any:
+    """Pack int8 ``q`` ``(N, K)`` with per-row ``scale`` ``(N,)`` and an fp32 ``bias``."""
+    select_quantized_engine()
+    zeros = torch.zeros(q.size(0), dtype=torch.long)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # per-channel quantized tensors: deprecated in 2.13
+        qw = torch._make_per_channel_quantized_tensor(q.cpu(), scale.double().cpu(), zeros, 0)
+    b = None if bias is None else bias.float().cpu().contiguous()
+    return torch.ops.quantized.linear_prepack(qw, b)
+
+
+def fbgemm_linear(x: Tensor, packed: Any, activation: str = "none") -> Tensor:
+    """``act(x W^T + b)``: fp32 ``x`` quantised per call (per tensor), fp32 out."""
+    op = (
+        torch.ops.quantized.linear_relu_dynamic
+        if activation == "relu"
+        else torch.ops.quantized.linear_dynamic
+    )
+    y: Tensor = op(x, packed, False)
+    return y
+
+
+def fbgemm_unpack(packed: Any) -> tuple[Tensor, Tensor, Tensor | None]:
+    """``(q int8 (N, K), scale fp32 (N,), bias (N,) or None)`` of a packed weight."""
+    qw, bias = torch.ops.quantized.linear_unpack(packed)
+    return qw.int_repr(), qw.q_per_channel_scales().float(), bias
+
+
+# -- weight-only int8 --------------------------------------------------------------------
+
+
+def int8pack_mm(x: Tensor, q: Tensor, scale: Tensor) -> Tensor:
+    """``x W^T`` for ``x`` ``(M, K)`` bf16, ``q`` int8 ``(N, K)``, ``scale`` bf16 ``(N,)``."""
+    y: Tensor = torch.ops.aten._weight_int8pack_mm(x, q, scale)
+    return y
