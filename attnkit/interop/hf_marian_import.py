@@ -4,8 +4,9 @@ The tensors go through the export's own table read backwards
 (``hf_marian.marian_keys``), copied by indexing only, so a model that went
 attnkit -> HF -> attnkit comes back bit for bit: q/k/v are stacked back into
 the fused ``qkv_proj`` (cross-attention: ``q_proj`` and the stacked ``kv_proj``),
-and the model dimension is permuted back from Marian's sines-then-cosines layout to attnkit's interleaved one (the inverse
-of ``hf_marian.interleaved_to_halves``; see that module's doc). Layer counts
+and the model dimension is permuted back from Marian's sines-then-cosines
+layout to attnkit's interleaved one (the inverse of
+``hf_marian.interleaved_to_halves``; see that module's doc). Layer counts
 and every shape are checked against ``config.json`` first, and the
 sinusoid table's size against a ceiling (``import_writer.check_positions``).
 
