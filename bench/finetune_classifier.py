@@ -20,7 +20,7 @@ clipping and dropout 0.1; then each scores the 872 ``dev.tsv`` sentences.
 
 They run one after the other in one process (``--order``), never at once, with
 ``--threads`` intra-op threads each. Examples/s counts training steps only (from
-the second update to the last; evaluation and start-up excluded). Hold the CPU
+the first update to the last; start-up and evaluation excluded). Hold the CPU
 lock: ``flock -x /tmp/attnkit-cpu.lock python bench/finetune_classifier.py``.
 
     python bench/finetune_classifier.py --minutes 20 --json bench/sst2.json
@@ -62,12 +62,16 @@ class StepClock:
     def __init__(self) -> None:
         self.times: list[float] = []
         self.examples: list[int] = []
+        # (steps done before it, seconds): validation between steps, not training
+        self.pauses: list[tuple[int, float]] = []
 
     def rate(self) -> float:
-        """Examples per second from the second step to the last (start-up excluded)."""
+        """Examples per second from the first step to the last (start-up excluded, and
+        validation between them)."""
         if len(self.times) < 3:
             return float("nan")
-        return sum(self.examples[1:-1]) / (self.times[-2] - self.times[0])
+        paused = sum(s for done, s in self.pauses if done < len(self.times))
+        return sum(self.examples[1:]) / (self.times[-1] - self.times[0] - paused)
 
 
 def run_attnkit(args: argparse.Namespace, work: Path) -> dict[str, Any]:
@@ -103,6 +107,17 @@ def run_attnkit(args: argparse.Namespace, work: Path) -> dict[str, Any]:
             clock.times.append(time.perf_counter())
             clock.examples.append(sizes[-1])
 
+    evaluate = task.evaluate
+    curve: list[dict[str, Any]] = []
+
+    def timed_evaluate(model: Any) -> dict[str, float]:
+        start = time.perf_counter()
+        metrics = evaluate(model)
+        clock.pauses.append((len(clock.times), time.perf_counter() - start))
+        curve.append({"step": len(clock.times), **metrics})
+        return metrics
+
+    task.evaluate = timed_evaluate  # type: ignore[method-assign]
     trainer = Trainer(run, task, work / "attnkit_run", progress=False, callbacks=[on_event])
     start = time.perf_counter()
     summary = trainer.fit()
@@ -119,7 +134,9 @@ def run_attnkit(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         "options": {
             "pooling": task.model_config.pooling,
             "group_by_length": run.train.group_by_length,
-        },  # fmt: skip
+            "overrides": overrides,
+        },
+        "dev_curve": curve,
     }
 
 
@@ -191,7 +208,7 @@ def run_hf(args: argparse.Namespace) -> dict[str, Any]:
         "options": {
             "pooling": "first (pretrained pooler)",
             "group_by_length": args.hf_group_by_length,
-        },  # fmt: skip
+        },
     }
 
 

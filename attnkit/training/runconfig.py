@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from attnkit.errors import ConfigError
+from attnkit.training.freeze import check_freeze_entry
 from attnkit.validation import at_least, check_fields, from_mapping, in_range, require, suggest
 
 # translation: an encoder-decoder on parallel text; lm: a decoder-only (GPT-style)
@@ -164,6 +165,10 @@ class TrainConfig:
     batch_size: int = 32  # text_classification: examples per batch and rank
     # text_classification: examples of similar length share a batch (less padding)
     group_by_length: bool = True
+    # Parameters kept as they are (any task): "embeddings", "layers:N" (the first N of
+    # every layer stack) or name patterns ("encoder.layers.0", "*.ffn.*"); see
+    # attnkit/training/freeze.py.
+    freeze: tuple[str, ...] = ()
     compile: bool = False  # always compile the training forward (see also fast)
     # fp32 products on the CPU: oneDNN (1.3-2.3x MKL's sgemm on the AMD EPYC we measure
     # on; bench/NOTES.md) or MKL (PyTorch's default). auto: oneDNN when available.
@@ -204,6 +209,8 @@ class TrainConfig:
         if self.eps is not None:
             require("eps", self.eps > 0, f"must be > 0, got {self.eps}")
         require("mask_prob", 0.0 < self.mask_prob < 1.0, f"must be in (0, 1), got {self.mask_prob}")
+        for entry in self.freeze:
+            check_freeze_entry(entry)
 
 
 @dataclass

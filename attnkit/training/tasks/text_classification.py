@@ -63,6 +63,7 @@ from attnkit.training.tasks.base import (
     TaskContext,
     build_task_model,
     model_config_from_run,
+    unknown_note,
 )
 
 HEAD = ("classifier",)
@@ -170,7 +171,7 @@ class TextClassificationTask:
             self._draw_order()
 
     def build_model(self) -> nn.Module:
-        return build_task_model(self.model_config, self.initial, head=HEAD)
+        return build_task_model(self.model_config, self.initial, head=HEAD, freeze=self.cfg.freeze)
 
     def describe(self) -> str:
         c = self.model_config
@@ -188,6 +189,7 @@ class TextClassificationTask:
             f"{len(self.train_data)} training {what}{segments}{note}{held_out}, labels "
             f"{', '.join(self.label_names)}, {c.pooling} pooling, {self.batch_size} examples "
             f"per batch, vocabulary {self.tokenizer.vocab_size}"
+            + unknown_note(self.tokenizer, {"the texts": self.train_set.ids})
         )
 
     # -- batches -------------------------------------------------------------------
