@@ -228,7 +228,7 @@ def config_from_initial(
     for key, value in fields.items():
         if _same(value, current[key]):
             continue
-        if key not in NON_ARCHITECTURE_KEYS:
+        if key not in NON_ARCHITECTURE_KEYS and key not in head_fields:
             raise ConfigError(
                 f"model.{key}: {value!r} would change the architecture of the --init "
                 f"checkpoint ({key}={current[key]!r}); remove it (the architecture comes "

@@ -179,6 +179,8 @@ def test_config_from_initial_rules():
     # The task's head fields may change; its other fields may not.
     got = config_from_initial(base, {}, task_fields={"num_labels": 3}, head_fields=["num_labels"])
     assert got.num_labels == 3
+    got = config_from_initial(base, {"num_labels": 3}, head_fields=["num_labels"])  # or given
+    assert got.num_labels == 3
     # Fields that follow the tokenizer keep the checkpoint's (its tokenizer is the one used).
     assert config_from_initial(base, {}, task_fields={"vocab_size": 49}).vocab_size == 50
     with pytest.raises(ConfigError, match=r"model\.vocab_size"):  # unless given explicitly
