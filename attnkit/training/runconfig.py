@@ -182,6 +182,10 @@ class TrainConfig:
     # attnkit/training/fast.py says what each does. `--no-fast` sets off.
     # YAML reads a bare on/off as true/false; both spellings are accepted.
     fast: Literal["auto", "on", "off"] | bool = "auto"
+    # torch's fused Adam/AdamW kernel, one pass over every parameter per update (CUDA
+    # and CPU; on the 2-core EPYC 4x faster than the per-tensor loop for MiniLM's 23M
+    # parameters: bench/NOTES.md). null: as train.fast says (on CUDA only).
+    fused_optimizer: bool | None = None
     # Updates skipped in a row for a non-finite loss or gradient norm before training
     # stops with an error (fp16 overflows, which the loss scaler handles, do not count).
     max_nonfinite: int = 10
