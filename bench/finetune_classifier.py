@@ -25,6 +25,9 @@ lock: ``flock -x /tmp/attnkit-cpu.lock python bench/finetune_classifier.py``.
 
     python bench/finetune_classifier.py --minutes 20 --json bench/sst2.json
     python bench/finetune_classifier.py --minutes 2 --sides attnkit   # a quick look
+    python bench/finetune_classifier.py --steps 60                    # examples/s only (~3 min)
+    python bench/finetune_classifier.py --steps 60 --hf-group-by-length \
+        --attnkit-set train.cpu_matmul=onednn --attnkit-set train.fused_optimizer=false
 """
 
 from __future__ import annotations
@@ -89,6 +92,9 @@ def run_attnkit(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         f"train.weight_decay={args.weight_decay}", f"train.seed={args.seed}",
         f"train.threads={args.threads}", *args.attnkit_set,
     ]  # fmt: skip
+    if args.steps is not None:  # a step count instead of the minutes
+        overrides += [f"train.max_steps={args.steps}", "train.decay_to_budget=false",
+                      "train.max_minutes=null", f"train.eval_every={args.steps}"]  # fmt: skip
     run = load_run_config(CONFIG, overrides)
     task = task_from_run(run, None, load_initial(work / "minilm"))
     clock = StepClock()
@@ -165,8 +171,8 @@ def run_hf(args: argparse.Namespace) -> dict[str, Any]:
                                   betas=(0.9, 0.999), eps=1e-8)  # fmt: skip
     generator = torch.Generator().manual_seed(args.seed)
     lengths = [len(x) for x in encoded]
-    budget = 60.0 * args.minutes
-    total = 10**9  # re-aimed from the speed once 10 steps are done
+    budget = 60.0 * args.minutes if args.steps is None else math.inf
+    total = args.steps or 10**9  # a budget: re-aimed from the speed once 10 steps are done
     clock = StepClock()
     model.train()
     start = time.perf_counter()
@@ -175,9 +181,9 @@ def run_hf(args: argparse.Namespace) -> dict[str, Any]:
         batches = length_grouped_order(lengths, args.batch_size, generator,
                                        group=args.hf_group_by_length)  # fmt: skip
         for rows in batches:
-            left = remaining_steps(step, time.perf_counter() - start, budget)
-            if left is not None and step >= args.warmup:
-                total = step + left
+            if args.steps is None and step >= args.warmup:
+                left = remaining_steps(step, time.perf_counter() - start, budget)
+                total = total if left is None else step + left
             lr = warmup_cosine_lr(step + 1, peak_lr=args.lr, warmup_steps=args.warmup,
                                   total_steps=total)  # fmt: skip
             for group in optimizer.param_groups:
@@ -192,8 +198,10 @@ def run_hf(args: argparse.Namespace) -> dict[str, Any]:
             optimizer.zero_grad(set_to_none=True)
             step += 1
             epoch_examples += len(rows)
-            if time.perf_counter() - start >= budget:
+            if time.perf_counter() - start >= budget or step == args.steps:
                 break
+        if step == args.steps:
+            break
     seconds = time.perf_counter() - start
     accuracy, f1 = _hf_dev(model, tokenizer, dev, args.max_len)
     return {
@@ -231,6 +239,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--data", default=str(REPO.parent / "shared" / "data" / "sst2"))
     parser.add_argument("--minutes", type=float, default=20.0)
+    parser.add_argument(
+        "--steps", type=int, help="train this many steps per side instead (speed checks)"
+    )
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--max-len", type=int, default=66)
     parser.add_argument("--lr", type=float, default=1e-4)
@@ -252,7 +263,8 @@ def main() -> None:
     results = []
     with tempfile.TemporaryDirectory() as tmp:
         for side in args.sides.split(","):
-            print(f"-- {side}: {args.minutes} minutes, load {load_average()}", flush=True)
+            budget = f"{args.steps} steps" if args.steps else f"{args.minutes} minutes"
+            print(f"-- {side}: {budget}, load {load_average()}", flush=True)
             result = run_attnkit(args, Path(tmp)) if side == "attnkit" else run_hf(args)
             print(json.dumps(result), flush=True)
             results.append(result)
