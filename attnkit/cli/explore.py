@@ -5,8 +5,10 @@ search) and the page shows encoder self-, decoder self- and cross-attention
 (an RNN: its one cross-attention map). Causal LMs: the text is continued
 greedily for --max-new-tokens and the page shows the self-attention over
 prompt + continuation. Masked LMs: the text as it is ([MASK] markers filled
-in the output). The file needs no network: open it from disk. It shows what
-`attnkit serve` shows at / for the same text.
+in the output). Text classifiers: [CLS] text [SEP] (a text_a<TAB>text_b pair:
+[CLS] a [SEP] b [SEP]) and every label's probability. The file needs no
+network: open it from disk. It shows what `attnkit serve` shows at / for the
+same text.
 
 Example:
   attnkit explore --checkpoint quickstart-out --text "three hundred forty-two" --out page.html
@@ -15,6 +17,7 @@ Example:
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
 from attnkit.cli.argtypes import integer
 from attnkit.cli.common import add_device_argument, check_decode_fits, checkpoint_inputs
@@ -54,6 +57,8 @@ def run(args: argparse.Namespace) -> int:
     inputs = checkpoint_inputs(args.checkpoint)
     check_output_file(args.out, option="--out", inputs=inputs)  # before any work
     loaded = load_for("explore", args.checkpoint, args.device)
+    if getattr(loaded.config, "num_labels", 0):
+        return _explore_classifier(args, loaded, inputs)
     # The page shows the last window of the model's context; generating far past it only
     # makes the command run (10**11 tokens: forever) for text nobody sees mapped.
     most = max(MAX_NEW_TOKENS, loaded.config.max_len)
@@ -79,4 +84,25 @@ def run(args: argparse.Namespace) -> int:
     with atomic_file(args.out, option="--out", inputs=inputs) as tmp:
         write_page(tmp, result["explore"])
     print(f"wrote {args.out} ({engine.loaded.family.name}: {result['output']!r})")
+    return 0
+
+
+def _explore_classifier(args: argparse.Namespace, loaded: Any, inputs: list) -> int:
+    """A text classifier's page: its self-attention and label probabilities."""
+    from attnkit.cli.classify import label_names
+    from attnkit.data.classification import split_input_line
+    from attnkit.evaluation.text_classification import encode_texts
+    from attnkit.visualize.explorer import build_payload, write_page
+    from attnkit.visualize.explorer.from_model import classifier_example
+
+    first, second = split_input_line(args.text, "--text")
+    encoded = encode_texts(loaded.tokenizer, [first], None if second is None else [second],
+                           loaded.config.max_len)  # fmt: skip
+    example = classifier_example(
+        loaded.model, loaded.tokenizer, encoded.ids[0], encoded.types[0],
+        label_names(loaded.config), title=f"{loaded.family.name} classifier",
+    )  # fmt: skip
+    with atomic_file(args.out, option="--out", inputs=inputs) as tmp:
+        write_page(tmp, build_payload(example))
+    print(f"wrote {args.out} (classifier: {example.output})")
     return 0

@@ -6,10 +6,9 @@ The mapping (``config.json`` field -> attnkit config):
 * word embeddings -> ``embed.tokens`` with ``scale_embeddings=False`` (BERT
   does not multiply by ``sqrt(d)``); learned positions, ``max_len`` =
   ``max_position_embeddings``;
-* the token-type (segment) embedding: attnkit has none, so **row 0 is added
-  to every row of the position table**. That is exact for single-segment
-  input (every token of type 0, what ``tokenizer(text)`` gives for one
-  text); a second segment (sentence pairs, type 1) cannot be expressed;
+* the token-type (segment) embeddings -> ``token_types``, ``type_vocab_size``
+  = their rows (sentence pairs: type 0, then type 1, as ``tokenizer(a, b)``
+  gives ``token_type_ids``);
 * the embedding LayerNorm -> ``embedding_norm=True``; ``layer_norm_eps``
   (1e-12) -> ``norm_eps`` (every norm of the model uses it);
 * layers: post-LN (``norm_position="post"``), q/k/v fused into ``qkv_proj``,
@@ -31,8 +30,8 @@ The mapping (``config.json`` field -> attnkit config):
 * ids from the tokenizer files: ``[PAD]`` -> ``pad_id``, ``[CLS]`` ->
   ``bos_id``, ``[SEP]`` -> ``eos_id``, ``[MASK]`` -> ``mask_id``, ``[UNK]``.
 
-The keys are tables (``attnkit.interop.keymap``): ``BERT_LAYERS``, one
-positions rule (``BERT_POSITIONS``: the token-type fold, in one place),
+The keys are tables (``attnkit.interop.keymap``): ``BERT_LAYERS``, the
+positions and token types (``BERT_POSITIONS_ONLY``, ``BERT_TOKEN_TYPES``),
 ``BERT_MLM_HEAD`` and ``BERT_CLASSIFIER`` when the file has those heads
 (``bert_table``); a file's ``bert.`` prefix is optional.
 """
@@ -55,7 +54,7 @@ from attnkit.interop.hf_files import (
     token_id,
 )
 from attnkit.interop.import_writer import Imported
-from attnkit.interop.keytable import Join, Rule, Table, fuse
+from attnkit.interop.keytable import Rule, Table, fuse
 from attnkit.models.lm_config import EncoderOnlyConfig
 
 _L = "encoder.layer.{i}"
@@ -73,20 +72,12 @@ BERT_LAYERS: tuple[Rule, ...] = (
     Rule("encoder.layers.{i}.ffn_residual.norm.{wb}", f"{_L}.output.LayerNorm.{{wb}}", "D"),
 )  # fmt: skip
 
-# The token-type (segment) embedding: attnkit's encoder has none, so row 0 is added to
-# every position (exact for single-segment input). The one place that knows it.
-ADD_TOKEN_TYPE_0 = Join("token-type row 0 added to every position", lambda p: p[0] + p[1][0])
-BERT_POSITIONS = Rule(
-    "embed.positions.weight",
-    ("embeddings.position_embeddings.weight", "embeddings.token_type_embeddings.weight"),
-    ("P D", "T D"),
-    join=ADD_TOKEN_TYPE_0,
-)
+# The token-type (segment) embeddings: their own table (``type_vocab_size`` rows), added to
+# every position by type as BERT does (sentence pairs: type 0, then type 1).
+BERT_TOKEN_TYPES = Rule("token_types.weight", "embeddings.token_type_embeddings.weight", "T D")
 BERT_POSITIONS_ONLY = Rule("embed.positions.weight", "embeddings.position_embeddings.weight", "P D")
 PLACEHOLDER_NOTE = ("no MLM head in the checkpoint: mlm_head is a placeholder (identity dense, "
                     "unit norm, zero bias), not trained; mlm_logits are meaningless")  # fmt: skip
-TOKEN_TYPE_NOTE = ("token-type embedding row 0 added to the position table: exact for "
-                   "single-segment input; sentence pairs (type 1) are not expressible")  # fmt: skip
 
 BERT_MLM_HEAD: tuple[Rule, ...] = (
     Rule("mlm_head.dense.{wb}", "cls.predictions.transform.dense.{wb}", "D D"),
@@ -126,11 +117,9 @@ def bert_table(keys: set[str]) -> tuple[Table, list[str], str | None]:
     """The table for a file holding ``keys`` (its heads), its notes, and the classifier key."""
     has = {k.removeprefix("bert.") for k in keys}.__contains__
     rules, ignore, notes = [*BERT_LAYERS], [*BERT_IGNORED], []
+    rules.append(BERT_POSITIONS_ONLY)
     if has("embeddings.token_type_embeddings.weight"):
-        rules.append(BERT_POSITIONS)
-        notes.append(TOKEN_TYPE_NOTE)
-    else:
-        rules.append(BERT_POSITIONS_ONLY)
+        rules.append(BERT_TOKEN_TYPES)
     if has("cls.predictions.transform.dense.weight"):
         rules += BERT_MLM_HEAD
     else:
@@ -177,6 +166,8 @@ def import_bert(d: HFDirectory) -> Imported:
               "P": d.integer("max_position_embeddings"), "T": d.integer("type_vocab_size", 2),
               "i": d.integer("num_hidden_layers"), "C": num_labels}  # fmt: skip
     state = map_weights(d, weights, table, d.dims(values, BERT_FIELDS))
+    types = state.get("token_types.weight")
+    type_vocab_size = 0 if types is None else int(types.size(0))
     if "mlm_head.dense.weight" not in state:
         state |= placeholder_mlm_head(D, vocab, state["embed.tokens.weight"])
     config = d.build(
@@ -197,6 +188,7 @@ def import_bert(d: HFDirectory) -> Imported:
         vocab_size=vocab,
         num_labels=num_labels,
         pooling="first" if num_labels else "mean",
+        type_vocab_size=type_vocab_size,
         pad_id=tokenizer.pad_id,
         bos_id=tokenizer.bos_id,
         eos_id=tokenizer.eos_id,

@@ -108,9 +108,11 @@ def test_a_huge_layer_count_is_refused_without_iterating_it():
 
 
 def test_a_one_way_join_is_not_written_back():
-    from attnkit.interop.hf_bert import BERT_POSITIONS
+    from attnkit.interop.keytable import Join, Rule
 
-    table = Table("BERT", (BERT_POSITIONS,))
+    fold = Join("token-type row 0 added", lambda p: p[0] + p[1][0])
+    rule = Rule("embed.positions.weight", ("pos.weight", "types.weight"), ("P D", "T D"), join=fold)
+    table = Table("BERT", (rule,))
     state = {"embed.positions.weight": torch.zeros(8, 4)}
     with pytest.raises(CheckpointError, match="token-type row 0 added .* cannot be written"):
         save_state(table, state, Dims({"P": 8, "T": 2, "D": 4}))
