@@ -23,6 +23,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from attnkit.checkpoints.adapters import adapted_weights
 from attnkit.checkpoints.files import CONFIG_FILE, MODEL_FILE, TOKENIZER_FILE, load_checkpoint
 from attnkit.checkpoints.rundir import latest_checkpoint, resolve_checkpoint
 from attnkit.data.tokenizers import Tokenizer, tokenizer_from_json
@@ -168,6 +169,12 @@ def load_model(
                 "weights come from different runs (use the tokenizer.json saved with them)"
             )
     model = build_for_loading(config)
-    load_model_state(model, state.model_state, source=directory / MODEL_FILE)
+    # A LoRA checkpoint (adapter.json): its base's weights, then its adapters, merged.
+    adapted = adapted_weights(directory, state.model_state, set(model.state_dict()))
+    if adapted is None:
+        load_model_state(model, state.model_state, source=directory / MODEL_FILE)
+    else:
+        load_model_state(model, adapted.model_state, source=adapted.source)
+        adapted.install(model, merge=True)
     model = model.to(resolve_device(device)).eval()
     return LoadedModel(model=model, tokenizer=tokenizer, family=family, directory=directory)
