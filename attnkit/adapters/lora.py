@@ -9,9 +9,9 @@ the first and last blocks only, leaving the key rows exactly as they were
 (loralib's ``MergedLinear`` does the same with ``enable_lora=[True, False, True]``).
 
 The module *receives* the base linear (an ``nn.Linear``, or a subclass such
-as the trainer's oneDNN one) and never changes it; ``attnkit.adapters.install`` puts a ``LoRALinear`` in the base's
-place by name and ``merge`` puts a plain ``nn.Linear`` holding
-``W + (alpha / r) B A`` back.
+as the trainer's oneDNN one) and never changes it; ``attnkit.adapters.install``
+puts a ``LoRALinear`` in the base's place by name and ``merge`` puts a plain
+``nn.Linear`` holding ``W + (alpha / r) B A`` back.
 
 Computation: the adapters' ``A`` matrices are stacked, so ``x`` is read once
 (``(..., in) -> (..., n r)``); the ``B`` matrices form one ``(out, n r)``

@@ -130,11 +130,15 @@ def load_model(
     device: str | torch.device | None = None,
     *,
     kinds: Collection[ModelKind] | None = None,
+    base: str | Path | None = None,
 ) -> LoadedModel:
     """The model of a checkpoint (or of a run's latest checkpoint), in eval mode.
 
     ``kinds`` limits the families accepted (``"seq2seq"``, ``"causal_lm"``,
-    ``"masked_lm"``); another family raises ``WrongFamilyError``.
+    ``"masked_lm"``); another family raises ``WrongFamilyError``. A LoRA
+    checkpoint (``attnkit.checkpoints.adapters``) comes back with its adapters
+    merged into its base's weights; ``base`` names that base checkpoint in place
+    of the recorded path (it must still have the recorded hash).
     """
     directory = resolve_checkpoint(path)
     state = load_checkpoint(directory, load_optimizer=False)
@@ -170,7 +174,7 @@ def load_model(
             )
     model = build_for_loading(config)
     # A LoRA checkpoint (adapter.json): its base's weights, then its adapters, merged.
-    adapted = adapted_weights(directory, state.model_state, set(model.state_dict()))
+    adapted = adapted_weights(directory, state.model_state, set(model.state_dict()), base=base)
     if adapted is None:
         load_model_state(model, state.model_state, source=directory / MODEL_FILE)
     else:
