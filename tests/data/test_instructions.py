@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from test_chat import chatml_tokenizer
+from chat_helpers import chatml_tokenizer
 
 from attnkit.data.instructions import (
     IGNORE_INDEX,
