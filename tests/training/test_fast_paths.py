@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from attnkit.models import EncoderDecoder, TransformerConfig
-from attnkit.training.losses import (
+from attnkit.losses import (
     chunked_label_smoothed_cross_entropy,
     label_smoothed_cross_entropy,
 )
