@@ -17,14 +17,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from attnkit.adapters.config import LoRAConfig
 from attnkit.errors import ConfigError
 from attnkit.validation import at_least, check_fields, from_mapping, in_range, require, suggest
 
 # translation: an encoder-decoder on parallel text; lm: a decoder-only (GPT-style)
 # causal LM on one text file; mlm: an encoder-only (BERT-style) masked LM on one;
-# image_classification: a Vision Transformer on labelled images.
-Task = Literal["translation", "lm", "mlm", "image_classification"]
-TASKS: tuple[str, ...] = ("translation", "lm", "mlm", "image_classification")
+# image_classification: a Vision Transformer on labelled images; instruction: a
+# pretrained decoder-only LM on JSONL conversations, loss on the answers only.
+Task = Literal["translation", "lm", "mlm", "image_classification", "instruction"]
+TASKS: tuple[str, ...] = ("translation", "lm", "mlm", "image_classification", "instruction")
 LM_TASKS = ("lm", "mlm")
 IMAGE_TASKS = ("image_classification",)
 
@@ -33,19 +35,20 @@ IMAGE_TASKS = ("image_classification",)
 TASK_KEYS: dict[str, tuple[str, ...]] = {
     "data.src_lang": ("translation",),
     "data.tgt_lang": ("translation",),
-    "data.train": ("translation",),
-    "data.valid": ("translation",),
+    "data.train": ("translation", "instruction"),
+    "data.valid": ("translation", "instruction"),
     "data.test": ("translation",),
-    "data.max_len": ("translation",),
+    "data.max_len": ("translation", "instruction"),
+    "data.pack": ("instruction",),
     "data.skip_empty": ("translation",),
     "data.text": LM_TASKS,
-    "data.valid_fraction": (*LM_TASKS, *IMAGE_TASKS),
+    "data.valid_fraction": (*LM_TASKS, *IMAGE_TASKS, "instruction"),
     "data.images": IMAGE_TASKS,
     "data.labels": IMAGE_TASKS,
     "data.max_shift": IMAGE_TASKS,
     "train.label_smoothing": ("translation", *IMAGE_TASKS),
     "train.valid_bleu_sentences": ("translation",),
-    "train.eval_blocks": LM_TASKS,
+    "train.eval_blocks": (*LM_TASKS, "instruction"),
     "train.mask_prob": ("mlm",),
     "decode": ("translation",),
 }
@@ -63,6 +66,9 @@ class DataConfig:
     ``labels`` CSV (``filename,label`` lines; default ``{images}/labels.csv``,
     relative to ``dir``) names its images; a stratified ``valid_fraction``
     (default 0.2, which for the digits is the fixed 1,438 / 359 split) is held out.
+    ``instruction`` reads JSONL records from ``{dir}/{train}`` and ``{dir}/{valid}``
+    (``valid: null``: the last ``valid_fraction`` of the training records, default
+    0.1); ``max_len`` caps the sequence length below the model's context.
     """
 
     dir: str = "."
@@ -80,6 +86,8 @@ class DataConfig:
     images: str | None = None  # image_classification: "digits" or a folder
     labels: str | None = None  # image_classification: a folder's labels CSV
     max_shift: int = 0  # image_classification: random shifts of up to n pixels (0: none)
+    # instruction: records end to end in blocks of the model's context (or data.max_len)
+    pack: bool = False
 
     def __post_init__(self) -> None:
         check_fields(self)
@@ -166,8 +174,13 @@ class TrainConfig:
     distributed: Literal["ddp", "fsdp"] = "ddp"
     # Where metrics go: metrics.jsonl and loss.png always; tensorboard adds event files.
     log_to: tuple[Literal["jsonl", "tensorboard"], ...] = ("jsonl",)
+    # LoRA (attnkit.adapters): {rank, alpha, dropout, targets: [q, k, v, o, ffn]} trains
+    # low-rank adapters of the --init checkpoint's frozen weights; null: every weight.
+    lora: LoRAConfig | None = None
 
     def __post_init__(self) -> None:
+        if self.lora is not None and not isinstance(self.lora, LoRAConfig):
+            self.lora = LoRAConfig.from_dict(self.lora)
         check_fields(self)
         if isinstance(self.fast, bool):
             self.fast = "on" if self.fast else "off"

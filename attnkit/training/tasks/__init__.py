@@ -16,6 +16,7 @@ from attnkit.errors import ConfigError
 from attnkit.training.runconfig import RunConfig
 from attnkit.training.tasks.base import LossSums, Task, TaskContext
 from attnkit.training.tasks.image import ImageClassificationTask, load_images
+from attnkit.training.tasks.instruction import InstructionTask, instruction_task
 from attnkit.training.tasks.language_model import CausalLMTask, MaskedLMTask
 from attnkit.training.tasks.translation import TranslationTask, build_tokenizer, load_parallel
 
@@ -24,6 +25,7 @@ TASK_CLASSES: dict[str, type[Any]] = {
     "lm": CausalLMTask,
     "mlm": MaskedLMTask,
     "image_classification": ImageClassificationTask,
+    "instruction": InstructionTask,
 }
 
 
@@ -34,6 +36,8 @@ def task_from_run(run: RunConfig, tokenizer: Tokenizer | None = None) -> Task:
     Raises ``DataError``/``ConfigError`` naming the file or field before anything is written.
     """
     data = run.data
+    if run.task == "instruction":
+        return instruction_task(run, tokenizer)
     if run.task == "image_classification":
         train_images, held_out = load_images(run)
         return ImageClassificationTask(run, train_images, held_out)
@@ -66,6 +70,7 @@ __all__ = [
     "TASK_CLASSES",
     "CausalLMTask",
     "ImageClassificationTask",
+    "InstructionTask",
     "LossSums",
     "MaskedLMTask",
     "Task",
