@@ -53,8 +53,8 @@ from common import (
 from torch import Tensor
 from train_step import build
 
-from attnkit.losses import chunked_label_smoothed_cross_entropy
 from attnkit.models import TransformerConfig
+from attnkit.losses import chunked_label_smoothed_cross_entropy
 
 # name -> (attnkit preset, batch, source length, target length, vocabulary)
 SHAPES = {

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from attnkit.data.pretrained_tokenizer import PretrainedTokenizer

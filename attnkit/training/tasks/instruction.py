@@ -84,6 +84,7 @@ class InstructionTask:
         data = run.data
         self.block = min(data.max_len, self.model_config.max_len)
         train = read_instructions(Path(data.dir) / data.train, tok, max_len=self.block)
+        valid: InstructionSet | None
         if data.valid is not None:
             valid = read_instructions(Path(data.dir) / data.valid, tok, max_len=self.block)
         else:
@@ -154,7 +155,9 @@ class InstructionTask:
         self.batch_rng.set_state(state["batch_rng"].to("cpu", torch.uint8))
 
 
-def _hold_out(data: InstructionSet, fraction: float) -> tuple[InstructionSet, InstructionSet | None]:
+def _hold_out(
+    data: InstructionSet, fraction: float
+) -> tuple[InstructionSet, InstructionSet | None]:
     """The first ``1 - fraction`` of the examples and the rest (``None`` when 0)."""
     if fraction == 0.0:
         return data, None

@@ -27,12 +27,12 @@ from attnkit.data.readers import ParallelCorpus, read_parallel, read_tsv
 from attnkit.data.tokenizers import Tokenizer
 from attnkit.errors import ConfigError, UsageError
 from attnkit.evaluation.perplexity import perplexity, translation_sums
+from attnkit.models import EncoderDecoder, Seq2SeqConfig, build_model
+from attnkit.training import distributed as dist_util
 from attnkit.losses import (
     chunked_label_smoothed_cross_entropy,
     label_smoothed_cross_entropy,
 )
-from attnkit.models import EncoderDecoder, Seq2SeqConfig, build_model
-from attnkit.training import distributed as dist_util
 from attnkit.training.runconfig import DataConfig, RunConfig, TokenizerConfig
 from attnkit.training.tasks.base import (
     LossSums,
