@@ -38,7 +38,8 @@ TASK_KEYS: dict[str, tuple[str, ...]] = {
     "data.train": ("translation", "instruction"),
     "data.valid": ("translation", "instruction"),
     "data.test": ("translation",),
-    "data.max_len": ("translation", "instruction"),
+    "data.max_len": ("translation",),
+    "data.block_size": (*LM_TASKS, "instruction"),
     "data.pack": ("instruction",),
     "data.skip_empty": ("translation",),
     "data.text": LM_TASKS,
@@ -68,7 +69,7 @@ class DataConfig:
     (default 0.2, which for the digits is the fixed 1,438 / 359 split) is held out.
     ``instruction`` reads JSONL records from ``{dir}/{train}`` and ``{dir}/{valid}``
     (``valid: null``: the last ``valid_fraction`` of the training records, default
-    0.1); ``max_len`` caps the sequence length below the model's context.
+    0.1).
     """
 
     dir: str = "."
@@ -86,13 +87,18 @@ class DataConfig:
     images: str | None = None  # image_classification: "digits" or a folder
     labels: str | None = None  # image_classification: a folder's labels CSV
     max_shift: int = 0  # image_classification: random shifts of up to n pixels (0: none)
-    # instruction: records end to end in blocks of the model's context (or data.max_len)
+    # lm/mlm: tokens per training block; instruction: the longest sequence (null: the
+    # model's context, model.max_len; a pretrained model's is often far longer than needed)
+    block_size: int | None = None
+    # instruction: records end to end in blocks of block_size tokens (no padding)
     pack: bool = False
 
     def __post_init__(self) -> None:
         check_fields(self)
         at_least(self, ("max_len",), 1)
         at_least(self, ("max_shift",), 0)
+        if self.block_size is not None:
+            at_least(self, ("block_size",), 1)
         if self.valid_fraction is not None:
             in_range("valid_fraction", self.valid_fraction, 0.0, 1.0)
 

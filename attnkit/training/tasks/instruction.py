@@ -8,8 +8,7 @@ of the training records. Meant to start from a pretrained model (``attnkit
 train --init CKPT``), whose tokenizer (and chat template) it uses; full
 fine-tuning or LoRA (``train.lora``) alike.
 
-Sequences are cut to the block length: ``data.max_len`` or the model's
-context, the shorter. ``data.pack: true`` puts the records end to end and cuts
+Sequences are cut to ``data.block_size`` tokens (default: the model's context). ``data.pack: true`` puts the records end to end and cuts
 blocks of that length (no padding; attention then crosses record boundaries);
 otherwise a batch pads its records to the longest. ``train.max_tokens //
 block`` sequences per batch and rank, drawn at random from a seeded generator
@@ -48,6 +47,7 @@ from attnkit.training.tasks.base import (
     LossSums,
     TaskContext,
     check_vocab_fits,
+    context_block,
     model_config_from_run,
     with_moe_losses,
 )
@@ -82,7 +82,7 @@ class InstructionTask:
         )
         check_vocab_fits(self.model_config, ("vocab_size",), tok)
         data = run.data
-        self.block = min(data.max_len, self.model_config.max_len)
+        self.block = context_block(data.block_size, self.model_config.max_len)
         train = read_instructions(Path(data.dir) / data.train, tok, max_len=self.block)
         valid: InstructionSet | None
         if data.valid is not None:

@@ -1,8 +1,9 @@
 """The language-model tasks on one text file: causal LM (GPT) and masked LM (BERT).
 
 Data (both): the file's token ids, split 90/10 (``data.valid_fraction``),
-cut into blocks of the model's context length (``model.max_len``) at random
-offsets, ``train.max_tokens // context`` blocks per batch and rank, drawn
+cut into blocks of ``data.block_size`` tokens (default: the model's context
+length, ``model.max_len``) at random offsets, ``train.max_tokens // block``
+blocks per batch and rank, drawn
 from a seeded CPU generator whose state is saved for resume (nanoGPT's
 recipe). Under torchrun every rank draws the same global batch and keeps its
 rows ``rank, rank + N, ...``.
@@ -43,6 +44,7 @@ from attnkit.training.tasks.base import (
     LossSums,
     TaskContext,
     check_vocab_fits,
+    context_block,
     model_config_from_run,
     with_moe_losses,
 )
@@ -65,7 +67,7 @@ class _BlockTask:
             run, families=(self.family,), defaults=self._model_defaults()
         )
         check_vocab_fits(self.model_config, ("vocab_size",), self.tokenizer)
-        block = self.model_config.max_len
+        block = self.block = context_block(run.data.block_size, self.model_config.max_len)
         self.train_blocks = LMBlocks(corpus.train, block, name="train split")
         self.batch_size = max(1, self.cfg.max_tokens // block)  # blocks per batch and rank
         self.batch_rng = torch.Generator().manual_seed(self.cfg.seed)
@@ -86,7 +88,7 @@ class _BlockTask:
         return (
             f"{self.corpus.train.numel()} training tokens, {self.corpus.valid.numel()} "
             f"validation tokens, vocabulary {self.tokenizer.vocab_size}, {self.batch_size} "
-            f"blocks of {self.model_config.max_len} tokens per batch"
+            f"blocks of {self.block} tokens per batch"
         )
 
     def _global_batch(self) -> Batch:
@@ -100,7 +102,7 @@ class _BlockTask:
         return tuple(t.index_select(0, rows.to(t.device)).to(self.context.device) for t in tensors)
 
     def evaluate(self, model: nn.Module) -> dict[str, float]:
-        if self.corpus.valid.numel() <= self.model_config.max_len:
+        if self.corpus.valid.numel() <= self.block:
             return {}  # shorter than one block
         metrics = text_perplexity(
             model,
@@ -110,6 +112,7 @@ class _BlockTask:
             max_blocks=self.cfg.eval_blocks,
             mask_prob=self.cfg.mask_prob,
             seed=self.cfg.seed,  # the same masks every time
+            block_size=self.block,
         )
         return {"loss": metrics["loss"], "ppl": metrics["ppl"]}
 

@@ -71,7 +71,7 @@ def test_held_out_tail_and_description(tmp_path):
 
 def test_packing_fills_blocks(tmp_path):
     tok = chatml_tokenizer()
-    task = InstructionTask(_run(tmp_path, pack=True, max_len=32), tok)
+    task = InstructionTask(_run(tmp_path, pack=True, block_size=32), tok)
     full = read_instructions(tmp_path / "train.jsonl", tok, max_len=32)
     kept = full.sequences[: len(task.train_set.sequences)]
     assert task.block == 32
