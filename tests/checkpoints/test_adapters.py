@@ -3,74 +3,24 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 import torch
+from lora_helpers import char_tokenizer, lora_run, save_base, tiny_lm
 
-from attnkit.adapters import LoRAConfig, install_lora, lora_parameter_names
-from attnkit.checkpoints import MODEL_FILE, load_model, load_tensors, save_checkpoint
+from attnkit.adapters import lora_parameter_names
+from attnkit.checkpoints import MODEL_FILE, load_model, load_tensors
 from attnkit.checkpoints.adapters import (
     ADAPTER_FILE,
-    AdapterInfo,
     BaseReference,
     adapted_weights,
-    save_lora_checkpoint,
     weights_sha256,
 )
-from attnkit.data.tokenizers import CharTokenizer
 from attnkit.errors import CheckpointError
-from attnkit.models import DecoderOnlyConfig, build_model
-
-TEXT = "the quick brown fox jumps over the lazy dog " * 4
 
 
-def make_model(name: str, seed: int = 0) -> torch.nn.Module:
-    assert name == "decoder_only"
-    torch.manual_seed(seed)
-    config = DecoderOnlyConfig.from_preset("small", vocab_size=40, d_model=32, num_heads=4,
-                                           num_kv_heads=2, d_ff=64, num_layers=2, dropout=0.0,
-                                           activation="swiglu", norm="rmsnorm")  # fmt: skip
-    return build_model(config).eval()
-
-
-@pytest.fixture
-def randomize_b():
-    def run(model: torch.nn.Module) -> None:
-        with torch.no_grad():
-            for name, p in model.named_parameters():
-                if ".lora_B." in name:
-                    p.normal_(0, 0.1)
-
-    return run
-
-
-def _tokenizer() -> CharTokenizer:
-    return CharTokenizer.train([TEXT])
-
-
-def _base(tmp_path: Path) -> tuple[Path, torch.nn.Module]:
-    model = make_model("decoder_only")
-    base = tmp_path / "base"
-    save_checkpoint(base, model_state=model.state_dict(), config=model.config.to_dict(),
-                    tokenizer_json=_tokenizer().to_json())  # fmt: skip
-    return base, model
-
-
-def _lora_run(tmp_path: Path, randomize_b) -> tuple[Path, Path, torch.nn.Module]:
-    base, model = _base(tmp_path)
-    install_lora(model, LoRAConfig(rank=4, alpha=8, targets=("q", "v", "o", "ffn")))
-    randomize_b(model)
-    info = AdapterInfo(LoRAConfig(rank=4, alpha=8, targets=("q", "v", "o", "ffn")),
-                       BaseReference.of(base))  # fmt: skip
-    out = tmp_path / "lora"
-    save_lora_checkpoint(out, model, info, config=model.config.to_dict(),
-                         tokenizer_json=_tokenizer().to_json())  # fmt: skip
-    return base, out, model
-
-
-def test_only_the_adapters_are_saved(tmp_path, randomize_b):
-    base, out, model = _lora_run(tmp_path, randomize_b)
+def test_only_the_adapters_are_saved(tmp_path):
+    base, out, model = lora_run(tmp_path)
     saved = load_tensors(out / MODEL_FILE)
     assert set(saved) == set(lora_parameter_names(model))
     assert (out / MODEL_FILE).stat().st_size < (base / MODEL_FILE).stat().st_size / 2
@@ -79,8 +29,8 @@ def test_only_the_adapters_are_saved(tmp_path, randomize_b):
     assert info["lora"]["targets"] == ["q", "v", "o", "ffn"]
 
 
-def test_loading_merges_and_equals_base_plus_adapters(tmp_path, randomize_b):
-    _, out, adapted = _lora_run(tmp_path, randomize_b)
+def test_loading_merges_and_equals_base_plus_adapters(tmp_path):
+    _, out, adapted = lora_run(tmp_path)
     ids = torch.randint(3, 20, (2, 9))
     with torch.no_grad():
         expected = adapted.eval()(ids).logits
@@ -88,14 +38,12 @@ def test_loading_merges_and_equals_base_plus_adapters(tmp_path, randomize_b):
         got = loaded.model(ids).logits
     assert not any("lora" in name for name in loaded.model.state_dict())  # merged
     assert (got - expected).abs().max() < 1e-5
-    assert loaded.tokenizer.vocab_size == _tokenizer().vocab_size
+    assert loaded.tokenizer.vocab_size == char_tokenizer().vocab_size
 
 
-def test_a_changed_base_is_refused_in_one_line(tmp_path, randomize_b):
-    base, out, _ = _lora_run(tmp_path, randomize_b)
-    other = make_model("decoder_only", seed=1)
-    save_checkpoint(base, model_state=other.state_dict(), config=other.config.to_dict(),
-                    tokenizer_json=_tokenizer().to_json())  # fmt: skip
+def test_a_changed_base_is_refused_in_one_line(tmp_path):
+    base, out, _ = lora_run(tmp_path)
+    save_base(base, seed=1)
     with pytest.raises(CheckpointError) as e:
         load_model(out, "cpu")
     message = str(e.value)
@@ -103,18 +51,26 @@ def test_a_changed_base_is_refused_in_one_line(tmp_path, randomize_b):
     assert f"{out / ADAPTER_FILE}: {base.resolve()} is not the base" in message
 
 
-def test_a_moved_base_is_named_and_can_be_given(tmp_path, randomize_b):
-    base, out, adapted = _lora_run(tmp_path, randomize_b)
+def test_a_moved_base_is_named_and_can_be_given(tmp_path):
+    base, out, adapted = lora_run(tmp_path)
     moved = base.rename(tmp_path / "elsewhere")
     with pytest.raises(CheckpointError, match="its base checkpoint .* is not there"):
         load_model(out, "cpu")
     tensors = load_tensors(out / MODEL_FILE)
-    keys = set(make_model("decoder_only").state_dict())
+    keys = set(tiny_lm().state_dict())
     weights = adapted_weights(out, tensors, keys, base=moved)
     assert weights is not None and set(weights.model_state) == keys
 
 
-def test_a_lora_checkpoint_is_not_a_base(tmp_path, randomize_b):
-    _, out, _ = _lora_run(tmp_path, randomize_b)
+def test_a_lora_checkpoint_is_not_a_base(tmp_path):
+    _, out, _ = lora_run(tmp_path)
     with pytest.raises(CheckpointError, match="is itself a LoRA checkpoint; merge it first"):
         BaseReference.of(out)
+
+
+def test_lora_checkpoints_are_not_averaged(tmp_path):
+    from attnkit.checkpoints import average_checkpoints
+
+    _, out, _ = lora_run(tmp_path)
+    with pytest.raises(CheckpointError, match="a LoRA checkpoint .*merge each one first"):
+        average_checkpoints([out, out])
