@@ -206,8 +206,9 @@ def main() -> None:
         seconds = [s for r in runs for s in r["seconds"]]
         speed[engine] = tokens / statistics.median(seconds)
         rss = max(r["rss_mb"] for r in runs)
-        rows.append([engine, f"{speed[engine]:.0f}", f"{tokens / max(seconds):.0f}-"
-                     f"{tokens / min(seconds):.0f}", f"{rss:.0f}", f"{runs[-1]['loss']:.3f}"])  # fmt: skip
+        spread = f"{tokens / max(seconds):.0f}-{tokens / min(seconds):.0f}"
+        rows.append([engine, f"{speed[engine]:.0f}", spread, f"{rss:.0f}",
+                     f"{runs[-1]['loss']:.3f}"])  # fmt: skip
     if "peft" in speed:
         for row, engine in zip(rows, results):
             row.append(f"{speed[engine] / speed['peft']:.2f}x")

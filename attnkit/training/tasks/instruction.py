@@ -8,8 +8,9 @@ of the training records. Meant to start from a pretrained model (``attnkit
 train --init CKPT``), whose tokenizer (and chat template) it uses; full
 fine-tuning or LoRA (``train.lora``) alike.
 
-Sequences are cut to ``data.block_size`` tokens (default: the model's context). ``data.pack: true`` puts the records end to end and cuts
-blocks of that length (no padding; attention then crosses record boundaries);
+Sequences are cut to ``data.block_size`` tokens (default: the model's
+context). ``data.pack: true`` puts the records end to end and cuts blocks of
+that length (no padding; attention then crosses record boundaries);
 otherwise a batch pads its records to the longest. ``train.max_tokens //
 block`` sequences per batch and rank, drawn at random from a seeded generator
 saved for resume; under torchrun every rank draws the same global batch and
