@@ -41,7 +41,9 @@ from pathlib import Path
 
 from common import REPO, environment, format_table
 
-TEXT = REPO.parent / "shared" / "data" / "tinyshakespeare" / "input.txt"
+# Real corpora live beside the checkout (as for the tests: ATTNKIT_DATA overrides).
+DATA = Path(os.environ.get("ATTNKIT_DATA", REPO.parent / "shared" / "data"))
+TEXT = DATA / "tinyshakespeare" / "input.txt"
 CONFIG = REPO / "configs" / "smollm2_lora.yaml"
 HF_TARGETS = {"q": ["q_proj"], "k": ["k_proj"], "v": ["v_proj"], "o": ["o_proj"],
               "ffn": ["gate_proj", "up_proj", "down_proj"]}  # fmt: skip
