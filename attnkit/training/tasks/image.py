@@ -51,12 +51,13 @@ from attnkit.data.images import (
 )
 from attnkit.errors import ConfigError
 from attnkit.evaluation.accuracy import classification_scores
-from attnkit.models import build_model
 from attnkit.models.vit import ViTConfig
+from attnkit.training.init import Initial
 from attnkit.training.runconfig import RunConfig
 from attnkit.training.tasks.base import (
     LossSums,
     TaskContext,
+    build_task_model,
     model_config_from_run,
     with_moe_losses,
 )
@@ -66,20 +67,27 @@ SPLIT_SEED = 0  # the held-out split never moves with train.seed
 DIGITS = "digits"
 
 
-def _vit_config(run: RunConfig, defaults: dict[str, Any]) -> ViTConfig:
+# The classes follow the data: they may differ from an --init checkpoint's (new head).
+HEAD_FIELDS = ("num_classes", "class_names")
+
+
+def _vit_config(
+    run: RunConfig, defaults: dict[str, Any], initial: Initial | None = None
+) -> ViTConfig:
     config: ViTConfig = model_config_from_run(
-        run, families=("vit",), defaults=defaults, preset="digits"
-    )
+        run, families=("vit",), defaults=defaults, preset="digits", initial=initial,
+        head_fields=HEAD_FIELDS,
+    )  # fmt: skip
     return config
 
 
-def image_shape(run: RunConfig) -> ViTConfig:
+def image_shape(run: RunConfig, initial: Initial | None = None) -> ViTConfig:
     """The model section without its classes (they follow the data): channels and size."""
-    fields = {k: v for k, v in run.model.items() if k not in ("num_classes", "class_names")}
-    return _vit_config(dataclasses.replace(run, model=fields), {})
+    fields = {k: v for k, v in run.model.items() if k not in HEAD_FIELDS}
+    return _vit_config(dataclasses.replace(run, model=fields), {}, initial)
 
 
-def load_images(run: RunConfig) -> tuple[ImageSet, ImageSet | None]:
+def load_images(run: RunConfig, initial: Initial | None = None) -> tuple[ImageSet, ImageSet | None]:
     """The run's ``(train, held out)`` images (held out ``None`` when ``valid_fraction`` is 0)."""
     data = run.data
     if data.images is None:
@@ -87,7 +95,7 @@ def load_images(run: RunConfig) -> tuple[ImageSet, ImageSet | None]:
             "data.images: the image_classification task reads 'digits' or a folder of images "
             "with a labels CSV; set data.images"
         )
-    shape = image_shape(run)
+    shape = image_shape(run, initial)
     if data.images == DIGITS:
         if data.labels is not None:
             raise ConfigError("data.labels: the digits carry their own labels; remove it")
@@ -121,9 +129,16 @@ class ImageClassificationTask:
     tokenizer: None = None  # images need none; checkpoints carry no tokenizer.json
 
     def __init__(
-        self, run: RunConfig, train: ImageSet, valid: ImageSet | None = None, *, source: str = ""
+        self,
+        run: RunConfig,
+        train: ImageSet,
+        valid: ImageSet | None = None,
+        *,
+        source: str = "",
+        initial: Initial | None = None,
     ) -> None:
         self.run, self.cfg = run, run.train
+        self.initial = initial  # --init: the checkpoint whose weights the model starts from
         self.train, self.valid, self.source = train, valid, source or str(run.data.images)
         classes = train.classes
         given = run.model.get("num_classes")
@@ -133,7 +148,7 @@ class ImageClassificationTask:
                 "leave it out (it follows the data)"
             )
         self.model_config = _vit_config(
-            run, {"num_classes": len(classes), "class_names": tuple(classes)}
+            run, {"num_classes": len(classes), "class_names": tuple(classes)}, initial
         )
         if len(train) == 0:
             raise ConfigError(f"data.images: {self.source} has no training images")
@@ -154,7 +169,7 @@ class ImageClassificationTask:
         self.context = context
 
     def build_model(self) -> nn.Module:
-        return build_model(self.model_config)
+        return build_task_model(self.model_config, self.initial, head=("head",))
 
     def describe(self) -> str:
         held_out = len(self.valid) if self.valid is not None else 0

@@ -42,11 +42,12 @@ from attnkit.data.instructions import (
 from attnkit.data.tokenizers import Tokenizer
 from attnkit.errors import ConfigError, DataError
 from attnkit.evaluation.perplexity import perplexity
-from attnkit.models import build_model
+from attnkit.training.init import Initial
 from attnkit.training.runconfig import RunConfig
 from attnkit.training.tasks.base import (
     LossSums,
     TaskContext,
+    build_task_model,
     check_vocab_fits,
     context_block,
     model_config_from_run,
@@ -73,13 +74,16 @@ class InstructionTask:
     betas: ClassVar[tuple[float, float]] = (0.9, 0.99)
     eps: ClassVar[float] = 1e-8
 
-    def __init__(self, run: RunConfig, tokenizer: Tokenizer) -> None:
+    def __init__(
+        self, run: RunConfig, tokenizer: Tokenizer, *, initial: Initial | None = None
+    ) -> None:
         self.run, self.cfg, self.tokenizer = run, run.train, tokenizer
+        self.initial = initial  # --init: the pretrained model whose weights it starts from
         tok = tokenizer
         defaults = {"vocab_size": tok.vocab_size, "pad_id": tok.pad_id, "bos_id": tok.bos_id,
                     "eos_id": tok.eos_id}  # fmt: skip
         self.model_config = model_config_from_run(
-            run, families=("decoder_only",), defaults=defaults
+            run, families=("decoder_only",), defaults=defaults, initial=initial
         )
         check_vocab_fits(self.model_config, ("vocab_size",), tok)
         data = run.data
@@ -100,7 +104,7 @@ class InstructionTask:
         self.context = context
 
     def build_model(self) -> nn.Module:
-        return build_model(self.model_config)
+        return build_task_model(self.model_config, self.initial)
 
     def describe(self) -> str:
         t = self.train_set
@@ -173,11 +177,14 @@ def _hold_out(
     return train, InstructionSet(data.sequences[cut:], path=data.path)
 
 
-def instruction_task(run: RunConfig, tokenizer: Tokenizer | None) -> InstructionTask:
-    """The task of a run; the tokenizer is the pretrained model's (``--init``)."""
+def instruction_task(
+    run: RunConfig, tokenizer: Tokenizer | None, initial: Initial | None = None
+) -> InstructionTask:
+    """The task of a run; the tokenizer is the pretrained model's (``--init``, or a
+    resumed run's own)."""
     if tokenizer is None:
         raise ConfigError(
             "task: instruction fine-tunes a pretrained decoder-only model; start from one "
             "with --init CKPT (e.g. attnkit import --from gguf ... --out runs/smollm2)"
         )
-    return InstructionTask(run, tokenizer)
+    return InstructionTask(run, tokenizer, initial=initial)
