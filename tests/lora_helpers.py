@@ -13,6 +13,7 @@ from attnkit.data.tokenizers import CharTokenizer
 from attnkit.models import DecoderOnlyConfig, build_model
 
 TEXT = "the quick brown fox jumps over the lazy dog " * 4
+VOCAB = 31  # char_tokenizer().vocab_size
 LORA = LoRAConfig(rank=4, alpha=8, targets=("q", "v", "o", "ffn"))
 
 
@@ -21,9 +22,9 @@ def char_tokenizer() -> CharTokenizer:
 
 
 def tiny_lm(seed: int = 0) -> torch.nn.Module:
-    """A 2-layer grouped-query SwiGLU decoder (vocabulary 40), in eval mode."""
+    """A 2-layer grouped-query SwiGLU decoder over char_tokenizer()'s vocabulary, in eval mode."""
     torch.manual_seed(seed)
-    config = DecoderOnlyConfig.from_preset("small", vocab_size=40, d_model=32, num_heads=4,
+    config = DecoderOnlyConfig.from_preset("small", vocab_size=VOCAB, d_model=32, num_heads=4,
                                            num_kv_heads=2, d_ff=64, num_layers=2, dropout=0.0,
                                            activation="swiglu", norm="rmsnorm")  # fmt: skip
     return build_model(config).eval()

@@ -133,6 +133,7 @@ def initial_for_run(run_config: Any, out: Path, *, init: str | None, resume: boo
     weights are the resume's), with the recorded source kept; ``--init`` must
     then name the same weights.
     """
+    from attnkit.checkpoints.adapters import read_adapter_info
     from attnkit.checkpoints.rundir import latest_checkpoint
     from attnkit.training.init import file_sha256, load_initial, recorded_init
     from attnkit.training.runconfig import InitConfig
@@ -155,7 +156,10 @@ def initial_for_run(run_config: Any, out: Path, *, init: str | None, resume: boo
                 raise UsageError(f"--init {init}: {out} started from other weights ({where}); "
                                  "drop --init to resume it")  # fmt: skip
         run_config.init = InitConfig(**record)
-        return load_initial(latest)  # type: ignore[arg-type]  # a record implies a checkpoint
+        assert latest is not None  # a record implies a checkpoint
+        if read_adapter_info(latest) is not None:  # LoRA: adapters alone; the base's weights
+            return load_initial(record["checkpoint"], expected_sha256=record.get("sha256"))
+        return load_initial(latest)
     if init is not None:
         run_config.init = InitConfig(path=init)
     if run_config.init is None:

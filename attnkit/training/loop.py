@@ -54,6 +54,7 @@ from attnkit.device import resolve_device
 from attnkit.errors import ConfigError, TrainingError
 from attnkit.kernels import onednn_linear
 from attnkit.training import distributed as dist_util
+from attnkit.training.adapters import weights_for_run
 from attnkit.training.checkpointing import Checkpointer, Counters
 from attnkit.training.distributed import DistContext
 from attnkit.training.fast import fast_enabled, naming_compile_failures
@@ -99,6 +100,9 @@ class Trainer:
         task.setup(TaskContext(self.device, self.dist, self.fast, self.amp_dtype))
         torch.manual_seed(cfg.seed)  # the initial weights follow train.seed
         self.model = task.build_model().to(self.device)
+        # Every weight trains, or LoRA adapters on the frozen --init weights (train.lora).
+        self.weights = weights_for_run(run)
+        self.weights.prepare(self.model)
         self.compiled = cfg.compile or (self.fast and not self.dist.enabled)
         # oneDNN's fp32 GEMMs on the CPU (inductor lowers its own when compiling).
         dnnl = self.device.type == "cpu" and cfg.cpu_matmul != "mkl" and not self.compiled
@@ -257,6 +261,7 @@ class Trainer:
             scaler=self.scaler,
             dist=self.dist,
             during_write=lambda step: self._emit("checkpoint_write", step),
+            weights=self.weights,
         )
 
     def counters(self) -> Counters:
