@@ -76,6 +76,7 @@ def overrides(args: argparse.Namespace, steps: int) -> list[str]:
             f"data.block_size={args.block}", f"train.max_tokens={args.block * args.batch}",
             f"train.lora={json.dumps(lora)}", f"train.max_steps={steps}", "train.log_every=1",
             "train.eval_every=100000", "train.save_every=0", "train.max_minutes=null",
+            "train.decay_to_budget=false",
             f"train.lr={args.lr}", "train.schedule=constant", "train.warmup_steps=0",
             f"train.seed={args.seed}"]  # fmt: skip
 

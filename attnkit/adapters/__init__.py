@@ -8,6 +8,7 @@ the role table that finds each family's projections (``targets.py``).
 from attnkit.adapters.config import ROLES, LoRAConfig
 from attnkit.adapters.install import (
     adapter_state,
+    base_name,
     count_parameters,
     install_lora,
     lora_parameter_names,
@@ -21,6 +22,7 @@ __all__ = [
     "LoRAConfig",
     "LoRALinear",
     "adapter_state",
+    "base_name",
     "count_parameters",
     "find_targets",
     "install_lora",

@@ -66,6 +66,15 @@ def merge_lora(model: nn.Module) -> int:
     return count
 
 
+def base_name(name: str) -> str | None:
+    """The name a state-dict entry of an adapted model had in the base model (``None``
+    for an adapter's own ``lora_A``/``lora_B``): ``...qkv_proj.base.weight`` was
+    ``...qkv_proj.weight``."""
+    if ".lora_A." in name or ".lora_B." in name:
+        return None
+    return name.replace(".base.", ".")
+
+
 def lora_parameter_names(model: nn.Module) -> list[str]:
     """State-dict names of the adapters' ``A`` and ``B`` matrices."""
     return [

@@ -114,6 +114,8 @@ def run(args: argparse.Namespace, *, callbacks: Sequence = ()) -> int:
         (out / "run.json").write_text(run_config.to_json() + "\n", encoding="utf-8")
         if initial is not None and not args.resume:
             print(f"starting from {initial.source.describe()}{_fresh_note(trainer.model, initial)}")
+        if trainer.weights.describe():
+            print(trainer.weights.describe())
         share = "" if trainable == total else f" ({trainable / 1e6:.2f}M trainable)"
         print(f"{run_config.task}: {task.describe()}, {total / 1e6:.2f}M parameters{share}, "
               f"device {trainer.device}")  # fmt: skip
@@ -171,7 +173,10 @@ def initial_for_run(run_config: Any, out: Path, *, init: str | None, resume: boo
 
 def _fresh_note(model: Any, initial: Any) -> str:
     """``"; freshly initialised: classifier"``: the modules the checkpoint did not supply."""
+    from attnkit.adapters import base_name
+
     state = initial.state
-    fresh = sorted({name.split(".")[0] for name, t in model.state_dict().items()
-                    if name not in state or state[name].shape != t.shape})  # fmt: skip
+    named = ((base_name(name), t) for name, t in model.state_dict().items())  # LoRA: the base's
+    fresh = sorted({name.split(".")[0] for name, t in named if name is not None
+                    and (name not in state or state[name].shape != t.shape)})  # fmt: skip
     return f"; freshly initialised: {', '.join(fresh)}" if fresh else ""

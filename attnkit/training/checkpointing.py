@@ -25,7 +25,7 @@ from attnkit.errors import TrainingError
 from attnkit.training import distributed as dist_util
 from attnkit.training import distributed_state as dist_state
 from attnkit.training import rng
-from attnkit.training.adapters import FullWeights, RunWeights
+from attnkit.training.weights import FullWeights, RunWeights
 from attnkit.training.distributed import DistContext
 from attnkit.training.runconfig import RunConfig
 from attnkit.training.tasks.base import Task
@@ -62,7 +62,7 @@ class Checkpointer:
         during_write: called with the step half-way through writing (for tests
             that crash a run there).
         weights: what of the model a checkpoint stores and how it comes back
-            (``attnkit.training.adapters``: everything, or a LoRA run's adapters).
+            (``attnkit.training.weights``: everything, or a LoRA run's adapters).
     """
 
     def __init__(

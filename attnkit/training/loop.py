@@ -54,7 +54,7 @@ from attnkit.device import resolve_device
 from attnkit.errors import ConfigError, TrainingError
 from attnkit.kernels import onednn_linear
 from attnkit.training import distributed as dist_util
-from attnkit.training.adapters import weights_for_run
+from attnkit.training.weights import weights_for_run
 from attnkit.training.checkpointing import Checkpointer, Counters
 from attnkit.training.distributed import DistContext
 from attnkit.training.fast import fast_enabled, naming_compile_failures

@@ -74,3 +74,11 @@ def test_lora_checkpoints_are_not_averaged(tmp_path):
     _, out, _ = lora_run(tmp_path)
     with pytest.raises(CheckpointError, match="a LoRA checkpoint .*merge each one first"):
         average_checkpoints([out, out])
+
+
+def test_tensor_names_reads_the_header_and_keeps_tied_keys(tmp_path):
+    from attnkit.checkpoints.safe_files import tensor_names
+
+    base, _, _ = lora_run(tmp_path)
+    names = tensor_names(base / MODEL_FILE)
+    assert names == set(load_tensors(base / MODEL_FILE)) and "lm_head.weight" in names

@@ -32,7 +32,7 @@ from attnkit.checkpoints.adapters import (
 )
 from attnkit.checkpoints.files import MODEL_FILE
 from attnkit.checkpoints.loading import load_model_state
-from attnkit.checkpoints.safe_files import load_tensors
+from attnkit.checkpoints.safe_files import tensor_names
 from attnkit.errors import CheckpointError, ConfigError
 from attnkit.training.runconfig import RunConfig
 
@@ -56,6 +56,10 @@ class RunWeights(Protocol):
         """Put a checkpoint's stored tensors back into the prepared ``model``."""
         ...
 
+    def describe(self) -> str:
+        """One line for the start of a run (empty when there is nothing to say)."""
+        ...
+
 
 class FullWeights:
     """Every weight trains; checkpoints hold the whole model."""
@@ -72,6 +76,9 @@ class FullWeights:
     def load(self, model: nn.Module, state: Mapping[str, Tensor], *, source: Path) -> None:
         load_model_state(model, state, source=source)
 
+    def describe(self) -> str:
+        return ""
+
 
 class LoRAWeights:
     """Adapters on a frozen base; checkpoints hold what trains and a reference to the base."""
@@ -79,15 +86,16 @@ class LoRAWeights:
     def __init__(self, config: LoRAConfig, base: BaseReference) -> None:
         self.info = AdapterInfo(config, base)
         self.trained: list[str] = []  # state-dict names of everything that trains
+        self.adapted: list[str] = []  # the projections holding adapters
+        self.fresh: list[str] = []  # what the base lacks, trained in full (a new head)
 
     def prepare(self, model: nn.Module) -> None:
-        base_keys = set(load_tensors(Path(self.info.base.path) / MODEL_FILE))
-        fresh = [name for name in model.state_dict() if name not in base_keys]
-        install_lora(model, self.info.lora)
+        base_keys = tensor_names(Path(self.info.base.path) / MODEL_FILE)
         params = dict(model.named_parameters())
-        for name in fresh:  # a new head: trained in full
-            if name in params:
-                params[name].requires_grad_(True)
+        self.fresh = [name for name in params if name not in base_keys]
+        self.adapted = install_lora(model, self.info.lora)
+        for name in self.fresh:  # a new head: trained in full
+            params[name].requires_grad_(True)
         self.trained = [name for name, p in model.named_parameters() if p.requires_grad]
 
     def state(self, model_state: Mapping[str, Tensor]) -> dict[str, Tensor]:
@@ -95,6 +103,15 @@ class LoRAWeights:
 
     def files(self) -> dict[str, str]:
         return {ADAPTER_FILE: self.info.to_json()}
+
+    def describe(self) -> str:
+        lora = self.info.lora
+        heads = sorted({name.rsplit(".", 1)[0] for name in self.fresh})
+        full = f"; trained in full: {', '.join(heads)}" if heads else ""
+        return (
+            f"LoRA rank {lora.rank} (alpha {lora.alpha:g}) on {', '.join(lora.targets)}: "
+            f"{len(self.adapted)} projections adapted, the base frozen{full}"
+        )
 
     def load(self, model: nn.Module, state: Mapping[str, Tensor], *, source: Path) -> None:
         lora = set(lora_parameter_names(model))

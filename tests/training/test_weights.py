@@ -1,4 +1,4 @@
-"""What a LoRA run trains and stores (``attnkit.training.adapters``): adapters, and a head
+"""What a LoRA run trains and stores (``attnkit.training.weights``): adapters, and a head
 the base does not have, in full."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from attnkit.checkpoints.adapters import BaseReference
 from attnkit.errors import CheckpointError, ConfigError
 from attnkit.models import build_model
 from attnkit.models.registry import config_from_preset
-from attnkit.training.adapters import FullWeights, LoRAWeights, weights_for_run
+from attnkit.training.weights import FullWeights, LoRAWeights, weights_for_run
 from attnkit.training.runconfig import RunConfig
 
 
