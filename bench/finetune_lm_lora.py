@@ -81,17 +81,39 @@ def overrides(args: argparse.Namespace, steps: int) -> list[str]:
             f"train.seed={args.seed}"]  # fmt: skip
 
 
+class Profile:
+    """``torch.profiler`` over ``--profile`` steps after the warm-up; prints the busiest ops."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        import torch.profiler
+
+        self.first, self.last = args.warmup, args.warmup + args.profile
+        self.profiler = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU])
+
+    def at_step(self, step: int) -> None:
+        """Call after step ``step``'s backward (steps counted from 1)."""
+        if step == self.first and self.last > self.first:
+            self.profiler.start()
+        elif step == self.last and self.last > self.first:
+            self.profiler.stop()
+            table = self.profiler.key_averages().table(sort_by="self_cpu_time_total", row_limit=30)
+            print(table, flush=True)
+
+
 def run_attnkit(args: argparse.Namespace) -> dict:
-    from attnkit.cli.main import main
+    from attnkit.cli import train as train_command
+    from attnkit.cli.main import build_parser
 
     steps = args.warmup + args.steps
+    profile = Profile(args)
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "run"
         argv = ["train", "--config", str(CONFIG), "--init", args.base, "--out", str(out),
                 "--no-progress"]  # fmt: skip
         for item in overrides(args, steps):
             argv += ["--set", item]
-        code = main(argv)
+        callback = lambda event, step: profile.at_step(step) if event == "train_step" else None  # noqa: E731
+        code = train_command.run(build_parser().parse_args(argv), callbacks=[callback])
         if code != 0:
             raise SystemExit(f"attnkit train exited with {code}")
         records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
@@ -124,12 +146,14 @@ def run_peft(args: argparse.Namespace) -> dict:
     blocks = LMBlocks(corpus.train, args.block)
     generator = torch.Generator().manual_seed(args.seed)  # the LM task's batch stream
     seconds, loss = [], 0.0
+    profile = Profile(args)
     for step in range(args.warmup + args.steps):
         x, y = blocks.sample(args.batch, generator)
         start = time.perf_counter()
         logits = model(input_ids=x).logits
         out = F.cross_entropy(logits.flatten(0, 1).float(), y.flatten())
         out.backward()
+        profile.at_step(step + 1)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         if step >= args.warmup:
@@ -174,6 +198,7 @@ def main() -> None:
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--steps", type=int, default=8, help="timed steps per child")
     p.add_argument("--warmup", type=int, default=2)
+    p.add_argument("--profile", type=int, default=0, help="with --child: profile N steps")
     p.add_argument("--rounds", type=int, default=2, help="children per engine, alternating")
     p.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     p.add_argument("--engines", default="attnkit,peft")
