@@ -7,6 +7,7 @@ from pathlib import Path
 
 from torch import Tensor
 
+from attnkit.checkpoints.adapters import ADAPTER_FILE
 from attnkit.checkpoints.files import MODEL_FILE
 from attnkit.checkpoints.safe_files import load_tensors
 from attnkit.errors import CheckpointError
@@ -23,6 +24,12 @@ def average_checkpoints(directories: Iterable[str | Path]) -> dict[str, Tensor]:
     paths = [Path(d) for d in directories]
     if not paths:
         raise CheckpointError("average_checkpoints: no checkpoint directories given")
+    for path in paths:  # the mean of B and of A is not the mean of the updates B A
+        if (path / ADAPTER_FILE).exists():
+            raise CheckpointError(
+                f"{path}: a LoRA checkpoint (adapters only); merge each one first "
+                "(attnkit merge), then average the merged checkpoints"
+            )
     first = load_tensors(paths[0] / MODEL_FILE)
     sums = {k: t.double() if t.is_floating_point() else t for k, t in first.items()}
     for directory in paths[1:]:

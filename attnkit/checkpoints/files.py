@@ -115,6 +115,7 @@ def save_checkpoint(
     trainer_state: Mapping[str, Any] | None = None,
     optimizer_state: Mapping[str, Any] | None = None,
     during_write: Callable[[], None] | None = None,
+    extra_files: Mapping[str, str] | None = None,
 ) -> Path:
     """Write a checkpoint to ``directory`` atomically (replacing one already there).
 
@@ -124,7 +125,8 @@ def save_checkpoint(
     previous contents. ``trainer_state`` may hold tensors (e.g. from
     ``capture_rng_state()``); ``optimizer_state`` is ``optimizer.state_dict()``.
     ``during_write`` is called half-way (weights and config written, the rest
-    not), for tests that crash a write there. Returns the directory.
+    not), for tests that crash a write there. ``extra_files`` (name -> text)
+    are written beside the rest (a LoRA run's ``adapter.json``). Returns the directory.
     """
     target = Path(directory)
     try:
@@ -144,6 +146,8 @@ def save_checkpoint(
             during_write()
         if tokenizer_json is not None:
             safe_files.write_text(tmp / TOKENIZER_FILE, tokenizer_json)
+        for name, text in (extra_files or {}).items():
+            safe_files.write_text(tmp / name, text)
         if trainer_state is not None:
             safe_files.write_tree(tmp, TRAINER_FILE, trainer_state)
         if optimizer_state is not None:

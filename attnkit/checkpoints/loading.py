@@ -23,6 +23,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from attnkit.checkpoints.adapters import adapted_weights
 from attnkit.checkpoints.files import CONFIG_FILE, MODEL_FILE, TOKENIZER_FILE, load_checkpoint
 from attnkit.checkpoints.rundir import latest_checkpoint, resolve_checkpoint
 from attnkit.data.tokenizer_kinds import Tokenizer, tokenizer_from_json
@@ -143,11 +144,15 @@ def load_model(
     device: str | torch.device | None = None,
     *,
     kinds: Collection[ModelKind] | None = None,
+    base: str | Path | None = None,
 ) -> LoadedModel:
     """The model of a checkpoint (or of a run's latest checkpoint), in eval mode.
 
     ``kinds`` limits the families accepted (``"seq2seq"``, ``"causal_lm"``,
-    ``"masked_lm"``); another family raises ``WrongFamilyError``.
+    ``"masked_lm"``); another family raises ``WrongFamilyError``. A LoRA
+    checkpoint (``attnkit.checkpoints.adapters``) comes back with its adapters
+    merged into its base's weights; ``base`` names that base checkpoint in place
+    of the recorded path (it must still have the recorded hash).
     """
     directory = resolve_checkpoint(path)
     state = load_checkpoint(directory, load_optimizer=False)
@@ -184,6 +189,12 @@ def load_model(
     target = resolve_device(device)
     _check_fits(config, config_file, target)
     model = build_for_loading(config)
-    load_model_state(model, state.model_state, source=directory / MODEL_FILE)
+    # A LoRA checkpoint (adapter.json): its base's weights, then its adapters, merged.
+    adapted = adapted_weights(directory, state.model_state, set(model.state_dict()), base=base)
+    if adapted is None:
+        load_model_state(model, state.model_state, source=directory / MODEL_FILE)
+    else:
+        load_model_state(model, adapted.model_state, source=adapted.source)
+        adapted.install(model, merge=True)
     model = model.to(target).eval()
     return LoadedModel(model=model, tokenizer=tokenizer, family=family, directory=directory)

@@ -200,6 +200,21 @@ def load_tensors(path: str | Path) -> dict[str, Tensor]:
     return tensors
 
 
+def tensor_names(path: str | Path) -> set[str]:
+    """The keys ``load_tensors`` would return (tied keys included), reading the header only."""
+    path = Path(path)
+    if not path.is_file():
+        raise _missing_tensors_error(path)
+    _check_safetensors_file(path)
+    try:
+        with _safetensors().safe_open(str(path), framework="pt") as f:
+            metadata = f.metadata() or {}
+            names = set(f.keys())
+        return names | set(json.loads(metadata.get(_ALIASES_KEY, "{}")))
+    except Exception as e:  # SafetensorError, bad metadata: one line, naming the file
+        raise CheckpointError(f"{path}: corrupt safetensors file ({e})") from e
+
+
 # -- JSON trees with tensor leaves ----------------------------------------------------
 
 

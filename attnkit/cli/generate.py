@@ -6,12 +6,21 @@ output as soon as its token is drawn. Sampling uses --temperature (0 = greedy),
 --max-new-tokens or at the model's end-of-sequence token (an instruct model's
 end of turn; --ignore-eos runs on). Past the model's context length the window
 slides, as in nanoGPT.
+
+--chat treats --prompt as a user message: the conversation (with --system
+first, if given) is written in the model's chat template (an instruct model
+imported with one, e.g. SmolLM2-Instruct from GGUF, or a run fine-tuned from
+it), ending with the assistant's header, and only the reply is printed.
+
+  attnkit generate --checkpoint runs/smollm2 --chat --prompt "Name three primes." \
+      --temperature 0
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+from typing import Any
 
 from attnkit.cli.argtypes import finite_float, integer, seed
 from attnkit.cli.common import add_device_argument, add_precision_argument
@@ -36,6 +45,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--ignore-eos", action="store_true", help="keep generating past the end-of-sequence token"
     )
+    parser.add_argument(
+        "--chat",
+        action="store_true",
+        help="--prompt is a user message: apply the model's chat template, print the reply",
+    )
+    parser.add_argument("--system", help="with --chat: a system message before the prompt")
     add_precision_argument(parser)
     add_device_argument(parser)
 
@@ -49,6 +64,22 @@ def check_arguments(args: argparse.Namespace) -> None:
         raise UsageError(f"--top-k must be >= 0, got {args.top_k}")
     if not 0 < args.top_p <= 1:
         raise UsageError(f"--top-p must be in (0, 1], got {args.top_p}")
+    if args.system is not None and not args.chat:
+        raise UsageError("--system: only with --chat")
+
+
+def chat_prompt(tokenizer: Any, user: str, system: str | None = None) -> str:
+    """``user`` (after ``system``) in the tokenizer's chat template, ready for the reply."""
+    from attnkit.data.chat import chat_template_of
+    from attnkit.errors import DataError
+
+    messages = [{"role": "system", "content": system}] if system is not None else []
+    try:
+        template = chat_template_of(tokenizer)
+        return template.render([*messages, {"role": "user", "content": user}],
+                               add_generation_prompt=True)  # fmt: skip
+    except DataError as e:
+        raise UsageError(f"--chat: {e}") from None
 
 
 def run(args: argparse.Namespace) -> int:
@@ -62,7 +93,8 @@ def run(args: argparse.Namespace) -> int:
     loaded = load_for("generate", args.checkpoint, getattr(args, "device", None))
     model, tokenizer = loaded.model, loaded.tokenizer
     apply_precision(model, args.precision)
-    prompt = tokenizer.encode(args.prompt)
+    text = chat_prompt(tokenizer, args.prompt, args.system) if args.chat else args.prompt
+    prompt = tokenizer.encode(text)
     if not prompt:
         raise UsageError("--prompt must hold at least one token, got an empty prompt")
     device = next(model.parameters()).device
@@ -70,7 +102,7 @@ def run(args: argparse.Namespace) -> int:
     generator = torch.Generator(device=device).manual_seed(args.seed)
 
     out = sys.stdout
-    if not args.no_echo:
+    if not args.no_echo and not args.chat:  # a chat prints the reply only
         out.write(args.prompt)
         out.flush()
     # Decode prompt + new tokens each time and print what was added: decoding

@@ -33,6 +33,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "import": ("attnkit.cli.import_", "import pretrained weights (Hugging Face, GGUF)"),
     "explore": ("attnkit.cli.explore", "write the attention explorer for one text (HTML)"),
     "serve": ("attnkit.cli.serve", "serve a checkpoint over HTTP (API + explorer)"),
+    "merge": ("attnkit.cli.merge", "fold a LoRA checkpoint's adapters into full weights"),
 }
 
 

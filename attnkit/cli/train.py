@@ -133,6 +133,8 @@ def run(args: argparse.Namespace, *, callbacks: Sequence = ()) -> int:
             if initial is not None and not args.resume:
                 print(f"starting from {initial.source.describe()}"
                       f"{_fresh_note(trainer.model, initial)}")  # fmt: skip
+            if trainer.weights.describe():
+                print(trainer.weights.describe())
             share = "" if trainable == total else f" ({trainable / 1e6:.2f}M trainable)"
             print(f"{run_config.task}: {task.describe()}, {total / 1e6:.2f}M parameters{share}, "
                   f"device {trainer.device}")  # fmt: skip
@@ -155,6 +157,7 @@ def initial_for_run(run_config: Any, out: Path, *, init: str | None, resume: boo
     weights are the resume's), with the recorded source kept; ``--init`` must
     then name the same weights.
     """
+    from attnkit.checkpoints.adapters import read_adapter_info
     from attnkit.checkpoints.rundir import latest_checkpoint
     from attnkit.training.init import file_sha256, load_initial, recorded_init
     from attnkit.training.runconfig import InitConfig
@@ -177,7 +180,10 @@ def initial_for_run(run_config: Any, out: Path, *, init: str | None, resume: boo
                 raise UsageError(f"--init {init}: {out} started from other weights ({where}); "
                                  "drop --init to resume it")  # fmt: skip
         run_config.init = InitConfig(**record)
-        return load_initial(latest)  # type: ignore[arg-type]  # a record implies a checkpoint
+        assert latest is not None  # a record implies a checkpoint
+        if read_adapter_info(latest) is not None:  # LoRA: adapters alone; the base's weights
+            return load_initial(record["checkpoint"], expected_sha256=record.get("sha256"))
+        return load_initial(latest)
     if init is not None:
         run_config.init = InitConfig(path=init)
     if run_config.init is None:
@@ -189,7 +195,10 @@ def initial_for_run(run_config: Any, out: Path, *, init: str | None, resume: boo
 
 def _fresh_note(model: Any, initial: Any) -> str:
     """``"; freshly initialised: classifier"``: the modules the checkpoint did not supply."""
+    from attnkit.adapters import base_name
+
     state = initial.state
-    fresh = sorted({name.split(".")[0] for name, t in model.state_dict().items()
-                    if name not in state or state[name].shape != t.shape})  # fmt: skip
+    named = ((base_name(name), t) for name, t in model.state_dict().items())  # LoRA: the base's
+    fresh = sorted({name.split(".")[0] for name, t in named if name is not None
+                    and (name not in state or state[name].shape != t.shape)})  # fmt: skip
     return f"; freshly initialised: {', '.join(fresh)}" if fresh else ""

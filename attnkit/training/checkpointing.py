@@ -21,7 +21,6 @@ from torch.optim.lr_scheduler import LRScheduler
 
 from attnkit.checkpoints import files as ckpt_files
 from attnkit.checkpoints import rundir
-from attnkit.checkpoints.loading import load_model_state
 from attnkit.errors import TrainingError
 from attnkit.training import distributed as dist_util
 from attnkit.training import distributed_state as dist_state
@@ -30,6 +29,7 @@ from attnkit.training.distributed import DistContext
 from attnkit.training.runconfig import RunConfig
 from attnkit.training.tasks.base import Task
 from attnkit.training.trainer_state import STATE_FORMAT, upgrade_state
+from attnkit.training.weights import FullWeights, RunWeights
 
 
 @dataclass(frozen=True)
@@ -61,6 +61,8 @@ class Checkpointer:
         dist: the data-parallel context; only rank 0 writes, every rank reads.
         during_write: called with the step half-way through writing (for tests
             that crash a run there).
+        weights: what of the model a checkpoint stores and how it comes back
+            (``attnkit.training.weights``: everything, or a LoRA run's adapters).
     """
 
     def __init__(
@@ -75,11 +77,13 @@ class Checkpointer:
         scaler: torch.amp.GradScaler,
         dist: DistContext,
         during_write: Callable[[int], None] | None = None,
+        weights: RunWeights | None = None,
     ) -> None:
         self.out_dir, self.run, self.task, self.dist = out_dir, run, task, dist
         self.model, self.optimizer = model, optimizer
         self.scheduler, self.scaler = scheduler, scaler
         self.during_write = during_write
+        self.weights = weights if weights is not None else FullWeights()
 
     def trainer_state(self, counters: Counters) -> dict[str, Any]:
         """Everything besides weights and optimizer that an exact resume needs.
@@ -118,7 +122,7 @@ class Checkpointer:
                 "train.precision=fp32 or train.clip_norm=1.0"
             )
         # FSDP: collectives gathering full tensors onto rank 0 (the single-process format).
-        model_state = dist_state.full_model_state(self.model)
+        model_state = self.weights.state(dist_state.full_model_state(self.model))
         optimizer_state = dist_state.full_optimizer_state(self.model, self.optimizer)
         trainer_state = self.trainer_state(counters)
         if self.dist.is_main:
@@ -132,6 +136,7 @@ class Checkpointer:
                 trainer_state=trainer_state,
                 optimizer_state=optimizer_state,
                 during_write=None if during_write is None else lambda: during_write(step),
+                extra_files=self.weights.files(),
             )
             rundir.prune_checkpoints(self.out_dir, self.run.train.keep_last)
         self.dist.barrier()
@@ -156,7 +161,7 @@ class Checkpointer:
         if fsdp:
             dist_state.load_full_model_state(self.model, state.model_state)
         else:
-            load_model_state(self.model, state.model_state, source=latest / ckpt_files.MODEL_FILE)
+            self.weights.load(self.model, state.model_state, source=latest / ckpt_files.MODEL_FILE)
         if state.optimizer_state is not None:
             if fsdp:
                 dist_state.load_full_optimizer_state(

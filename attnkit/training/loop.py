@@ -63,6 +63,7 @@ from attnkit.training.optim import build_optimizer
 from attnkit.training.runconfig import RunConfig
 from attnkit.training.schedules import build_scheduler, remaining_steps, set_total_steps
 from attnkit.training.tasks.base import Task, TaskContext, autocast_dtype
+from attnkit.training.weights import weights_for_run
 
 Callback = Callable[[str, int], None]
 
@@ -100,6 +101,9 @@ class Trainer:
         task.setup(TaskContext(self.device, self.dist, self.fast, self.amp_dtype))
         torch.manual_seed(cfg.seed)  # the initial weights follow train.seed
         self.model = task.build_model().to(self.device)
+        # Every weight trains, or LoRA adapters on the frozen --init weights (train.lora).
+        self.weights = weights_for_run(run)
+        self.weights.prepare(self.model)
         self.compiled = cfg.compile or (self.fast and not self.dist.enabled)
         # oneDNN's fp32 GEMMs on the CPU (inductor lowers its own when compiling).
         dnnl = self.device.type == "cpu" and cfg.cpu_matmul != "mkl" and not self.compiled
@@ -262,6 +266,7 @@ class Trainer:
             scaler=self.scaler,
             dist=self.dist,
             during_write=lambda step: self._emit("checkpoint_write", step),
+            weights=self.weights,
         )
 
     def counters(self) -> Counters:

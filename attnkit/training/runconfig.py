@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from attnkit.adapters.config import LoRAConfig
 from attnkit.errors import ConfigError
 from attnkit.training.freeze import check_freeze_entry
 from attnkit.validation import at_least, check_fields, from_mapping, in_range, require, suggest
@@ -24,10 +25,13 @@ from attnkit.validation import at_least, check_fields, from_mapping, in_range, r
 # translation: an encoder-decoder on parallel text; lm: a decoder-only (GPT-style)
 # causal LM on one text file; mlm: an encoder-only (BERT-style) masked LM on one;
 # image_classification: a Vision Transformer on labelled images; text_classification:
-# an encoder-only model labels sentences or sentence pairs.
-Task = Literal["translation", "lm", "mlm", "image_classification", "text_classification"]
+# an encoder-only model labels sentences or sentence pairs; instruction: a pretrained
+# decoder-only LM on JSONL conversations, loss on the answers only.
+Task = Literal[
+    "translation", "lm", "mlm", "image_classification", "text_classification", "instruction"
+]
 TASKS: tuple[str, ...] = (
-    "translation", "lm", "mlm", "image_classification", "text_classification",
+    "translation", "lm", "mlm", "image_classification", "text_classification", "instruction",
 )  # fmt: skip
 TEXT_CLASSIFICATION = ("text_classification",)
 LM_TASKS = ("lm", "mlm")
@@ -38,19 +42,21 @@ IMAGE_TASKS = ("image_classification",)
 TASK_KEYS: dict[str, tuple[str, ...]] = {
     "data.src_lang": ("translation",),
     "data.tgt_lang": ("translation",),
-    "data.train": ("translation", *TEXT_CLASSIFICATION),
-    "data.valid": ("translation", *TEXT_CLASSIFICATION),
+    "data.train": ("translation", *TEXT_CLASSIFICATION, "instruction"),
+    "data.valid": ("translation", *TEXT_CLASSIFICATION, "instruction"),
     "data.test": ("translation",),
     "data.max_len": ("translation", *TEXT_CLASSIFICATION),
+    "data.block_size": (*LM_TASKS, "instruction"),
+    "data.pack": ("instruction",),
     "data.skip_empty": ("translation",),
     "data.text": LM_TASKS,
-    "data.valid_fraction": (*LM_TASKS, *IMAGE_TASKS),
+    "data.valid_fraction": (*LM_TASKS, *IMAGE_TASKS, "instruction"),
     "data.images": IMAGE_TASKS,
     "data.labels": IMAGE_TASKS,
     "data.max_shift": IMAGE_TASKS,
     "train.label_smoothing": ("translation", *IMAGE_TASKS),
     "train.valid_bleu_sentences": ("translation",),
-    "train.eval_blocks": LM_TASKS,
+    "train.eval_blocks": (*LM_TASKS, "instruction"),
     "train.mask_prob": ("mlm",),
     "train.batch_size": TEXT_CLASSIFICATION,
     "train.group_by_length": TEXT_CLASSIFICATION,
@@ -72,6 +78,9 @@ class DataConfig:
     (default 0.2, which for the digits is the fixed 1,438 / 359 split) is held out.
     ``text_classification`` reads the labelled TSV or JSONL files ``{dir}/{train}``
     and ``{dir}/{valid}`` (null: none) and cuts examples to ``max_len`` tokens.
+    ``instruction`` reads JSONL records from ``{dir}/{train}`` and ``{dir}/{valid}``
+    (``valid: null``: the last ``valid_fraction`` of the training records, default
+    0.1).
     """
 
     dir: str = "."
@@ -91,11 +100,18 @@ class DataConfig:
     images: str | None = None  # image_classification: "digits" or a folder
     labels: str | None = None  # image_classification: a folder's labels CSV
     max_shift: int = 0  # image_classification: random shifts of up to n pixels (0: none)
+    # lm/mlm: tokens per training block; instruction: the longest sequence (null: the
+    # model's context, model.max_len; a pretrained model's is often far longer than needed)
+    block_size: int | None = None
+    # instruction: records end to end in blocks of block_size tokens (no padding)
+    pack: bool = False
 
     def __post_init__(self) -> None:
         check_fields(self)
         at_least(self, ("max_len",), 1)
         at_least(self, ("max_shift",), 0)
+        if self.block_size is not None:
+            at_least(self, ("block_size",), 1)
         if self.valid_fraction is not None:
             in_range("valid_fraction", self.valid_fraction, 0.0, 1.0)
 
@@ -209,8 +225,13 @@ class TrainConfig:
     distributed: Literal["ddp", "fsdp"] = "ddp"
     # Where metrics go: metrics.jsonl and loss.png always; tensorboard adds event files.
     log_to: tuple[Literal["jsonl", "tensorboard"], ...] = ("jsonl",)
+    # LoRA (attnkit.adapters): {rank, alpha, dropout, targets: [q, k, v, o, ffn]} trains
+    # low-rank adapters of the --init checkpoint's frozen weights; null: every weight.
+    lora: LoRAConfig | None = None
 
     def __post_init__(self) -> None:
+        if self.lora is not None and not isinstance(self.lora, LoRAConfig):
+            self.lora = LoRAConfig.from_dict(self.lora)
         check_fields(self)
         if isinstance(self.fast, bool):
             self.fast = "on" if self.fast else "off"

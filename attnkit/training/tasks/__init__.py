@@ -17,6 +17,7 @@ from attnkit.training.init import Initial
 from attnkit.training.runconfig import RunConfig
 from attnkit.training.tasks.base import LossSums, Task, TaskContext
 from attnkit.training.tasks.image import ImageClassificationTask, load_images
+from attnkit.training.tasks.instruction import InstructionTask, instruction_task
 from attnkit.training.tasks.language_model import CausalLMTask, MaskedLMTask
 from attnkit.training.tasks.text_classification import (
     TextClassificationTask,
@@ -35,6 +36,7 @@ TASK_CLASSES: dict[str, type[Task]] = {
     **TEXT_TASKS,
     "image_classification": ImageClassificationTask,
     "text_classification": TextClassificationTask,
+    "instruction": InstructionTask,
 }
 
 
@@ -51,6 +53,8 @@ def task_from_run(
     data = run.data
     if initial is not None:
         tokenizer = initial.tokenizer
+    if run.task == "instruction":
+        return instruction_task(run, tokenizer, initial)
     if run.task == "image_classification":
         train_images, held_out = load_images(run, initial)
         return ImageClassificationTask(run, train_images, held_out, initial=initial)
@@ -90,6 +94,7 @@ __all__ = [
     "TASK_CLASSES",
     "CausalLMTask",
     "ImageClassificationTask",
+    "InstructionTask",
     "LossSums",
     "MaskedLMTask",
     "Task",

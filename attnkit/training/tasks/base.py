@@ -279,3 +279,15 @@ def check_vocab_fits(config: AnyModelConfig, fields: tuple[str, ...], tokenizer:
                 f"model.{name}: {getattr(config, name)} is smaller than the tokenizer's "
                 f"vocabulary of {tokenizer.vocab_size}; leave it out (it follows the tokenizer)"
             )
+
+
+def context_block(block_size: int | None, max_len: int) -> int:
+    """The training sequence length: ``data.block_size``, or the model's context
+    ``max_len`` when unset; longer than the context is a ``ConfigError``."""
+    if block_size is None:
+        return max_len
+    if block_size > max_len:
+        raise ConfigError(
+            f"data.block_size: {block_size} is longer than the model's context (max_len {max_len})"
+        )
+    return block_size

@@ -1,8 +1,9 @@
 """The language-model tasks on one text file: causal LM (GPT) and masked LM (BERT).
 
 Data (both): the file's token ids, split 90/10 (``data.valid_fraction``),
-cut into blocks of the model's context length (``model.max_len``) at random
-offsets, ``train.max_tokens // context`` blocks per batch and rank, drawn
+cut into blocks of ``data.block_size`` tokens (default: the model's context
+length, ``model.max_len``) at random offsets, ``train.max_tokens // block``
+blocks per batch and rank, drawn
 from a seeded CPU generator whose state is saved for resume (nanoGPT's
 recipe). Under torchrun every rank draws the same global batch and keeps its
 rows ``rank, rank + N, ...``.
@@ -46,6 +47,7 @@ from attnkit.training.tasks.base import (
     TaskContext,
     build_task_model,
     check_vocab_fits,
+    context_block,
     model_config_from_run,
     unknown_note,
     with_moe_losses,
@@ -82,9 +84,9 @@ class _BlockTask(Generic[LMConfig]):
             head_fields=self.head_fields,
         )  # fmt: skip
         check_vocab_fits(self.model_config, ("vocab_size",), self.tokenizer)
-        block = self.model_config.max_len
+        block = self.block = context_block(run.data.block_size, self.model_config.max_len)
         self.train_blocks = LMBlocks(corpus.train, block, name="train split",
-                                     size_name="model.max_len")  # fmt: skip
+                                     size_name="data.block_size or model.max_len")  # fmt: skip
         self.batch_size = max(1, self.cfg.max_tokens // block)  # blocks per batch and rank
         self.batch_rng = torch.Generator().manual_seed(self.cfg.seed)
         self.context = TaskContext()
@@ -107,7 +109,7 @@ class _BlockTask(Generic[LMConfig]):
         return (
             f"{self.corpus.train.numel()} training tokens, {self.corpus.valid.numel()} "
             f"validation tokens, vocabulary {self.tokenizer.vocab_size}, {self.batch_size} "
-            f"blocks of {self.model_config.max_len} tokens per batch{unknown}"
+            f"blocks of {self.block} tokens per batch{unknown}"
         )
 
     def _global_batch(self) -> Batch:
@@ -121,7 +123,7 @@ class _BlockTask(Generic[LMConfig]):
         return tuple(t.index_select(0, rows.to(t.device)).to(self.context.device) for t in tensors)
 
     def evaluate(self, model: nn.Module) -> dict[str, float]:
-        if self.corpus.valid.numel() <= self.model_config.max_len:
+        if self.corpus.valid.numel() <= self.block:
             return {}  # shorter than one block
         metrics = text_perplexity(
             cast(LanguageModel, model),  # the model build_model made (the trainer's)
@@ -132,6 +134,7 @@ class _BlockTask(Generic[LMConfig]):
             special_ids=mlm_special_ids(self.tokenizer),
             mask_prob=self.cfg.mask_prob,
             seed=self.cfg.seed,  # the same masks every time
+            block_size=self.block,
         )
         return {"loss": metrics["loss"], "ppl": metrics["ppl"]}
 

@@ -1,0 +1,32 @@
+"""Parameter-efficient fine-tuning: LoRA adapters installed by module replacement.
+
+``LoRAConfig`` (rank, alpha, dropout, target roles), ``install_lora`` /
+``merge_lora`` (``install.py``), the ``LoRALinear`` module (``lora.py``) and
+the role table that finds each family's projections (``targets.py``).
+"""
+
+from attnkit.adapters.config import ROLES, LoRAConfig
+from attnkit.adapters.install import (
+    adapter_state,
+    base_name,
+    count_parameters,
+    install_lora,
+    lora_parameter_names,
+    merge_lora,
+)
+from attnkit.adapters.lora import LoRALinear
+from attnkit.adapters.targets import find_targets, roles_present
+
+__all__ = [
+    "ROLES",
+    "LoRAConfig",
+    "LoRALinear",
+    "adapter_state",
+    "base_name",
+    "count_parameters",
+    "find_targets",
+    "install_lora",
+    "lora_parameter_names",
+    "merge_lora",
+    "roles_present",
+]

@@ -1,0 +1,72 @@
+"""Tiny random models of every family, their inputs and outputs, for the adapter tests."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+import torch
+from torch import nn
+
+from attnkit.models import FAMILIES
+from attnkit.models.registry import config_from_preset
+
+SIZES = dict(d_model=32, num_heads=4, d_ff=64, dropout=0.0)
+OVERRIDES = {
+    "transformer": dict(SIZES, src_vocab_size=50, tgt_vocab_size=50, num_kv_heads=2,
+                        num_encoder_layers=1, num_decoder_layers=1),
+    "decoder_only": dict(SIZES, vocab_size=50, num_layers=2, ffn="moe", num_experts=2,
+                         positions="rotary", norm="rmsnorm", activation="swiglu",
+                         num_kv_heads=2),
+    "encoder_only": dict(SIZES, vocab_size=51, mask_id=50, num_layers=1),
+    "rnn": dict(src_vocab_size=50, tgt_vocab_size=50, hidden_size=32, embed_dim=16),
+    "vit": dict(SIZES, num_layers=1, image_size=8, patch_size=4, channels=1, num_classes=3),
+}  # fmt: skip
+# Every role each family has (an RNN's attention has no value projection and no FFN).
+ALL_ROLES = {name: ("q", "k", "o") if name == "rnn" else ("q", "k", "v", "o", "ffn")
+             for name in OVERRIDES}  # fmt: skip
+
+
+def make_model(name: str, seed: int = 0) -> nn.Module:
+    """A tiny random model of family ``name``, in eval mode (no dropout)."""
+    torch.manual_seed(seed)
+    preset = "digits" if name == "vit" else "small"
+    model = FAMILIES[name].model_class(config_from_preset(name, preset, **OVERRIDES[name]))
+    if name == "vit":
+        nn.init.normal_(model.head.weight)  # a zero head would hide any difference
+    return model.eval()
+
+
+def model_inputs(name: str) -> tuple[torch.Tensor, ...]:
+    g = torch.Generator().manual_seed(0)
+    if name == "vit":
+        return (torch.rand(2, 1, 8, 8, generator=g),)
+    ids = torch.randint(3, 50, (2, 7), generator=g)
+    return (ids, ids[:, :5]) if name in ("transformer", "rnn") else (ids,)
+
+
+def model_output(model: nn.Module, inputs: tuple[torch.Tensor, ...]) -> torch.Tensor:
+    out = model(*inputs)
+    if isinstance(out, torch.Tensor):
+        return out
+    return out.mlm_logits if hasattr(out, "mlm_logits") else out.logits
+
+
+@pytest.fixture(params=sorted(OVERRIDES))
+def family(request) -> str:
+    assert set(OVERRIDES) == set(FAMILIES)  # a new family is tested here too
+    return request.param
+
+
+@pytest.fixture
+def randomize_b() -> Callable[[nn.Module], None]:
+    """Give every adapter a non-zero ``B`` (a trained adapter), seeded."""
+
+    def run(model: nn.Module) -> None:
+        g = torch.Generator().manual_seed(1)
+        with torch.no_grad():
+            for name, p in model.named_parameters():
+                if ".lora_B." in name:
+                    p.copy_(torch.randn(p.shape, generator=g) * 0.1)
+
+    return run

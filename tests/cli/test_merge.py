@@ -1,0 +1,58 @@
+"""`attnkit merge`: a LoRA checkpoint folded into a full one that every command reads."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from lora_helpers import lora_run
+
+from attnkit.checkpoints import MODEL_FILE, load_model, load_tensors
+from attnkit.checkpoints.adapters import ADAPTER_FILE
+from attnkit.cli.main import main
+
+
+def test_merged_checkpoint_equals_base_plus_adapters(tmp_path, capsys):
+    base, lora, adapted = lora_run(tmp_path)
+    out = tmp_path / "merged"
+    assert main(["merge", "--checkpoint", str(lora), "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert printed.startswith(f"merged rank-4 adapters (q, v, o, ffn) of {lora} into ")
+    assert not (out / ADAPTER_FILE).exists()
+    assert set(load_tensors(out / MODEL_FILE)) == set(load_tensors(base / MODEL_FILE))
+    ids = torch.randint(3, 30, (2, 11))
+    with torch.no_grad():
+        expected = adapted.eval()(ids).logits
+        merged = load_model(out, "cpu").model(ids).logits
+    assert (merged - expected).abs().max() < 1e-5
+    base.rename(tmp_path / "gone")  # the merged checkpoint needs no base
+    code = main(["generate", "--checkpoint", str(out), "--prompt", "the", "--precision", "int8w",
+                 "--max-new-tokens", "5", "--device", "cpu"])  # fmt: skip
+    assert code == 0
+
+
+def test_merge_takes_a_moved_base_and_refuses_what_it_cannot_do(tmp_path, capsys):
+    base, lora, _ = lora_run(tmp_path)
+    moved = base.rename(tmp_path / "moved")
+    assert main(["merge", "--checkpoint", str(lora), "--out", str(tmp_path / "a")]) == 1
+    assert "its base checkpoint" in capsys.readouterr().err
+    assert main(["merge", "--checkpoint", str(lora), "--base", str(moved),
+                 "--out", str(tmp_path / "a")]) == 0  # fmt: skip
+    capsys.readouterr()
+    assert main(["merge", "--checkpoint", str(moved), "--out", str(tmp_path / "b")]) == 2
+    assert "not a LoRA checkpoint (no adapter.json)" in capsys.readouterr().err
+    assert main(["merge", "--checkpoint", str(lora), "--base", str(moved), "--out",
+                 str(lora)]) == 2  # fmt: skip
+    assert "would replace one of the inputs" in capsys.readouterr().err
+    assert main(["merge", "--checkpoint", str(lora), "--base", str(moved), "--out",
+                 str(tmp_path / "a")]) == 2  # fmt: skip
+    assert "already exists; pass --overwrite" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", ["generate", "evaluate"])
+def test_commands_read_a_lora_checkpoint_directly(tmp_path, command):
+    _, lora, _ = lora_run(tmp_path)
+    text = tmp_path / "t.txt"
+    text.write_text("the quick brown fox " * 20, encoding="utf-8")
+    args = {"generate": ["--prompt", "the", "--max-new-tokens", "3"],
+            "evaluate": ["--text", str(text), "--context", "16"]}[command]  # fmt: skip
+    assert main([command, "--checkpoint", str(lora), "--device", "cpu", *args]) == 0
