@@ -75,7 +75,7 @@ def run(args: argparse.Namespace, *, callbacks: Sequence = ()) -> int:
     # Check everything (out dir, data, tokenizer, model) before touching the disk.
     check_out_dir(out, resume=args.resume, overwrite=args.overwrite)
     saved_tokenizer = load_tokenizer(out) if args.resume else None  # the run's own vocabulary
-    task = task_from_run(run_config, saved_tokenizer)
+    task = task_from_run(run_config, saved_tokenizer, log=print if dist.is_main else None)
     trainer = Trainer(
         run_config,
         task,

@@ -260,12 +260,14 @@ def tokenizer_from_json(text: str) -> Tokenizer:
     except json.JSONDecodeError as e:
         raise DataError(f"tokenizer JSON: not valid JSON (line {e.lineno})") from None
     from attnkit.data.pretrained_tokenizer import PretrainedTokenizer
+    from attnkit.data.unigram import SentencePieceTokenizer
 
     kinds: dict[str, Any] = {
         "bpe": BPETokenizer,
         "char": CharTokenizer,
         "word": WordTokenizer,
         "pretrained": PretrainedTokenizer,
+        "sentencepiece": SentencePieceTokenizer,
         "hf": PretrainedTokenizer,  # GGUF imports saved before PretrainedTokenizer took them
     }
     kind = data.get("kind") if isinstance(data, dict) else None
@@ -278,7 +280,7 @@ def tokenizer_from_json(text: str) -> Tokenizer:
     try:
         if kind == "hf":
             return PretrainedTokenizer.from_hf_state(data)
-        if kind in ("bpe", "pretrained"):
+        if kind in ("bpe", "pretrained", "sentencepiece"):
             return kinds[kind]._from_state(data)
         return kinds[kind](data["pieces"])
     except AttnkitError:

@@ -8,16 +8,16 @@ causal LM), ``mlm`` (encoder-only masked LM) and ``image_classification``
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
+from attnkit.data.cache import Log
 from attnkit.data.tokenizers import Tokenizer
-from attnkit.errors import ConfigError
 from attnkit.training.runconfig import RunConfig
 from attnkit.training.tasks.base import LossSums, Task, TaskContext
+from attnkit.training.tasks.corpus import lm_corpus, translation_data
 from attnkit.training.tasks.image import ImageClassificationTask, load_images
 from attnkit.training.tasks.language_model import CausalLMTask, MaskedLMTask
-from attnkit.training.tasks.translation import TranslationTask, build_tokenizer, load_parallel
+from attnkit.training.tasks.translation import TranslationTask
 
 TASK_CLASSES: dict[str, type[Any]] = {
     "translation": TranslationTask,
@@ -27,39 +27,24 @@ TASK_CLASSES: dict[str, type[Any]] = {
 }
 
 
-def task_from_run(run: RunConfig, tokenizer: Tokenizer | None = None) -> Task:
+def task_from_run(
+    run: RunConfig, tokenizer: Tokenizer | None = None, *, log: Log | None = None
+) -> Task:
     """Read the run's data and build its task; a given ``tokenizer`` (a resumed run's) is
     used as it is, otherwise one is trained on the training data (images need none).
 
-    Raises ``DataError``/``ConfigError`` naming the file or field before anything is written.
+    Text data is prepared (or reused) as ``data.loading`` says
+    (``tasks/corpus.py``); ``log`` hears what preparation does and why.
+    Raises ``DataError``/``ConfigError`` naming the file or field before anything
+    is written to the run directory.
     """
-    data = run.data
     if run.task == "image_classification":
         train_images, held_out = load_images(run)
         return ImageClassificationTask(run, train_images, held_out)
     if run.task == "translation":
-        train = load_parallel(data, data.train)
-        valid = load_parallel(data, data.valid) if data.valid else None
-        tokenizer = tokenizer or build_tokenizer(run.tokenizer, list(train))
-        valid_pairs = list(valid) if valid is not None else None
-        return TranslationTask(
-            run, tokenizer, list(train), valid_pairs, dropped_empty=train.dropped_empty
-        )
-    from attnkit.data.lm import load_lm_corpus
-
-    if data.text is None:
-        raise ConfigError(
-            f"data.text: the {run.task} task reads one text file; "
-            "set data.text (a path relative to data.dir)"
-        )
-    corpus = load_lm_corpus(
-        Path(data.dir) / data.text,
-        tokenizer,
-        kind=run.tokenizer.kind,
-        vocab_size=run.tokenizer.vocab_size if run.tokenizer.kind == "bpe" else None,
-        valid_fraction=data.held_out_fraction(run.task),
-    )
-    return TASK_CLASSES[run.task](run, corpus)
+        return TranslationTask(run, **translation_data(run, tokenizer, log=log))
+    corpus, release = lm_corpus(run, tokenizer, log=log)
+    return TASK_CLASSES[run.task](run, corpus, release)
 
 
 __all__ = [

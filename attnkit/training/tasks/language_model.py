@@ -24,12 +24,13 @@ Validation: the mean loss per scored token and the perplexity over the first
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 import torch
 from torch import Tensor, nn
 
-from attnkit.data.lm import LMBlocks, LMCorpus
+from attnkit.data.lm import LMBlocks, LMCorpus, as_tensor, num_tokens
 from attnkit.data.mlm import mask_tokens, mlm_vocab
 from attnkit.evaluation.perplexity import (
     causal_lm_forward,
@@ -58,7 +59,10 @@ class _BlockTask:
     eps: ClassVar[float] = 1e-8
     family: ClassVar[str]
 
-    def __init__(self, run: RunConfig, corpus: LMCorpus) -> None:
+    def __init__(
+        self, run: RunConfig, corpus: LMCorpus, release: Callable[[], None] | None = None
+    ) -> None:
+        """``release``: hands back the pages of a memory-mapped corpus read so far."""
         self.run, self.cfg, self.tokenizer = run, run.train, corpus.tokenizer
         self.corpus = corpus
         self.model_config = model_config_from_run(
@@ -66,7 +70,7 @@ class _BlockTask:
         )
         check_vocab_fits(self.model_config, ("vocab_size",), self.tokenizer)
         block = self.model_config.max_len
-        self.train_blocks = LMBlocks(corpus.train, block, name="train split")
+        self.train_blocks = LMBlocks(corpus.train, block, name="train split", release=release)
         self.batch_size = max(1, self.cfg.max_tokens // block)  # blocks per batch and rank
         self.batch_rng = torch.Generator().manual_seed(self.cfg.seed)
         self.context = TaskContext()
@@ -84,7 +88,7 @@ class _BlockTask:
 
     def describe(self) -> str:
         return (
-            f"{self.corpus.train.numel()} training tokens, {self.corpus.valid.numel()} "
+            f"{num_tokens(self.corpus.train)} training tokens, {num_tokens(self.corpus.valid)} "
             f"validation tokens, vocabulary {self.tokenizer.vocab_size}, {self.batch_size} "
             f"blocks of {self.model_config.max_len} tokens per batch"
         )
@@ -100,11 +104,13 @@ class _BlockTask:
         return tuple(t.index_select(0, rows.to(t.device)).to(self.context.device) for t in tensors)
 
     def evaluate(self, model: nn.Module) -> dict[str, float]:
-        if self.corpus.valid.numel() <= self.model_config.max_len:
+        block = self.model_config.max_len
+        if num_tokens(self.corpus.valid) <= block:
             return {}  # shorter than one block
         metrics = text_perplexity(
             model,
-            self.corpus.valid,
+            # only what the first eval_blocks blocks read (a prepared split may be huge)
+            as_tensor(self.corpus.valid, self.cfg.eval_blocks * block + 1),
             masked=self.name == "mlm",
             batch_size=self.batch_size,
             max_blocks=self.cfg.eval_blocks,
@@ -145,8 +151,10 @@ class MaskedLMTask(_BlockTask):
     name: ClassVar[str] = "mlm"
     family: ClassVar[str] = "encoder_only"
 
-    def __init__(self, run: RunConfig, corpus: LMCorpus) -> None:
-        super().__init__(run, corpus)
+    def __init__(
+        self, run: RunConfig, corpus: LMCorpus, release: Callable[[], None] | None = None
+    ) -> None:
+        super().__init__(run, corpus, release)
         self.special_ids = mlm_special_ids(self.model_config)
         self.mask_rng = torch.Generator().manual_seed(self.cfg.seed + 1)
 
