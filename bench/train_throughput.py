@@ -54,7 +54,7 @@ from torch import Tensor
 from train_step import build
 
 from attnkit.models import TransformerConfig
-from attnkit.training.losses import chunked_label_smoothed_cross_entropy
+from attnkit.losses import chunked_label_smoothed_cross_entropy
 
 # name -> (attnkit preset, batch, source length, target length, vocabulary)
 SHAPES = {

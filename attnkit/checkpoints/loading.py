@@ -25,7 +25,7 @@ from torch import Tensor, nn
 
 from attnkit.checkpoints.files import CONFIG_FILE, MODEL_FILE, TOKENIZER_FILE, load_checkpoint
 from attnkit.checkpoints.rundir import latest_checkpoint, resolve_checkpoint
-from attnkit.data.tokenizers import Tokenizer, tokenizer_from_json
+from attnkit.data.tokenizer_kinds import Tokenizer, tokenizer_from_json
 from attnkit.device import resolve_device
 from attnkit.errors import CheckpointError, ConfigError
 from attnkit.models.registry import KIND_NAMES, Family, ModelKind, family_of, get_family

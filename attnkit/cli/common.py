@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import shutil
-import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -114,18 +113,6 @@ def prepare_out_dir(out: Path, *, resume: bool = False, overwrite: bool = False)
     if out.is_dir() and any(out.iterdir()) and overwrite:
         shutil.rmtree(out)
     out.mkdir(parents=True, exist_ok=True)
-
-
-def read_lines(path: str | None) -> list[str]:
-    """Lines of ``path`` (or of stdin when ``path`` is None), without line endings."""
-    if path is None:
-        lines = [line.rstrip("\r\n") for line in sys.stdin]
-        if lines:
-            lines[0] = lines[0].removeprefix("\ufeff")  # a BOM, as the file reader drops it
-        return lines
-    from attnkit.data.readers import read_lines as read_file_lines
-
-    return read_file_lines(path)
 
 
 # -- images for an image classifier (evaluate --images, attention --image) -------------

@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from attnkit.cli.common import add_device_argument, add_precision_argument, read_lines
+from attnkit.cli.common import add_device_argument, add_precision_argument
 from attnkit.errors import UsageError
 
 
@@ -110,6 +110,7 @@ def run(args: argparse.Namespace) -> int:
     import torch
 
     from attnkit.cli.common import load_for
+    from attnkit.data.readers import read_input_lines
     from attnkit.decoding.text import decode_ids
 
     check_decoding_arguments(args)
@@ -123,12 +124,12 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"--top-p must be in (0, 1], got {args.top_p}")
 
     # A bad --input fails before the model loads; stdin is read once the model is ready.
-    lines = read_lines(args.input) if args.input is not None else None
+    lines = read_input_lines(args.input) if args.input is not None else None
     loaded = load_for("translate", args.checkpoint, args.device)
     model, tokenizer = loaded.model, loaded.tokenizer
     stepper = stepper_from_args(model, args)
     if lines is None:
-        lines = read_lines(None)
+        lines = read_input_lines(None)
     device = next(model.parameters()).device
     sampling = None
     if args.sample:

@@ -14,6 +14,7 @@ from attnkit.data.synthetic import (
     number_to_german,
     sample_numbers,
 )
+from attnkit.data.tokenizer_kinds import load_tokenizer, tokenizer_from_json
 from attnkit.data.tokenizers import (
     BOS_ID,
     EOS_ID,
@@ -24,8 +25,6 @@ from attnkit.data.tokenizers import (
     CharTokenizer,
     Tokenizer,
     WordTokenizer,
-    load_tokenizer,
-    tokenizer_from_json,
 )
 
 __all__ = [

@@ -40,7 +40,8 @@ from attnkit.data.formats import (
 )
 from attnkit.data.readers import check_readable
 from attnkit.data.token_store import TokenArray, TokenArrayWriter, TokenPairs, id_dtype
-from attnkit.data.tokenizers import Tokenizer, load_tokenizer
+from attnkit.data.tokenizer_kinds import load_tokenizer
+from attnkit.data.tokenizers import Tokenizer
 from attnkit.data.vocabulary import Reservoir, train_tokenizer
 
 T = TypeVar("T")

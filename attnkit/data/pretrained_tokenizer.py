@@ -1,11 +1,11 @@
 """An imported model's own tokenizer: any HF ``tokenizers.Tokenizer`` with its special ids.
 
-attnkit's own tokenizers fix the special ids (pad 0, BOS 1, EOS 2, unk 3).
-A pretrained model comes with its vocabulary as it is: BERT has ``[PAD]`` 0,
+The tokenizers attnkit trains use pad 0, BOS 1, EOS 2, unk 3. A pretrained
+model comes with its vocabulary as it is: BERT has ``[PAD]`` 0,
 ``[CLS]`` 101, ``[SEP]`` 102, ``[MASK]`` 103; GPT-2 one ``<|endoftext|>``.
 ``PretrainedTokenizer`` wraps such a ``tokenizer.json`` unchanged and carries
 the ids the model's config uses (``pad_id``, ``bos_id``, ``eos_id``,
-``unk_id``, optionally ``mask_id``) per instance.
+``unk_id``, optionally ``mask_id``), as every ``Tokenizer`` does.
 
 Conventions are attnkit's, so every command treats it like the others:
 
@@ -27,17 +27,20 @@ Conventions are attnkit's, so every command treats it like the others:
   needs it to run.
 
 Checkpoints saved before this class took over GGUF imports hold kind
-``"hf"``; ``from_hf_state`` reads them.
+``"hf"``; ``attnkit.data.tokenizer_kinds`` reads them.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any, Self
 
-from attnkit.data.tokenizers import Tokenizer, _import_hf_tokenizers
+from attnkit.data.tokenizers import Tokenizer, import_hf_tokenizers
 from attnkit.errors import DataError
+
+if TYPE_CHECKING:
+    import tokenizers as hf_tokenizers
 
 
 class PretrainedTokenizer(Tokenizer):
@@ -47,7 +50,7 @@ class PretrainedTokenizer(Tokenizer):
 
     def __init__(
         self,
-        hf_tokenizer: Any,
+        hf_tokenizer: hf_tokenizers.Tokenizer,
         *,
         pad_id: int,
         bos_id: int,
@@ -58,12 +61,12 @@ class PretrainedTokenizer(Tokenizer):
         encode_special_tokens: bool = False,
         chat_template: str | None = None,
     ):
+        super().__init__(pad_id=pad_id, bos_id=bos_id, eos_id=eos_id, unk_id=unk_id,
+                         mask_id=mask_id)  # fmt: skip
         self._hf = hf_tokenizer
         self._hf.no_padding()  # attnkit pads batches itself
         self._hf.no_truncation()
         self._hf.encode_special_tokens = encode_special_tokens
-        self.pad_id, self.bos_id, self.eos_id, self.unk_id = pad_id, bos_id, eos_id, unk_id
-        self.mask_id = mask_id
         self.skip_ids = frozenset(int(i) for i in skip_ids)
         self.chat_template = chat_template
         size = self.vocab_size
@@ -78,7 +81,7 @@ class PretrainedTokenizer(Tokenizer):
         return int(self._hf.get_vocab_size(with_added_tokens=True))
 
     @property
-    def hf_tokenizer(self) -> Any:
+    def hf_tokenizer(self) -> hf_tokenizers.Tokenizer:
         """The wrapped ``tokenizers.Tokenizer`` (padding and truncation off)."""
         return self._hf
 
@@ -116,7 +119,9 @@ class PretrainedTokenizer(Tokenizer):
         }
 
     @classmethod
-    def with_special_skipped(cls, hf_tokenizer: Any, **ids: Any) -> PretrainedTokenizer:
+    def with_special_skipped(
+        cls, hf_tokenizer: hf_tokenizers.Tokenizer, **ids: Any
+    ) -> PretrainedTokenizer:
         """Wrap ``hf_tokenizer`` so ``decode`` drops pad/BOS/EOS and every added token
         the file marks special (what ``skip_special_tokens=True`` does in HF)."""
         marked = [i for i, t in hf_tokenizer.get_added_tokens_decoder().items() if t.special]
@@ -124,8 +129,8 @@ class PretrainedTokenizer(Tokenizer):
         return cls(hf_tokenizer, skip_ids=sorted({*marked, *named}), **ids)
 
     @classmethod
-    def _from_state(cls, state: dict[str, Any]) -> PretrainedTokenizer:
-        tk = _import_hf_tokenizers()
+    def from_state(cls, state: dict[str, Any]) -> Self:
+        tk = import_hf_tokenizers()
         try:
             ids = {name: int(state[name]) for name in ("pad_id", "bos_id", "eos_id")}
         except (KeyError, TypeError, ValueError) as e:
@@ -138,19 +143,5 @@ class PretrainedTokenizer(Tokenizer):
             mask_id=None if mask is None else int(mask),
             skip_ids=[int(i) for i in state.get("skip_ids", [])],
             encode_special_tokens=bool(state.get("encode_special_tokens", False)),
-            chat_template=state.get("chat_template"),
-        )
-
-    @classmethod
-    def from_hf_state(cls, state: dict[str, Any]) -> PretrainedTokenizer:
-        """Read kind ``"hf"`` (GGUF imports saved before this class replaced it)."""
-        tk = _import_hf_tokenizers()
-        specials = state["special_ids"]
-        return cls.with_special_skipped(
-            tk.Tokenizer.from_str(json.dumps(state["hf"])),
-            pad_id=specials["pad_id"],
-            bos_id=specials["bos_id"],
-            eos_id=specials["eos_id"],
-            unk_id=specials.get("unk_id"),
             chat_template=state.get("chat_template"),
         )

@@ -7,6 +7,7 @@ print it without a traceback.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -100,6 +101,17 @@ def _split_lines(text: str) -> list[str]:
 def read_lines(path: str | Path) -> list[str]:
     """One string per line of a UTF-8 file (no line endings, no BOM)."""
     return _split_lines(_read_checked(path))
+
+
+def read_input_lines(path: str | Path | None) -> list[str]:
+    """``read_lines(path)``, or the lines of standard input when ``path`` is ``None``
+    (the commands' ``--input`` default), read the same way: no line endings, no BOM."""
+    if path is not None:
+        return read_lines(path)
+    lines = [line.rstrip("\r\n") for line in sys.stdin]
+    if lines:
+        lines[0] = lines[0].removeprefix(_BOM)
+    return lines
 
 
 def read_text(path: str | Path) -> str:

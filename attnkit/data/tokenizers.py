@@ -1,18 +1,20 @@
 """Tokenizers behind one small interface: BPE (HF ``tokenizers``), character, word.
 
-Every tokenizer attnkit trains uses the same four special ids, so models,
-collation and decoding never need to ask:
+Every tokenizer reports its own special ids (``pad_id``, ``bos_id``,
+``eos_id``, ``unk_id``, ``mask_id``); models, collation and decoding read them
+from the tokenizer (or from the model config built from it), never from a
+constant. The tokenizers attnkit trains all use the same four, first in the
+vocabulary, so every checkpoint they wrote reads the same:
 
-    0 <pad>   1 <s> (BOS)   2 </s> (EOS)   3 <unk>
+    0 <pad>   1 <s> (BOS)   2 </s> (EOS)   3 <unk>        (no mask token)
 
-``PretrainedTokenizer`` (``attnkit.data.pretrained_tokenizer``) is the
-exception: it wraps a pretrained ``tokenizers.Tokenizer`` (an imported
-model's: BERT's, GPT-2's, Marian's, SmolLM2's) with the special ids that model
-uses, so it has instance-level ``pad_id``/``bos_id``/``eos_id``/``unk_id``.
+``PretrainedTokenizer`` (``attnkit.data.pretrained_tokenizer``) wraps an
+imported model's own vocabulary with the ids that model uses (BERT: ``[PAD]``
+0, ``[UNK]`` 100, ``[CLS]`` 101, ``[SEP]`` 102, ``[MASK]`` 103).
 
 ``encode`` adds no BOS/EOS (collation does); ``decode`` drops pad/BOS/EOS and
 detokenizes, showing unknown pieces as ``<unk>``. A tokenizer serialises to
-JSON with a ``"kind"`` field; ``tokenizer_from_json`` dispatches on it.
+JSON with a ``"kind"`` field; ``attnkit.data.tokenizer_kinds`` reads it back.
 """
 
 from __future__ import annotations
@@ -22,18 +24,22 @@ from abc import ABC, abstractmethod
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Self
 
-from attnkit.data.readers import read_text
 from attnkit.errors import AttnkitError, DataError, UsageError
 
+if TYPE_CHECKING:
+    import tokenizers as hf_tokenizers
+
+# The special ids of the tokenizers attnkit trains (BPE, char, word).
 PAD_ID, BOS_ID, EOS_ID, UNK_ID = 0, 1, 2, 3
 SPECIAL_TOKENS = ("<pad>", "<s>", "</s>", "<unk>")
-_FORMAT_VERSION = 1
+FORMAT_VERSION = 1  # the "version" of every tokenizer JSON
 _METASPACE = "\u2581"  # "▁", SentencePiece's word-start marker
 
 
-def _import_hf_tokenizers() -> Any:
+def import_hf_tokenizers() -> Any:
+    """The ``tokenizers`` package, or ``AttnkitError`` naming the extra that installs it."""
     try:
         import tokenizers
     except ImportError:
@@ -44,18 +50,41 @@ def _import_hf_tokenizers() -> Any:
 
 
 class Tokenizer(ABC):
-    """Text <-> token ids. Special ids are pad 0, BOS 1, EOS 2, unk 3.
+    """Text <-> token ids, with the special ids this tokenizer uses.
 
-    The ids are class attributes; only ``PretrainedTokenizer`` (an imported
-    model's own vocabulary) sets other values, per instance.
+    Attributes:
+        pad_id, bos_id, eos_id: padding, begin and end of sequence.
+        unk_id: what unknown text encodes to; ``None`` when nothing is unknown
+            (a byte-level vocabulary such as GPT-2's).
+        mask_id: the mask token of a masked LM's own vocabulary (an imported
+            BERT's ``[MASK]``); ``None`` otherwise (``attnkit.data.mlm.mlm_vocab``
+            then gives the model one more id for it).
     """
 
     kind: ClassVar[str]
-    # Class-level defaults; PretrainedTokenizer sets its own per instance.
-    pad_id: int = PAD_ID
-    bos_id: int = BOS_ID
-    eos_id: int = EOS_ID
-    unk_id: int | None = UNK_ID
+    pad_id: int
+    bos_id: int
+    eos_id: int
+    unk_id: int | None
+    mask_id: int | None
+
+    def __init__(
+        self,
+        *,
+        pad_id: int,
+        bos_id: int,
+        eos_id: int,
+        unk_id: int | None,
+        mask_id: int | None = None,
+    ) -> None:
+        self.pad_id, self.bos_id, self.eos_id = pad_id, bos_id, eos_id
+        self.unk_id, self.mask_id = unk_id, mask_id
+
+    @property
+    def special_ids(self) -> list[int]:
+        """The ids above that this tokenizer has (sorted, each once)."""
+        ids = (self.pad_id, self.bos_id, self.eos_id, self.unk_id, self.mask_id)
+        return sorted({i for i in ids if i is not None})
 
     @property
     @abstractmethod
@@ -78,13 +107,18 @@ class Tokenizer(ABC):
     def _state(self) -> dict[str, Any]:
         """Everything but ``kind``/``version`` needed to rebuild the tokenizer."""
 
+    @classmethod
+    @abstractmethod
+    def from_state(cls, state: dict[str, Any]) -> Self:
+        """Rebuild the tokenizer from its JSON object (what ``_state`` wrote)."""
+
     def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
         """``encode`` for many texts (BPE overrides it with HF's parallel encoder)."""
         return [self.encode(t) for t in texts]
 
     def to_json(self) -> str:
         return json.dumps(
-            {"kind": self.kind, "version": _FORMAT_VERSION, **self._state()}, ensure_ascii=False
+            {"kind": self.kind, "version": FORMAT_VERSION, **self._state()}, ensure_ascii=False
         )
 
     def save(self, path: str | Path) -> None:
@@ -92,7 +126,15 @@ class Tokenizer(ABC):
 
     def _drop_special(self, ids: Sequence[int]) -> list[int]:
         # unk is kept: decode shows it, so lost content stays visible in outputs.
-        return [int(i) for i in ids if int(i) not in (PAD_ID, BOS_ID, EOS_ID)]
+        dropped = (self.pad_id, self.bos_id, self.eos_id)
+        return [int(i) for i in ids if int(i) not in dropped]
+
+
+class _OwnSpecials(Tokenizer):
+    """A tokenizer attnkit trains: the four special ids of ``SPECIAL_TOKENS``, first."""
+
+    def __init__(self) -> None:
+        super().__init__(pad_id=PAD_ID, bos_id=BOS_ID, eos_id=EOS_ID, unk_id=UNK_ID)
 
 
 def _check_vocab_size(vocab_size: int) -> None:
@@ -104,10 +146,11 @@ def _check_vocab_size(vocab_size: int) -> None:
         )
 
 
-class _PieceVocab(Tokenizer):
+class _PieceVocab(_OwnSpecials):
     """Shared code of the char and word tokenizers: a list of pieces after the specials."""
 
     def __init__(self, pieces: Sequence[str]):
+        super().__init__()
         self.pieces = list(SPECIAL_TOKENS) + list(pieces)
         # Specials are left out of the lookup: text "<s>" must never encode as BOS.
         n = len(SPECIAL_TOKENS)
@@ -122,6 +165,10 @@ class _PieceVocab(Tokenizer):
 
     def _state(self) -> dict[str, Any]:
         return {"pieces": self.pieces[len(SPECIAL_TOKENS) :]}
+
+    @classmethod
+    def from_state(cls, state: dict[str, Any]) -> Self:
+        return cls(state["pieces"])
 
     @staticmethod
     def _count(items: Iterable[str], min_frequency: int, vocab_size: int | None) -> list[str]:
@@ -178,7 +225,7 @@ class WordTokenizer(_PieceVocab):
         return " ".join(self.pieces[i] for i in self._drop_special(ids))
 
 
-class BPETokenizer(Tokenizer):
+class BPETokenizer(_OwnSpecials):
     """Joint byte-pair encoding (Sennrich et al., 2016) trained with HF ``tokenizers``.
 
     Pre-tokenization is SentencePiece-style Metaspace: each space becomes part
@@ -189,7 +236,8 @@ class BPETokenizer(Tokenizer):
 
     kind = "bpe"
 
-    def __init__(self, hf_tokenizer: Any):
+    def __init__(self, hf_tokenizer: hf_tokenizers.Tokenizer):
+        super().__init__()
         self._hf = hf_tokenizer
         # Text like "<s>" in a sentence must be encoded as characters, not as BOS.
         if hasattr(self._hf, "encode_special_tokens"):
@@ -204,7 +252,7 @@ class BPETokenizer(Tokenizer):
     ) -> BPETokenizer:
         """Learn merges on ``texts`` (source and target together for a joint vocabulary)."""
         _check_vocab_size(vocab_size)
-        tk = _import_hf_tokenizers()
+        tk = import_hf_tokenizers()
         hf = tk.Tokenizer(tk.models.BPE(unk_token="<unk>"))
         hf.pre_tokenizer = tk.pre_tokenizers.Metaspace(replacement=_METASPACE)
         hf.decoder = tk.decoders.Metaspace(replacement=_METASPACE)
@@ -248,51 +296,6 @@ class BPETokenizer(Tokenizer):
         return {"hf": json.loads(self._hf.to_str())}
 
     @classmethod
-    def _from_state(cls, state: dict[str, Any]) -> BPETokenizer:
-        tk = _import_hf_tokenizers()
+    def from_state(cls, state: dict[str, Any]) -> Self:
+        tk = import_hf_tokenizers()
         return cls(tk.Tokenizer.from_str(json.dumps(state["hf"])))
-
-
-def tokenizer_from_json(text: str) -> Tokenizer:
-    """Rebuild a tokenizer from ``Tokenizer.to_json()`` output."""
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise DataError(f"tokenizer JSON: not valid JSON (line {e.lineno})") from None
-    from attnkit.data.pretrained_tokenizer import PretrainedTokenizer
-    from attnkit.data.unigram import SentencePieceTokenizer
-
-    kinds: dict[str, Any] = {
-        "bpe": BPETokenizer,
-        "char": CharTokenizer,
-        "word": WordTokenizer,
-        "pretrained": PretrainedTokenizer,
-        "sentencepiece": SentencePieceTokenizer,
-        "hf": PretrainedTokenizer,  # GGUF imports saved before PretrainedTokenizer took them
-    }
-    kind = data.get("kind") if isinstance(data, dict) else None
-    if kind not in kinds:
-        raise DataError(
-            f"tokenizer JSON: unknown kind {kind!r}; expected one of {', '.join(kinds)}"
-        )
-    if data.get("version") != _FORMAT_VERSION:
-        raise DataError(f"tokenizer JSON: unsupported version {data.get('version')!r}")
-    try:
-        if kind == "hf":
-            return PretrainedTokenizer.from_hf_state(data)
-        if kind in ("bpe", "pretrained", "sentencepiece"):
-            return kinds[kind]._from_state(data)
-        return kinds[kind](data["pieces"])
-    except AttnkitError:
-        raise
-    except Exception as e:  # HF raises a bare Exception for a bad embedded JSON
-        raise DataError(f"tokenizer JSON ({kind}): malformed ({type(e).__name__}: {e})") from None
-
-
-def load_tokenizer(path: str | Path) -> Tokenizer:
-    """Read a tokenizer saved with ``Tokenizer.save``."""
-    text = read_text(path)  # its errors already name the file
-    try:
-        return tokenizer_from_json(text)
-    except DataError as e:
-        raise DataError(f"{path}: {e}") from None

@@ -26,7 +26,7 @@ import io
 import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 from attnkit.data.tokenizers import SPECIAL_TOKENS, Tokenizer
 from attnkit.errors import AttnkitError, DataError, UsageError
@@ -66,13 +66,14 @@ class SentencePieceTokenizer(Tokenizer):
             extra.append(name)
             return self._pieces + len(extra) - 1
 
-        self.pad_id = own(self._sp.pad_id(), "<pad>")
-        self.bos_id = own(self._sp.bos_id(), "<s>")
-        self.eos_id = own(self._sp.eos_id(), "</s>")
+        pad_id = own(self._sp.pad_id(), "<pad>")
+        bos_id = own(self._sp.bos_id(), "<s>")
+        eos_id = own(self._sp.eos_id(), "</s>")
         unk = int(self._sp.unk_id())
-        self.unk_id = unk if unk >= 0 else None
         self._extra = extra
-        self._dropped = frozenset((self.pad_id, self.bos_id, self.eos_id))
+        super().__init__(
+            pad_id=pad_id, bos_id=bos_id, eos_id=eos_id, unk_id=unk if unk >= 0 else None
+        )
 
     @classmethod
     def train_unigram(cls, texts: Iterable[str], vocab_size: int) -> SentencePieceTokenizer:
@@ -125,7 +126,7 @@ class SentencePieceTokenizer(Tokenizer):
         return list(self._sp.encode(list(texts), num_threads=os.cpu_count() or 1))
 
     def decode(self, ids: Sequence[int]) -> str:
-        kept = [int(i) for i in ids if int(i) not in self._dropped and int(i) < self._pieces]
+        kept = [i for i in self._drop_special(ids) if i < self._pieces]
         return str(self._sp.decode(kept))
 
     def id_to_token(self, i: int) -> str:
@@ -139,5 +140,5 @@ class SentencePieceTokenizer(Tokenizer):
         return {"model": base64.b64encode(self._proto).decode("ascii")}
 
     @classmethod
-    def _from_state(cls, state: dict[str, Any]) -> SentencePieceTokenizer:
+    def from_state(cls, state: dict[str, Any]) -> Self:
         return cls(base64.b64decode(state["model"]))

@@ -22,7 +22,8 @@ from typing import Any, Generic, TypeVar
 import numpy as np
 
 from attnkit.data.readers import read_text
-from attnkit.data.tokenizers import BPETokenizer, CharTokenizer, Tokenizer, tokenizer_from_json
+from attnkit.data.tokenizer_kinds import tokenizer_from_json
+from attnkit.data.tokenizers import BPETokenizer, CharTokenizer, Tokenizer, import_hf_tokenizers
 from attnkit.errors import DataError, UsageError
 
 T = TypeVar("T")
@@ -104,9 +105,8 @@ def load_tokenizer_file(path: str | Path) -> Tokenizer:
 def _hf_tokenizer(path: Path, text: str) -> Tokenizer:
     """A Hugging Face ``tokenizer.json``, its special ids found by name."""
     from attnkit.data.pretrained_tokenizer import PretrainedTokenizer
-    from attnkit.data.tokenizers import _import_hf_tokenizers
 
-    tk = _import_hf_tokenizers()
+    tk = import_hf_tokenizers()
     try:
         hf = tk.Tokenizer.from_str(text)
     except Exception as e:  # tokenizers raises a bare Exception naming the JSON problem

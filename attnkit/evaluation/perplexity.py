@@ -26,7 +26,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from attnkit.data.collate import collate_translation
 from attnkit.errors import UsageError
+from attnkit.losses import label_smoothed_cross_entropy
 
 # math.exp raises OverflowError above ~709.78; a diverged model should read as inf.
 _MAX_EXP = math.log(sys.float_info.max)
@@ -88,9 +90,6 @@ def translation_sums(
 
     Sides are cut to ``max_len - 1`` tokens (default: the model's positions).
     """
-    from attnkit.data.collate import collate_translation
-    from attnkit.training.losses import label_smoothed_cross_entropy
-
     device = next(model.parameters()).device
     limit = (max_len or model.config.max_len) - 1
     enc = [(tokenizer.encode(s)[:limit], tokenizer.encode(t)[:limit]) for s, t in pairs]

@@ -27,7 +27,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from attnkit.data.tokenizers import Tokenizer, load_tokenizer
+from attnkit.data.tokenizer_kinds import Tokenizer, load_tokenizer
 from attnkit.decoding.text import decode_ids
 from attnkit.errors import AttnkitError, UsageError
 from attnkit.interop.onnx_export import read_meta
@@ -147,7 +147,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     try:
-        from attnkit.cli.common import read_lines
+        from attnkit.data.readers import read_input_lines as read_lines
 
         stepper, tokenizer = load(args.directory)
         lines = read_lines(args.input)

@@ -5,7 +5,7 @@ loss, optimizer and schedules (§5.3, §5.4), logging, and data parallelism.
 (tqdm, safetensors, matplotlib) are imported when it runs.
 """
 
-from attnkit.training.losses import (
+from attnkit.losses import (
     LossOutput,
     chunked_label_smoothed_cross_entropy,
     label_smoothed_cross_entropy,

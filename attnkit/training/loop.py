@@ -53,8 +53,8 @@ from attnkit.checkpoints import rundir
 from attnkit.device import resolve_device
 from attnkit.errors import ConfigError, TrainingError
 from attnkit.kernels import onednn_linear
-from attnkit.training import checkpointing
 from attnkit.training import distributed as dist_util
+from attnkit.training.checkpointing import Checkpointer, Counters
 from attnkit.training.distributed import DistContext
 from attnkit.training.fast import fast_enabled, naming_compile_failures
 from attnkit.training.logging import RunLog
@@ -245,18 +245,49 @@ class Trainer:
 
     # -- checkpoints ---------------------------------------------------------------
 
+    def checkpointer(self) -> Checkpointer:
+        """A ``Checkpointer`` of the trainer's current parts (``attnkit.training.checkpointing``)."""
+        return Checkpointer(
+            self.out_dir,
+            run=self.run,
+            task=self.task,
+            model=self.model,
+            optimizer=self.optimizer,
+            scheduler=self.scheduler,
+            scaler=self.scaler,
+            dist=self.dist,
+            during_write=lambda step: self._emit("checkpoint_write", step),
+        )
+
+    def counters(self) -> Counters:
+        """The step and the non-finite guard's counters, as a checkpoint records them."""
+        return Counters(self.step, self.nonfinite_streak, self.skipped_steps)
+
     def trainer_state(self) -> dict[str, Any]:
-        """Everything besides weights and optimizer that an exact resume needs
-        (``attnkit.training.checkpointing``); under torchrun a collective."""
-        return checkpointing.trainer_state(self)
+        """Everything besides weights and optimizer that an exact resume needs;
+        under torchrun a collective."""
+        return self.checkpointer().trainer_state(self.counters())
 
     def save(self) -> Path:
         """Write ``checkpoints/step_N`` and prune to ``train.keep_last``; never NaN weights."""
-        return checkpointing.save(self)
+        return self.checkpointer().save(self.counters())
 
     def resume(self) -> bool:
-        """Continue from the run directory's latest checkpoint, if there is one."""
-        return checkpointing.resume(self)
+        """Continue from the run directory's latest checkpoint, if there is one.
+
+        ``metrics.jsonl`` is cut back to the checkpoint's step (a torn last line
+        is dropped).
+        """
+        counters = self.checkpointer().resume()
+        if counters is None:
+            return False
+        self.step = counters.step
+        self.nonfinite_streak = counters.nonfinite_streak
+        self.skipped_steps = counters.skipped_steps
+        self.log = RunLog(
+            self.out_dir, self.cfg.log_to, enabled=self.dist.is_main, resume_step=self.step
+        )
+        return True
 
     # -- the loop ------------------------------------------------------------------
 
@@ -284,22 +315,27 @@ class Trainer:
         stopped_early = False
         first_step = self.step
         reached_goal = False
+        # Steps the time budget still holds at the speed so far (None: no budget, or
+        # too early to tell), measured once per step after the update.
+        steps_left: int | None = None
         while self.step < cfg.max_steps:
-            if cfg.decay_to_budget and cfg.max_minutes is not None:  # ranks agree on the mean
-                steps_left = remaining_steps(self.step - first_step, time.perf_counter() - start,
-                                             60.0 * cfg.max_minutes)  # fmt: skip
-                if steps_left is not None and self.step >= cfg.warmup_steps:
+            if cfg.decay_to_budget and steps_left is not None:  # ranks agree on the mean
+                # A fixed warm-up is re-aimed only after it (the end would fall inside it);
+                # a warm-up that is a share of the budget is re-aimed from the start.
+                if cfg.warmup_fraction is not None or self.step >= cfg.warmup_steps:
                     total = self.dist.sum([min(cfg.max_steps, self.step + steps_left)])[0]
-                    set_total_steps(self.scheduler, int(total / self.dist.world_size))
+                    aim = int(total / self.dist.world_size)
+                    set_total_steps(self.scheduler, aim, step=self.step,
+                                    warmup_fraction=cfg.warmup_fraction)  # fmt: skip
             stats = self.train_step()
             window_tokens += stats["tokens"]
-            if cfg.max_minutes is not None and self.step % 10 == 0:
+            if cfg.max_minutes is not None:
+                steps_left = remaining_steps(self.step - first_step, time.perf_counter() - start,
+                                             60.0 * cfg.max_minutes)  # fmt: skip
+            if steps_left is not None and self.step % 10 == 0:
                 # A time budget ends the run before max_steps: the bar's total (and so its
                 # ETA) is the step the budget will end at, at the speed so far.
-                left = remaining_steps(self.step - first_step, time.perf_counter() - start,
-                                       60.0 * cfg.max_minutes)  # fmt: skip
-                if left is not None:
-                    bar.total = min(cfg.max_steps, self.step + left)
+                bar.total = min(cfg.max_steps, self.step + steps_left)
             bar.update(1)
             if stats["skipped"]:
                 log.log({"split": "skipped", "step": self.step, "reason": stats["skipped"]})

@@ -112,7 +112,7 @@ def test_a_killed_preparation_is_rebuilt_and_never_trusted(tmp_path: Path) -> No
     from attnkit.data.formats import pair_inputs, read_pairs
     from attnkit.data.pair_batches import encode_pairs
     from attnkit.data.prepared import prepare_pairs
-    from attnkit.data.tokenizers import load_tokenizer
+    from attnkit.data.tokenizer_kinds import load_tokenizer
 
     data = tmp_path / "data"
     data.mkdir()

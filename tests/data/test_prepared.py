@@ -21,7 +21,8 @@ from attnkit.data.prepared import (
     text_tokenizer,
 )
 from attnkit.data.readers import read_text
-from attnkit.data.tokenizers import BPETokenizer, Tokenizer, load_tokenizer
+from attnkit.data.tokenizer_kinds import load_tokenizer
+from attnkit.data.tokenizers import BPETokenizer, Tokenizer
 
 TEXT = "First Citizen:\nBefore we proceed any further, hear me speak.\n\nAll:\nSpeak, speak.\n" * 40
 
@@ -65,6 +66,13 @@ class BigVocabulary(Tokenizer):
     """Ids past 65,535: what a 100k vocabulary's encoder returns (the store is under test)."""
 
     kind = "word"
+
+    def __init__(self) -> None:
+        super().__init__(pad_id=0, bos_id=1, eos_id=2, unk_id=3)
+
+    @classmethod
+    def from_state(cls, state: dict[str, Any]) -> BigVocabulary:
+        return cls()
 
     @property
     def vocab_size(self) -> int:

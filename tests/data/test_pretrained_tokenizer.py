@@ -7,7 +7,7 @@ import json
 import pytest
 
 from attnkit.data.pretrained_tokenizer import PretrainedTokenizer
-from attnkit.data.tokenizers import tokenizer_from_json
+from attnkit.data.tokenizer_kinds import tokenizer_from_json
 from attnkit.errors import DataError
 
 tokenizers = pytest.importorskip("tokenizers")
@@ -49,23 +49,6 @@ def test_json_round_trip_keeps_ids_template_and_behaviour() -> None:
     assert back.chat_template == "{{x}}" and back.skip_ids == tok.skip_ids
     text = "the cat <|im_end|>"
     assert back.encode(text) == tok.encode(text) and back.decode(tok.encode(text)) == "the cat "
-
-
-def test_reads_the_older_hf_kind() -> None:
-    """GGUF imports saved before PretrainedTokenizer replaced HFTokenizer still load."""
-    hf = chat_tokenizer()
-    old = {
-        "kind": "hf",
-        "version": json.loads(
-            PretrainedTokenizer(hf, pad_id=0, bos_id=1, eos_id=2, unk_id=None).to_json()
-        )["version"],
-        "hf": json.loads(hf.to_str()),
-        "special_ids": {"pad_id": 0, "bos_id": 1, "eos_id": 2, "unk_id": None},
-        "chat_template": "{{x}}",
-    }
-    tok = tokenizer_from_json(json.dumps(old))
-    assert isinstance(tok, PretrainedTokenizer) and tok.chat_template == "{{x}}"
-    assert tok.decode(tok.encode("<|im_start|>hello<|im_end|>")) == "hello"
 
 
 def test_special_id_outside_the_vocabulary_is_a_data_error() -> None:

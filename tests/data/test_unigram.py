@@ -6,7 +6,7 @@ import io
 
 import pytest
 
-from attnkit.data.tokenizers import load_tokenizer, tokenizer_from_json
+from attnkit.data.tokenizer_kinds import load_tokenizer, tokenizer_from_json
 from attnkit.data.unigram import SentencePieceTokenizer
 from attnkit.errors import DataError, UsageError
 

@@ -50,7 +50,7 @@ from gguf_helpers import (
 from attnkit.checkpoints import load_model
 from attnkit.cli.main import main
 from attnkit.data.pretrained_tokenizer import PretrainedTokenizer
-from attnkit.data.tokenizers import tokenizer_from_json
+from attnkit.data.tokenizer_kinds import tokenizer_from_json
 from attnkit.decoding.generate import generate
 from attnkit.decoding.static import stepper_for
 from attnkit.interop.gguf import read_gguf

@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from attnkit.models import EncoderDecoder, TransformerConfig
-from attnkit.training.losses import (
+from attnkit.losses import (
     chunked_label_smoothed_cross_entropy,
     label_smoothed_cross_entropy,
 )
+from attnkit.models import EncoderDecoder, TransformerConfig
 
 PAD = 0
 

@@ -124,3 +124,22 @@ def test_checkpoints_of_the_previous_trainer_state_format_still_resume(tmp_path)
     assert resumed.task.state_dict() == first.task.state_dict()
     with pytest.raises(CheckpointError, match="cannot resume a lm run"):
         upgrade_state({"step": 3}, "lm", directory)
+
+
+def test_a_time_budget_measures_the_remaining_steps_once_per_step(tmp_path, monkeypatch):
+    """The budget's step estimate (bar total, schedule end) is computed once per update."""
+    import attnkit.training.loop as loop
+
+    calls = []
+
+    def counting(done, elapsed, budget):
+        calls.append(done)
+        return None if done < 10 else 0  # "the budget ends now"
+
+    monkeypatch.setattr(loop, "remaining_steps", counting)
+    trainer = _trainer(tmp_path, max_steps=12, max_minutes=10.0, eval_every=100, save_every=0,
+                       schedule="cosine", decay_to_budget=True, warmup_steps=1)  # fmt: skip
+    trainer.fit()
+    assert calls == list(range(1, 13))
+    # Re-aimed before step 12 from the estimate measured after step 11 (11 + 0).
+    assert trainer.scheduler.lr_lambdas[0].total_steps == 11

@@ -29,12 +29,12 @@ from attnkit.data.token_store import TokenPairs
 from attnkit.data.tokenizers import Tokenizer
 from attnkit.errors import ConfigError, UsageError
 from attnkit.evaluation.perplexity import perplexity, translation_sums
-from attnkit.models import EncoderDecoder, Seq2SeqConfig, build_model
-from attnkit.training import distributed as dist_util
-from attnkit.training.losses import (
+from attnkit.losses import (
     chunked_label_smoothed_cross_entropy,
     label_smoothed_cross_entropy,
 )
+from attnkit.models import EncoderDecoder, Seq2SeqConfig, build_model
+from attnkit.training import distributed as dist_util
 from attnkit.training.runconfig import RunConfig
 from attnkit.training.tasks.base import (
     LossSums,

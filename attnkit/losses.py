@@ -1,5 +1,9 @@
 """Label-smoothed cross-entropy (§5.4), plain and chunked over the vocabulary.
 
+The training objective and the validation loss alike: training
+(``attnkit.training``) and evaluation (``attnkit.evaluation``) both import it,
+so it belongs to neither.
+
 Shapes: ``N`` tokens (or ``B, T``), ``V`` vocabulary, ``D`` model width.
 
 With smoothing ``eps`` the target distribution puts ``1 - eps`` on the gold

@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 
 from attnkit.errors import UsageError
-from attnkit.training.losses import (
+from attnkit.losses import (
     chunked_label_smoothed_cross_entropy,
     label_smoothed_cross_entropy,
 )
