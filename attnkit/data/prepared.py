@@ -113,6 +113,23 @@ def prefetch(items: Iterable[T], depth: int = 2) -> Iterator[T]:
                 thread.join(0.05)
 
 
+class Progress:
+    """Says how far a long pass has come, at most every ``every`` seconds (``log`` lines)."""
+
+    def __init__(self, log: Log | None, what: str, every: float = 30.0):
+        self.log, self.what, self.every = log, what, every
+        self.start = self.last = time.perf_counter()
+        self.count = 0
+
+    def add(self, n: int) -> None:
+        self.count += n
+        now = time.perf_counter()
+        if self.log is not None and now - self.last >= self.every:
+            self.last = now
+            rate = self.count / (now - self.start)
+            self.log(f"  ... {self.count:,} {self.what} ({rate:,.0f}/s)")
+
+
 def _trained_tokenizer(
     stage_inputs: dict[str, Any],
     settings: TokenizerSettings,
@@ -144,13 +161,17 @@ def _trained_tokenizer(
 
 
 def train_on_pairs(
-    chunks: Iterable[Sequence[tuple[str, str]]], settings: TokenizerSettings
+    chunks: Iterable[Sequence[tuple[str, str]]],
+    settings: TokenizerSettings,
+    log: Log | None = None,
 ) -> tuple[Tokenizer, Reservoir[tuple[str, str]]]:
     """A tokenizer trained jointly on both sides of a sample of the pairs in ``chunks``
     (sources first, then targets, as attnkit always trained BPE), and the sample."""
     reservoir: Reservoir[tuple[str, str]] = Reservoir(settings.sample_size)
+    progress = Progress(log, "pairs read for the tokenizer's sample")
     for chunk in chunks:
         reservoir.add(chunk)
+        progress.add(len(chunk))
     texts = [s for s, _ in reservoir.items] + [t for _, t in reservoir.items]
     return train_tokenizer(settings.kind, texts, settings.vocab_size), reservoir
 
@@ -196,7 +217,7 @@ def pair_tokenizer(
 
     def train() -> tuple[Tokenizer, Reservoir[Any]]:
         chunks = iter_pair_chunks(inputs, skip_empty=skip_empty)
-        return train_on_pairs((list(zip(c.src, c.tgt)) for c in chunks), settings)
+        return train_on_pairs((list(zip(c.src, c.tgt)) for c in chunks), settings, log)
 
     stage = {"inputs": identities(inputs), "read": {"skip_empty": skip_empty}}
     return _trained_tokenizer(stage, settings, train, root, log)
@@ -219,11 +240,13 @@ def prepare_pairs(
         dtype = id_dtype(tokenizer.vocab_size)
         src, tgt = TokenArrayWriter(tmp, "src", dtype), TokenArrayWriter(tmp, "tgt", dtype)
         dropped = 0
+        progress = Progress(log, "pairs encoded")
         for chunk in prefetch(iter_pair_chunks(inputs, skip_empty=skip_empty)):
             ids = tokenizer.encode_batch(chunk.src + chunk.tgt)  # one call: all cores busy
             src.append(ids[: len(chunk)])
             tgt.append(ids[len(chunk) :])
             dropped += chunk.dropped_empty
+            progress.add(len(chunk))
         tokenizer.save(tmp / "tokenizer.json")  # the vocabulary the ids belong to
         seconds = time.perf_counter() - start
         meta: dict[str, Any] = {"src": src.close(), "tgt": tgt.close(), "dropped_empty": dropped,

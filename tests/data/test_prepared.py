@@ -131,3 +131,17 @@ def test_prefetch_keeps_order_and_raises_the_readers_error() -> None:
     for x in prefetch(iter(range(10_000)), depth=1):
         if x == 3:
             break
+
+
+def test_progress_lines_count_what_was_done() -> None:
+    said: list[str] = []
+    progress = prepared.Progress(said.append, "pairs encoded", every=0.0)
+    progress.add(1500)
+    progress.add(500)
+    assert [s.split("(")[0] for s in said] == [
+        "  ... 1,500 pairs encoded ",
+        "  ... 2,000 pairs encoded ",
+    ]
+    quiet = prepared.Progress(said.append, "pairs", every=3600.0)
+    quiet.add(10)
+    assert len(said) == 2
