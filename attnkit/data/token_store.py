@@ -219,6 +219,39 @@ class TokenPairs:
         return TranslationBatch(src, tgt_in, tgt_out, pad_id)
 
 
+class ConcatPairs:
+    """Several corpora's ``TokenPairs`` read as one: row ``i`` of part ``k`` is row
+    ``starts[k] + i`` (``data.corpora`` prepared, each corpus in its own cache entry)."""
+
+    def __init__(self, parts: Sequence[TokenPairs]):
+        self.parts = list(parts)
+        self.starts = np.cumsum([0] + [len(p) for p in self.parts])
+
+    def __len__(self) -> int:
+        return int(self.starts[-1])
+
+    def batch(
+        self, rows: Sequence[int] | np.ndarray, *, pad_id: int, bos_id: int, eos_id: int
+    ) -> TranslationBatch:
+        """As ``TokenPairs.batch``, rows gathered from the part each belongs to."""
+        rows = np.asarray(rows, dtype=np.int64)
+        owner = np.searchsorted(self.starts, rows, side="right") - 1
+        src: list[np.ndarray] = [np.empty(0)] * len(rows)
+        tgt: list[np.ndarray] = [np.empty(0)] * len(rows)
+        for k in np.unique(owner).tolist():
+            where = np.flatnonzero(owner == k)
+            local = rows[where] - self.starts[k]
+            part = self.parts[k]
+            for i, s, t in zip(where.tolist(), part.src.gather(local), part.tgt.gather(local)):
+                src[i], tgt[i] = s, t
+        return TranslationBatch(
+            _padded(src, pad_id, tail=eos_id),
+            _padded(tgt, pad_id, head=bos_id),
+            _padded(tgt, pad_id, tail=eos_id),
+            pad_id,
+        )
+
+
 def _padded(
     seqs: list[np.ndarray], pad_id: int, *, head: int | None = None, tail: int | None = None
 ) -> torch.Tensor:

@@ -77,7 +77,12 @@ class Checkpointer:
         during_write: Callable[[int], None] | None = None,
     ) -> None:
         self.out_dir, self.run, self.task = out_dir, run, task
-        self.model, self.optimizer, self.scheduler, self.scaler = model, optimizer, scheduler, scaler
+        self.model, self.optimizer, self.scheduler, self.scaler = (
+            model,
+            optimizer,
+            scheduler,
+            scaler,
+        )
         self.dist = dist
         self.during_write = during_write
 

@@ -44,7 +44,7 @@ def test_prepare_then_reuse_then_rebuild_with_the_reason(config: Path, tmp_path:
     assert code == 0 and lines[0].startswith("preparing") and "trained a bpe tokenizer" in out
     summary = json.loads(lines[-1])
     assert summary["pairs"] == 80 and summary["dtype"] == "uint16"
-    assert Path(summary["data"]).parent == tmp_path / "cache"
+    assert [Path(d).parent for d in summary["data"]] == [tmp_path / "cache"]
 
     code, out = run("prepare", "--config", str(config))
     assert code == 0 and [x.split()[0] for x in out.splitlines()[:2]] == ["reusing", "reusing"]

@@ -23,6 +23,7 @@ from typing import Any
 from attnkit.data.cache import Log, default_root
 from attnkit.data.formats import Input, iter_text_pieces, pair_inputs, read_pairs, text_inputs
 from attnkit.data.lm import LMCorpus, encode_text, split_ids
+from attnkit.data.pair_batches import PairBatches, encode_pairs
 from attnkit.data.prepared import (
     pair_tokenizer,
     prepare_pairs,
@@ -69,38 +70,46 @@ def translation_data(
         valid_inputs = pair_inputs(data.dir, data.valid, data.src_lang, data.tgt_lang)
         valid = list(read_pairs(valid_inputs, skip_empty=data.skip_empty))
     corpora = training_inputs(run)
+    every_input = [i for inputs in corpora for i in inputs]
+    weights = [c.weight for c in data.corpora] if data.corpora else [1.0]
     tokenizer = _given_tokenizer(run, tokenizer)
     if data.loading == "streaming":
         from attnkit.data.streaming import PairStream
 
-        every = [i for inputs in corpora for i in inputs]
         tokenizer = tokenizer or pair_tokenizer(
-            every, run.tokenizer, skip_empty=data.skip_empty, root=cache_root(run), log=log
+            every_input, run.tokenizer, skip_empty=data.skip_empty, root=cache_root(run), log=log
         )
-        weights = [c.weight for c in data.corpora] if data.corpora else [1.0]
         stream = PairStream(
             corpora, weights, tokenizer, max_len=data.max_len, skip_empty=data.skip_empty,
             buffer=data.shuffle_buffer, seed=run.train.seed,
         )  # fmt: skip
         return {"tokenizer": tokenizer, "train_pairs": stream, "valid_pairs": valid}
-    if len(corpora) > 1:
-        raise ConfigError(
-            "data.corpora: weighted corpora are read with data.loading: streaming; "
-            "set it, or list the files in data.train"
-        )
-    (inputs,) = corpora
     if data.loading == "memory":
-        train = read_pairs(inputs, skip_empty=data.skip_empty)
-        tokenizer = tokenizer or train_on_pairs([train.pairs], run.tokenizer)[0]
-        return {"tokenizer": tokenizer, "train_pairs": train.pairs, "valid_pairs": valid,
-                "dropped_empty": train.dropped_empty}  # fmt: skip
+        parts = [read_pairs(inputs, skip_empty=data.skip_empty) for inputs in corpora]
+        every = [p for part in parts for p in part.pairs]
+        tokenizer = tokenizer or train_on_pairs([every], run.tokenizer)[0]
+        dropped = sum(part.dropped_empty for part in parts)
+        train: Any = parts[0].pairs
+        if len(parts) > 1:
+            encoded = [encode_pairs(part.pairs, tokenizer) for part in parts]
+            train = PairBatches(encoded, max_len=data.max_len, seed=run.train.seed,
+                                weights=weights)  # fmt: skip
+        return {"tokenizer": tokenizer, "train_pairs": train, "valid_pairs": valid,
+                "dropped_empty": dropped}  # fmt: skip
     root = cache_root(run)
     tokenizer = tokenizer or pair_tokenizer(
-        inputs, run.tokenizer, skip_empty=data.skip_empty, root=root, log=log
+        every_input, run.tokenizer, skip_empty=data.skip_empty, root=root, log=log
     )
-    prepared = prepare_pairs(inputs, tokenizer, skip_empty=data.skip_empty, root=root, log=log)
-    return {"tokenizer": tokenizer, "train_pairs": prepared.pairs, "valid_pairs": valid,
-            "dropped_empty": prepared.dropped_empty}  # fmt: skip
+    prepared = [
+        prepare_pairs(inputs, tokenizer, skip_empty=data.skip_empty, root=root, log=log)
+        for inputs in corpora
+    ]
+    train = prepared[0].pairs
+    if len(prepared) > 1:
+        train = PairBatches([p.pairs for p in prepared], max_len=data.max_len,
+                            seed=run.train.seed, weights=weights)  # fmt: skip
+    return {"tokenizer": tokenizer, "train_pairs": train, "valid_pairs": valid,
+            "dropped_empty": sum(p.dropped_empty for p in prepared)}  # fmt: skip
 
 
 def lm_corpus(
@@ -154,17 +163,15 @@ def prepare_run_data(run: RunConfig, *, log: Log | None = None) -> dict[str, Any
         summary["vocab_size"] = tokenizer.vocab_size
         if data.loading == "streaming":
             return summary  # streaming encodes as it reads: only the tokenizer is kept
-        if len(corpora) > 1:
-            raise ConfigError("data.corpora: weighted corpora are read with data.loading: "
-                              "streaming")  # fmt: skip
-        prepared = prepare_pairs(
-            corpora[0], tokenizer, skip_empty=data.skip_empty, root=root, log=log
-        )
-        pairs = prepared.pairs
-        return {**summary, "data": str(prepared.directory), "pairs": len(pairs),
-                "tokens": pairs.src.num_tokens + pairs.tgt.num_tokens,
-                "dtype": pairs.src.ids.dtype.name,
-                "dropped_empty": prepared.dropped_empty}  # fmt: skip
+        prepared = [
+            prepare_pairs(inputs, tokenizer, skip_empty=data.skip_empty, root=root, log=log)
+            for inputs in corpora
+        ]
+        arrays = [a for p in prepared for a in (p.pairs.src, p.pairs.tgt)]
+        return {**summary, "data": [str(p.directory) for p in prepared],
+                "pairs": sum(len(p.pairs) for p in prepared),
+                "tokens": sum(a.num_tokens for a in arrays), "dtype": arrays[0].ids.dtype.name,
+                "dropped_empty": sum(p.dropped_empty for p in prepared)}  # fmt: skip
     if run.task not in ("lm", "mlm"):
         raise ConfigError(f"task: {run.task} reads no text; there is nothing to prepare")
     corpus, _ = lm_corpus(run, tokenizer, log=log)

@@ -83,7 +83,8 @@ class TranslationTask:
         dropped_empty: int = 0,
     ) -> None:
         """``train_pairs``: text pairs (encoded here, in memory), their token ids
-        (``TokenPairs``, e.g. memory-mapped from a prepared cache) or a stream."""
+        (``TokenPairs``, e.g. memory-mapped from a prepared cache), batches of
+        several weighted corpora (``PairBatches``) or a stream (``PairStream``)."""
         self.run, self.cfg, self.tokenizer = run, run.train, tokenizer
         self.dropped_empty = dropped_empty  # pairs with an empty side the reader skipped
         self.valid_pairs = list(valid_pairs or [])
@@ -100,21 +101,23 @@ class TranslationTask:
         )
         check_vocab_fits(self.model_config, ("src_vocab_size", "tgt_vocab_size"), tokenizer)
         max_len = run.data.max_len
+        batches = train_pairs if isinstance(train_pairs, PairBatches) else None
         if isinstance(train_pairs, TokenPairs | Sequence):
             pairs = train_pairs
             if not isinstance(pairs, TokenPairs):
                 pairs = encode_pairs(pairs, tokenizer)
             batches = PairBatches(pairs, max_len=max_len, seed=self.cfg.seed)
+        if batches is not None:
             if not batches.num_kept:
                 raise UsageError(
-                    f"data.max_len: all {len(pairs)} training pairs are longer than "
+                    f"data.max_len: all {len(batches.pairs)} training pairs are longer than "
                     f"{max_len} tokens; raise data.max_len"
                 )
             check_lengths_fit(self.model_config, batches.longest_src, batches.longest_tgt, max_len)
             self.data: BatchStream = batches
         else:  # a stream: pairs are checked as they come, within data.max_len
             check_lengths_fit(self.model_config, max_len, max_len, max_len)
-            self.data = train_pairs
+            self.data = train_pairs  # type: ignore[assignment]
         self.context = TaskContext()
         self.chunked = False
         self._output_proj: nn.Linear | None = None

@@ -104,10 +104,9 @@ def test_streaming_training_resumes_bit_identical(data_dir, tmp_path) -> None:
 
 def test_weighted_corpora_through_the_config(data_dir, tmp_path) -> None:
     corpora = [{"dir": str(data_dir), "weight": 3}, {"dir": str(data_dir), "weight": 1}]
-    task = task_from_run(run_config(data_dir, tmp_path, loading="streaming", corpora=corpora))
-    assert "shares 0.75, 0.25" in task.describe()
-    with pytest.raises(ConfigError, match="data.corpora: weighted corpora are read with"):
-        task_from_run(run_config(data_dir, tmp_path, corpora=corpora))
+    for loading in ("streaming", "prepared", "memory"):
+        task = task_from_run(run_config(data_dir, tmp_path, loading=loading, corpora=corpora))
+        assert "shares 0.75, 0.25" in task.describe(), loading
     with pytest.raises(ConfigError, match=r"data.corpora\[1\].weight: must be > 0"):
         run_config(data_dir, tmp_path, corpora=[{"dir": "a"}, {"dir": "b", "weight": 0}])
 
