@@ -212,9 +212,13 @@ def differences(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     reasons += [f"{path} is no longer an input" for path in before if path not in after]
     flat_old, flat_new = _flatten(old), _flatten(new)
     for key in sorted(flat_old.keys() | flat_new.keys()):
-        if key.startswith("inputs") or flat_old.get(key) == flat_new.get(key):
+        was, now = flat_old.get(key), flat_new.get(key)
+        if key.startswith("inputs") or was == now:
             continue
-        reasons.append(f"{key} {flat_old.get(key)} -> {flat_new.get(key)}")
+        if key == "tokenizer":  # a hash of the tokenizer's JSON (the ids' vocabulary)
+            reasons.append(f"another tokenizer (hash {was} -> {now})")
+            continue
+        reasons.append(f"{key} {was} -> {now}")
     return reasons
 
 
