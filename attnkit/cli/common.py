@@ -38,6 +38,18 @@ def load_for(command: str, path: str | Path, device: str | None = None) -> Loade
         raise type(e)(f"{e}; use {', '.join(others[:-1])} or {others[-1]}", e.family) from None
 
 
+def add_set_argument(parser: argparse.ArgumentParser) -> None:
+    """``--set SECTION.KEY=VALUE`` (repeatable) into ``args.overrides``, for run configs."""
+    parser.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a config key, e.g. --set train.max_steps=1000 (repeatable)",
+    )
+
+
 def add_device_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--device",

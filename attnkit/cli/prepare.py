@@ -24,17 +24,12 @@ from __future__ import annotations
 import argparse
 import json
 
+from attnkit.cli.common import add_set_argument
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", required=True, help="YAML run config (see configs/)")
-    parser.add_argument(
-        "--set",
-        dest="overrides",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="override a config key, e.g. --set data.cache_dir=/scratch/cache (repeatable)",
-    )
+    add_set_argument(parser)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -30,19 +30,17 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 
-from attnkit.cli.common import add_device_argument, check_out_dir, prepare_out_dir
+from attnkit.cli.common import (
+    add_device_argument,
+    add_set_argument,
+    check_out_dir,
+    prepare_out_dir,
+)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", help="YAML run config (see configs/)")
-    parser.add_argument(
-        "--set",
-        dest="overrides",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="override a config key, e.g. --set train.max_steps=1000 (repeatable)",
-    )
+    add_set_argument(parser)
     parser.add_argument("--out", help="run directory (default: runs/<config name>)")
     parser.add_argument("--resume", action="store_true", help="continue the run in --out")
     parser.add_argument("--overwrite", action="store_true", help="replace the run in --out")
