@@ -216,7 +216,7 @@ def differences(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
         if key.startswith("inputs") or was == now:
             continue
         if key == "tokenizer":  # a hash of the tokenizer's JSON (the ids' vocabulary)
-            reasons.append(f"another tokenizer (hash {was} -> {now})")
+            reasons.append(f"another tokenizer, hash {was} -> {now}")
             continue
         reasons.append(f"{key} {was} -> {now}")
     return reasons

@@ -158,7 +158,7 @@ def test_a_killed_preparation_is_rebuilt_and_never_trusted(tmp_path: Path) -> No
 def test_a_different_tokenizer_is_named_as_such() -> None:
     old = {"inputs": [], "tokenizer": "ab12"}
     assert cache.differences(old, {"inputs": [], "tokenizer": "cd34"}) == [
-        "another tokenizer (hash ab12 -> cd34)"
+        "another tokenizer, hash ab12 -> cd34"
     ]
     assert cache.differences({"inputs": [], "read": {"skip_empty": False}},
                              {"inputs": [], "read": {"skip_empty": True}}) == [
