@@ -24,6 +24,18 @@ import torch
 SHARED_DATA = Path(os.environ.get("ATTNKIT_DATA", Path(__file__).parents[2] / "shared" / "data"))
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _data_cache(tmp_path_factory) -> Iterator[None]:
+    """Prepared training data (`attnkit train` caches it) goes to a folder of this test
+    session, never the user's ~/.cache; subprocesses inherit the variable."""
+    if os.environ.get("ATTNKIT_CACHE_DIR"):
+        yield
+        return
+    os.environ["ATTNKIT_CACHE_DIR"] = str(tmp_path_factory.mktemp("attnkit-cache"))
+    yield
+    del os.environ["ATTNKIT_CACHE_DIR"]
+
+
 @pytest.fixture(autouse=True)
 def _seed_and_one_thread():
     # Test tensors are tiny: intra-op threads only add wake-up latency (on a

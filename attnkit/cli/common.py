@@ -55,6 +55,18 @@ def checkpoint_inputs(path: str | Path) -> list[Path]:
         return []
 
 
+def add_set_argument(parser: argparse.ArgumentParser) -> None:
+    """``--set SECTION.KEY=VALUE`` (repeatable) into ``args.overrides``, for run configs."""
+    parser.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a config key, e.g. --set train.max_steps=1000 (repeatable)",
+    )
+
+
 def add_device_argument(parser: argparse.ArgumentParser) -> None:
     from attnkit.cli.argtypes import device
 

@@ -22,6 +22,7 @@ from attnkit.cli.boundary import run_command
 COMMANDS: dict[str, tuple[str, str]] = {
     "quickstart": ("attnkit.cli.quickstart", "train a small Transformer on an embedded task"),
     "train": ("attnkit.cli.train", "train a model from a YAML config"),
+    "prepare": ("attnkit.cli.prepare", "prepare a config's training data ahead (cached ids)"),
     "translate": ("attnkit.cli.translate", "translate text with a trained checkpoint"),
     "evaluate": ("attnkit.cli.evaluate", "score a checkpoint (BLEU/chrF, or perplexity)"),
     "attention": ("attnkit.cli.attention", "draw an attention heatmap"),

@@ -43,6 +43,7 @@ from typing import Any
 
 from attnkit.cli.common import (
     add_device_argument,
+    add_set_argument,
     check_out_dir,
     check_training_fits,
     lock_run_dir,
@@ -54,14 +55,7 @@ from attnkit.outputs import write_text
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", help="YAML run config (see configs/)")
-    parser.add_argument(
-        "--set",
-        dest="overrides",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="override a config key, e.g. --set train.max_steps=1000 (repeatable)",
-    )
+    add_set_argument(parser)
     parser.add_argument(
         "--init",
         metavar="CKPT",
@@ -108,7 +102,9 @@ def run(args: argparse.Namespace, *, callbacks: Sequence = ()) -> int:
         initial = initial_for_run(run_config, out, init=args.init, resume=args.resume)
         # A resumed run reads with its own vocabulary (an --init run's comes with `initial`).
         saved_tokenizer = load_tokenizer(out) if args.resume and initial is None else None
-        task = task_from_run(run_config, saved_tokenizer, initial)
+        task = task_from_run(
+            run_config, saved_tokenizer, initial, log=print if dist.is_main else None
+        )
         # Before the model is built; an LM batch is max_tokens whatever the text's length.
         batch_tokens = run_config.train.max_tokens if run_config.task in LM_TASKS else 0
         check_training_fits(task.model_config, dist.device, batch_tokens=batch_tokens)

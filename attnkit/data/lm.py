@@ -9,15 +9,20 @@ one. Offsets come from a seeded ``torch.Generator``, so batches are
 reproducible. Validation uses non-overlapping blocks in order
 (``LMBlocks.sequential``), so its loss is deterministic too.
 
+A prepared corpus (``attnkit.data.prepared``) is the same stream as a
+memory-mapped NumPy array (``uint16``/``uint32``): ``LMBlocks`` gathers the
+blocks from it, with the same offsets and so the same batches.
+
 Shapes: ``N`` tokens in a split, ``B`` batch, ``T`` block size (context).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -31,7 +36,9 @@ def encode_text(text: str, tokenizer: Tokenizer) -> Tensor:
     return torch.tensor(tokenizer.encode(text), dtype=torch.long)
 
 
-def split_ids(ids: Tensor, valid_fraction: float = 0.1) -> tuple[Tensor, Tensor]:
+def split_ids(
+    ids: Tensor | np.ndarray, valid_fraction: float = 0.1
+) -> tuple[Tensor | np.ndarray, Tensor | np.ndarray]:
     """``(train, valid)``: the first ``1 - valid_fraction`` of ``ids`` and the rest.
 
     The boundary is ``int(N * (1 - valid_fraction))``, as nanoGPT's
@@ -39,7 +46,7 @@ def split_ids(ids: Tensor, valid_fraction: float = 0.1) -> tuple[Tensor, Tensor]
     """
     if not 0.0 <= valid_fraction < 1.0:
         raise UsageError(f"valid_fraction must be in [0, 1), got {valid_fraction!r}")
-    boundary = int(ids.numel() * (1.0 - valid_fraction))
+    boundary = int(num_tokens(ids) * (1.0 - valid_fraction))
     return ids[:boundary], ids[boundary:]
 
 
@@ -57,11 +64,25 @@ def train_lm_tokenizer(text: str, kind: str = "char", vocab_size: int | None = N
 
 @dataclass
 class LMCorpus:
-    """A text file's token ids, split for training and validation."""
+    """A text file's token ids, split for training and validation.
 
-    train: Tensor
-    valid: Tensor
+    In memory (``load_lm_corpus``) the splits are long tensors; prepared
+    (``attnkit.data.prepared``), views of a memory-mapped NumPy array.
+    """
+
+    train: Tensor | np.ndarray
+    valid: Tensor | np.ndarray
     tokenizer: Tokenizer
+
+
+def num_tokens(ids: Tensor | np.ndarray) -> int:
+    return int(ids.numel()) if isinstance(ids, Tensor) else len(ids)
+
+
+def as_tensor(ids: Tensor | np.ndarray, limit: int | None = None) -> Tensor:
+    """The first ``limit`` ids (all: ``None``) as a long tensor."""
+    part = ids[:limit]
+    return part.long() if isinstance(part, Tensor) else torch.from_numpy(part.astype(np.int64))
 
 
 def load_lm_corpus(
@@ -84,34 +105,54 @@ def load_lm_corpus(
 
 
 class LMBlocks:
-    """Blocks of ``block_size`` inputs and their next-token targets from one split."""
+    """Blocks of ``block_size`` inputs and their next-token targets from one split.
+
+    ``ids`` is a tensor or a NumPy array (memory-mapped: blocks are read
+    from the file as they are drawn); ``release``, if given, is called after
+    every ``release_every`` blocks so the pages read can be handed back.
+    ``size_name``: what the user sets to change ``block_size`` (``model.max_len``,
+    ``--context``), named in the error.
+    """
 
     def __init__(
-        self, ids: Tensor, block_size: int, *, name: str = "data", size_name: str = "block_size"
+        self,
+        ids: Tensor | np.ndarray,
+        block_size: int,
+        *,
+        name: str = "data",
+        size_name: str = "block_size",
+        release: Callable[[], None] | None = None,
+        release_every: int = 1 << 14,
     ):
-        """``size_name``: what the user sets to change ``block_size`` (``model.max_len``,
-        ``--context``), named in the error."""
-        if ids.dim() != 1:
+        if ids.ndim != 1:
             raise UsageError(f"ids must be a 1-D tensor of token ids, got {tuple(ids.shape)}")
         if block_size < 1:
             raise UsageError(f"{size_name} must be >= 1, got {block_size}")
-        if ids.numel() < block_size + 1:
+        if num_tokens(ids) < block_size + 1:
             raise DataError(
-                f"{name}: {ids.numel()} tokens are too few for one block of "
+                f"{name}: {num_tokens(ids)} tokens are too few for one block of "
                 f"{block_size} + 1 tokens; use more text or a smaller {size_name}"
             )
-        self.ids = ids.long()
+        self.ids = ids.long() if isinstance(ids, Tensor) else ids
         self.block_size = block_size
+        self._release, self._release_every, self._drawn = release, release_every, 0
 
     @property
     def num_offsets(self) -> int:
         """How many distinct blocks there are (offsets ``0 .. N - T - 1``)."""
-        return self.ids.numel() - self.block_size
+        return num_tokens(self.ids) - self.block_size
 
     def blocks_at(self, offsets: Tensor) -> tuple[Tensor, Tensor]:
         """Inputs and targets ``(B, T)`` of the blocks starting at ``offsets`` ``(B,)``."""
-        index = offsets[:, None] + torch.arange(self.block_size + 1)
-        chunk = self.ids[index]
+        if isinstance(self.ids, Tensor):
+            chunk = self.ids[offsets[:, None] + torch.arange(self.block_size + 1)]
+        else:
+            index = offsets.numpy()[:, None] + np.arange(self.block_size + 1)
+            chunk = torch.from_numpy(self.ids[index].astype(np.int64))
+            self._drawn += len(offsets)
+            if self._release is not None and self._drawn >= self._release_every:
+                self._drawn = 0
+                self._release()
         return chunk[:, :-1], chunk[:, 1:]
 
     def sample(

@@ -129,13 +129,15 @@ class PretrainedTokenizer(Tokenizer):
         unk_id: int | None,
         mask_id: int | None = None,
         chat_template: str | None = None,
+        encode_special_tokens: bool = False,
     ) -> PretrainedTokenizer:
         """Wrap ``hf_tokenizer`` so ``decode`` drops pad/BOS/EOS and every added token
         the file marks special (what ``skip_special_tokens=True`` does in HF)."""
         marked = [i for i, t in hf_tokenizer.get_added_tokens_decoder().items() if t.special]
         return cls(hf_tokenizer, pad_id=pad_id, bos_id=bos_id, eos_id=eos_id, unk_id=unk_id,
                    mask_id=mask_id, skip_ids=sorted({*marked, pad_id, bos_id, eos_id}),
-                   chat_template=chat_template)  # fmt: skip
+                   chat_template=chat_template,
+                   encode_special_tokens=encode_special_tokens)  # fmt: skip
 
     @classmethod
     def from_state(cls, state: dict[str, Any]) -> Self:

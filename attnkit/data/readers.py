@@ -45,9 +45,8 @@ class ParallelCorpus:
         return [t for _, t in self.pairs]
 
 
-def _read_checked(path: str | Path) -> str:
-    """The file's text, UTF-8 decoded, leading BOM removed; DataError for every failure."""
-    p = Path(path)
+def check_readable(p: Path) -> None:
+    """A ``DataError`` naming ``p`` unless it is an existing file (not a directory)."""
     if not p.exists():
         blocker = _file_in_the_way(p)
         if blocker is not None:
@@ -58,6 +57,12 @@ def _read_checked(path: str | Path) -> str:
         raise DataError(f"{p}: file not found; check the path (and data.dir in a run config)")
     if p.is_dir():
         raise DataError(f"{p}: is a directory, expected a text file")
+
+
+def _read_checked(path: str | Path) -> str:
+    """The file's text, UTF-8 decoded, leading BOM removed; DataError for every failure."""
+    p = Path(path)
+    check_readable(p)
     try:
         data = p.read_bytes()
     except PermissionError:
@@ -114,7 +119,8 @@ def read_text(path: str | Path) -> str:
     return _read_checked(path).replace("\r\n", "\n")
 
 
-def _empty_error(path: Path, line: int) -> DataError:
+def empty_line_error(path: Path, line: int) -> DataError:
+    """The error for a pair with an empty side at ``path:line``."""
     return DataError(
         f"{path}:{line}: empty line; remove it, or drop such pairs with data.skip_empty: true "
         "(attnkit train) or --skip-empty (attnkit evaluate)"
@@ -140,7 +146,7 @@ def read_parallel(
     for i, (s, t) in enumerate(zip(src, tgt), start=1):
         if not s.strip() or not t.strip():
             if not skip_empty:
-                raise _empty_error(src_p if not s.strip() else tgt_p, i)
+                raise empty_line_error(src_p if not s.strip() else tgt_p, i)
             corpus.dropped_empty += 1
             continue
         corpus.pairs.append((s, t))
@@ -165,7 +171,7 @@ def read_tsv(path: str | Path, *, skip_empty: bool = False) -> ParallelCorpus:
         s, t = cols
         if not s.strip() or not t.strip():
             if not skip_empty:
-                raise _empty_error(p, i)
+                raise empty_line_error(p, i)
             corpus.dropped_empty += 1
             continue
         corpus.pairs.append((s, t))

@@ -25,6 +25,7 @@ from attnkit.data.tokenizers import (
     WordTokenizer,
     import_hf_tokenizers,
 )
+from attnkit.data.unigram import SentencePieceTokenizer
 from attnkit.errors import AttnkitError, DataError
 
 __all__ = ["KINDS", "Tokenizer", "TokenizerReader", "load_tokenizer", "tokenizer_from_json"]
@@ -52,6 +53,7 @@ KINDS: dict[str, TokenizerReader] = {
     "char": CharTokenizer.from_state,
     "word": WordTokenizer.from_state,
     "pretrained": PretrainedTokenizer.from_state,
+    "sentencepiece": SentencePieceTokenizer.from_state,
     "hf": _legacy_hf,
 }
 

@@ -49,8 +49,12 @@ TASK_KEYS: dict[str, tuple[str, ...]] = {
     "data.block_size": (*LM_TASKS, "instruction"),
     "data.pack": ("instruction",),
     "data.skip_empty": ("translation",),
+    "data.corpora": ("translation",),
+    "data.shuffle_buffer": ("translation",),
     "data.text": LM_TASKS,
     "data.valid_fraction": (*LM_TASKS, *IMAGE_TASKS, "instruction"),
+    "data.loading": ("translation", *LM_TASKS),
+    "data.cache_dir": ("translation", *LM_TASKS),
     "data.images": IMAGE_TASKS,
     "data.labels": IMAGE_TASKS,
     "data.max_shift": IMAGE_TASKS,
@@ -65,13 +69,31 @@ TASK_KEYS: dict[str, tuple[str, ...]] = {
 
 
 @dataclass
+class CorpusConfig:
+    """One corpus of ``data.corpora``: its folder and its share of the training stream."""
+
+    dir: str = ""
+    weight: float = 1.0
+
+    def __post_init__(self) -> None:
+        check_fields(self)
+        require("dir", bool(self.dir), "each corpus needs its folder (dir)")
+        require("weight", self.weight > 0, f"must be > 0, got {self.weight}")
+
+
+@dataclass
 class DataConfig:
     """Where the data is.
 
     Translation reads parallel text: ``{dir}/{split}.{lang}`` files, or
-    ``{dir}/{split}`` if it ends in .tsv. The ``lm`` and ``mlm`` tasks read one
-    UTF-8 file, ``{dir}/{text}``, and hold out its last ``valid_fraction``
-    (default 0.1). ``image_classification`` reads ``images``: ``digits``
+    ``{dir}/{split}`` if it ends in .tsv or .jsonl (``{"src": .., "tgt": ..}``
+    per line); any of them gzip-compressed (``.gz``); ``train`` and ``valid``
+    may list several (``[europarl, news.jsonl.gz, "crawl-*.tsv.gz"]``).
+    ``corpora`` (``[{dir: .., weight: ..}]``) takes the training split from
+    several folders, mixed in proportion to ``weight``. The ``lm`` and
+    ``mlm`` tasks read ``{dir}/{text}`` (one file, a list, or JSONL with
+    ``{"text": ..}``) and hold out its last ``valid_fraction`` (default 0.1).
+    ``image_classification`` reads ``images``: ``digits``
     (scikit-learn's bundled 8x8 digits) or a folder ``{dir}/{images}`` whose
     ``labels`` CSV (``filename,label`` lines; default ``{images}/labels.csv``,
     relative to ``dir``) names its images; a stratified ``valid_fraction``
@@ -81,19 +103,31 @@ class DataConfig:
     ``instruction`` reads JSONL records from ``{dir}/{train}`` and ``{dir}/{valid}``
     (``valid: null``: the last ``valid_fraction`` of the training records, default
     0.1).
+
+    ``loading`` (translation, lm, mlm): ``prepared`` (default) encodes the
+    training data once into memory-mapped token ids in a cache
+    (``cache_dir``; default ``$ATTNKIT_CACHE_DIR`` or ``~/.cache/attnkit``)
+    that later runs reuse (``attnkit prepare`` does it ahead);
+    ``memory`` encodes it into memory on every run; ``streaming``
+    (translation) reads and encodes it on the fly, ``shuffle_buffer`` pairs at
+    a time, for corpora too large to prepare.
     """
 
     dir: str = "."
     src_lang: str = "src"
     tgt_lang: str = "tgt"
-    train: str = "train"
-    valid: str | None = "valid"
+    train: str | list[str] = "train"
+    valid: str | list[str] | None = "valid"
     test: str | None = None
     # tokens; translation: longer training pairs are dropped (and counted);
     # text_classification: longer examples are cut to it (and counted)
     max_len: int = 256
     skip_empty: bool = False
-    text: str | None = None  # lm/mlm: the text file
+    corpora: tuple[CorpusConfig, ...] | None = None  # translation: weighted training folders
+    loading: Literal["prepared", "memory", "streaming"] = "prepared"
+    cache_dir: str | None = None  # prepared data (null: $ATTNKIT_CACHE_DIR or ~/.cache/attnkit)
+    shuffle_buffer: int = 100_000  # streaming: pairs shuffled and batched together
+    text: str | list[str] | None = None  # lm/mlm: the text file(s)
     # lm/mlm: the held-out tail of the text (null: 0.1); image_classification:
     # the stratified held-out share (null: 0.2). held_out_fraction() resolves it.
     valid_fraction: float | None = None
@@ -107,26 +141,35 @@ class DataConfig:
     pack: bool = False
 
     def __post_init__(self) -> None:
+        if isinstance(self.corpora, list | tuple):
+            self.corpora = tuple(
+                c if isinstance(c, CorpusConfig) else from_mapping(CorpusConfig, c, f"corpora[{i}]")
+                for i, c in enumerate(self.corpora)
+            )
         check_fields(self)
-        at_least(self, ("max_len",), 1)
+        at_least(self, ("max_len", "shuffle_buffer"), 1)
         at_least(self, ("max_shift",), 0)
         if self.block_size is not None:
             at_least(self, ("block_size",), 1)
         if self.valid_fraction is not None:
             in_range("valid_fraction", self.valid_fraction, 0.0, 1.0)
+        if self.corpora is not None:
+            require("corpora", len(self.corpora) > 0, "list at least one corpus (or remove it)")
+
+    def one_file(self, split: str, task: str) -> str | None:
+        """``train``/``valid`` as the one file the ``task`` reads (a list: an error)."""
+        value = getattr(self, split)
+        if isinstance(value, list):
+            raise ConfigError(
+                f"data.{split}: the {task} task reads one file, got a list of {len(value)}"
+            )
+        return value
 
     def held_out_fraction(self, task: str) -> float:
         """``valid_fraction``, or the task's default when it is null."""
         if self.valid_fraction is not None:
             return self.valid_fraction
         return 0.2 if task in IMAGE_TASKS else 0.1
-
-    def files(self, split: str) -> tuple[Path, ...]:
-        """Paths of a split: one TSV file, or a source and a target file."""
-        base = Path(self.dir)
-        if split.endswith(".tsv"):
-            return (base / split,)
-        return (base / f"{split}.{self.src_lang}", base / f"{split}.{self.tgt_lang}")
 
 
 # Ceilings checked before anything is built: a BPE trainer allocates for vocab_size
@@ -141,14 +184,26 @@ MAX_MINUTES = 1e7  # 19 years; 1e308 minutes is an infinite number of seconds
 
 @dataclass
 class TokenizerConfig:
-    kind: Literal["bpe", "char"] = "bpe"
-    vocab_size: int = 8000  # BPE only
+    """The vocabulary: trained (``kind``: bpe, char or unigram) or read from ``path``.
+
+    ``path`` (relative to ``data.dir``) reuses a vocabulary: a SentencePiece
+    ``.model``, a Hugging Face ``tokenizer.json`` or a tokenizer attnkit
+    saved; ``kind`` and ``vocab_size`` are then unused. A trained tokenizer
+    sees a seeded random sample of at most ``sample_size`` training records
+    (pairs or lines; 0: all of them).
+    """
+
+    kind: Literal["bpe", "char", "unigram"] = "bpe"
+    vocab_size: int = 8000  # bpe and unigram
+    path: str | None = None
+    sample_size: int = 1_000_000
 
     def __post_init__(self) -> None:
         check_fields(self)
         at_least(self, ("vocab_size",), 8)
         require("vocab_size", self.vocab_size <= MAX_VOCAB_SIZE,
                 f"must be <= {MAX_VOCAB_SIZE} (2**24), got {self.vocab_size}")  # fmt: skip
+        at_least(self, ("sample_size",), 0)
 
 
 @dataclass

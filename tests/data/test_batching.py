@@ -116,3 +116,50 @@ def test_filter_then_sample() -> None:
 def test_bad_options(kwargs: dict, message: str) -> None:
     with pytest.raises(UsageError, match=message):
         TokenBudgetSampler([1, 2], **kwargs)
+
+
+def _greedy_reference(lengths, order, max_tokens, max_sentences):
+    """Example by example, as the sampler was first written: the brute force."""
+    batches, current, longest = [], [], 0
+    for pos in order:
+        grown = max(longest, int(lengths[pos]))
+        full = max_sentences is not None and len(current) >= max_sentences
+        if current and (full or grown * (len(current) + 1) > max_tokens):
+            batches.append(current)
+            current, grown = [], int(lengths[pos])
+        current.append(pos)
+        longest = grown
+    return batches + ([current] if current else [])
+
+
+def test_the_numpy_plan_cuts_exactly_as_greedy_example_by_example():
+    rng = np.random.default_rng(0)
+    for trial in range(150):
+        n = int(rng.integers(0, 200))
+        src, tgt = rng.integers(0, 60, n), rng.integers(1, 60, n)
+        max_tokens = int(rng.integers(60, 400))
+        max_sentences = None if trial % 3 else int(rng.integers(1, 12))
+        kept = None if trial % 2 else np.sort(rng.choice(n, n // 2, replace=False))
+        sampler = TokenBudgetSampler(src, tgt, max_tokens=max_tokens, indices=kept,
+                                     max_sentences=max_sentences, seed=trial)  # fmt: skip
+        sampler.set_epoch(trial % 4)
+        lengths = np.maximum(src, tgt) if kept is None else np.maximum(src, tgt)[kept]
+        index = np.arange(n) if kept is None else kept
+        # The same random tie order, then the reference cut of it.
+        rng_e = np.random.default_rng([trial, trial % 4])
+        order = rng_e.permutation(len(lengths))
+        order = order[np.argsort(lengths[order], kind="stable")]
+        want = _greedy_reference(lengths, order.tolist(), max_tokens, max_sentences)
+        want = [want[i] for i in rng_e.permutation(len(want))]
+        assert sampler.epoch_batches() == [index[b].tolist() for b in want]
+        assert len(sampler) == len(want)
+
+
+def test_a_plan_of_millions_stays_in_compact_arrays():
+    lengths = np.random.default_rng(1).integers(2, 100, 3_000_000).astype(np.uint16)
+    sampler = TokenBudgetSampler(lengths, max_tokens=4096, seed=3)
+    plan = sampler.plan()
+    assert plan.order.dtype == np.uint32 and sampler.lengths.dtype == np.uint16
+    rows = plan.batch(0)
+    assert int(lengths[rows].max()) * len(rows) <= 4096
+    assert sum(len(plan.batch(i)) for i in range(0, len(plan), 97)) > 0

@@ -10,6 +10,7 @@ import pytest
 from attnkit.data.pretrained_tokenizer import PretrainedTokenizer
 from attnkit.data.tokenizer_kinds import KINDS, load_tokenizer, tokenizer_from_json
 from attnkit.data.tokenizers import BPETokenizer, CharTokenizer, Tokenizer, WordTokenizer
+from attnkit.data.unigram import SentencePieceTokenizer
 from attnkit.errors import DataError
 
 tokenizers = pytest.importorskip("tokenizers")
@@ -27,6 +28,7 @@ def one_of_each() -> list[Tokenizer]:
         CharTokenizer.train(TEXTS),
         WordTokenizer.train(TEXTS),
         PretrainedTokenizer(hf, pad_id=0, bos_id=3, eos_id=4, unk_id=1),
+        SentencePieceTokenizer.train_unigram(TEXTS, vocab_size=300),
     ]
 
 

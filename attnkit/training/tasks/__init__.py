@@ -9,13 +9,12 @@ encoder-only model on labelled sentences or pairs) each implement the protocol i
 
 from __future__ import annotations
 
-from pathlib import Path
-
+from attnkit.data.cache import Log
 from attnkit.data.tokenizers import Tokenizer
-from attnkit.errors import ConfigError
 from attnkit.training.init import Initial
 from attnkit.training.runconfig import RunConfig
 from attnkit.training.tasks.base import LossSums, Task, TaskContext
+from attnkit.training.tasks.corpus import lm_corpus, translation_data
 from attnkit.training.tasks.image import ImageClassificationTask, load_images
 from attnkit.training.tasks.instruction import InstructionTask, instruction_task
 from attnkit.training.tasks.language_model import CausalLMTask, MaskedLMTask
@@ -24,7 +23,7 @@ from attnkit.training.tasks.text_classification import (
     build_classifier_tokenizer,
     load_labelled,
 )
-from attnkit.training.tasks.translation import TranslationTask, build_tokenizer, load_parallel
+from attnkit.training.tasks.translation import TranslationTask
 
 # The tasks on one text file, built from the run and the corpus alike.
 TEXT_TASKS: dict[str, type[CausalLMTask] | type[MaskedLMTask]] = {
@@ -41,14 +40,21 @@ TASK_CLASSES: dict[str, type[Task]] = {
 
 
 def task_from_run(
-    run: RunConfig, tokenizer: Tokenizer | None = None, initial: Initial | None = None
+    run: RunConfig,
+    tokenizer: Tokenizer | None = None,
+    initial: Initial | None = None,
+    *,
+    log: Log | None = None,
 ) -> Task:
     """Read the run's data and build its task; a given ``tokenizer`` (a resumed run's) is
     used as it is, otherwise one is trained on the training data (images need none).
 
     ``initial`` (``--init``, ``attnkit.training.init.load_initial``): the model's
     architecture, tokenizer and starting weights come from that checkpoint.
-    Raises ``DataError``/``ConfigError`` naming the file or field before anything is written.
+    Text data is prepared (or reused) as ``data.loading`` says
+    (``tasks/corpus.py``); ``log`` hears what preparation does and why.
+    Raises ``DataError``/``ConfigError`` naming the file or field before anything
+    is written to the run directory.
     """
     data = run.data
     if initial is not None:
@@ -59,35 +65,17 @@ def task_from_run(
         train_images, held_out = load_images(run, initial)
         return ImageClassificationTask(run, train_images, held_out, initial=initial)
     if run.task == "text_classification":
-        examples = load_labelled(data, data.train, "data.train")
+        examples = load_labelled(data, data.one_file("train", run.task), "data.train")
         assert examples is not None  # data.train is never null
-        valid_examples = load_labelled(data, data.valid, "data.valid")
+        valid_examples = load_labelled(data, data.one_file("valid", run.task), "data.valid")
         tokenizer = tokenizer or build_classifier_tokenizer(run.tokenizer, examples)
         return TextClassificationTask(run, tokenizer, examples, valid_examples, initial=initial)
     if run.task == "translation":
-        train = load_parallel(data, data.train)
-        valid = load_parallel(data, data.valid) if data.valid else None
-        tokenizer = tokenizer or build_tokenizer(run.tokenizer, list(train))
-        valid_pairs = list(valid) if valid is not None else None
         return TranslationTask(
-            run, tokenizer, list(train), valid_pairs, dropped_empty=train.dropped_empty,
-            initial=initial,
+            run, **translation_data(run, tokenizer, log=log), initial=initial
         )  # fmt: skip
-    from attnkit.data.lm import load_lm_corpus
-
-    if data.text is None:
-        raise ConfigError(
-            f"data.text: the {run.task} task reads one text file; "
-            "set data.text (a path relative to data.dir)"
-        )
-    corpus = load_lm_corpus(
-        Path(data.dir) / data.text,
-        tokenizer,
-        kind=run.tokenizer.kind,
-        vocab_size=run.tokenizer.vocab_size if run.tokenizer.kind == "bpe" else None,
-        valid_fraction=data.held_out_fraction(run.task),
-    )
-    return TEXT_TASKS[run.task](run, corpus, initial=initial)
+    corpus, release = lm_corpus(run, tokenizer, log=log)
+    return TEXT_TASKS[run.task](run, corpus, release, initial=initial)
 
 
 __all__ = [

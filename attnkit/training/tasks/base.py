@@ -27,6 +27,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol, TypeVar, cast
 
+import numpy as np
 import torch
 from torch import Tensor, nn
 
@@ -247,7 +248,9 @@ def build_task_model(
     return model
 
 
-def unknown_note(tokenizer: Tokenizer, sides: dict[str, Sequence[Sequence[int]] | Tensor]) -> str:
+def unknown_note(
+    tokenizer: Tokenizer, sides: dict[str, Sequence[Sequence[int]] | Tensor | np.ndarray]
+) -> str:
     """``", unknown tokens: 1.20% of source, 0.40% of target"``: the share of ids that the
     tokenizer mapped to its unknown id, per side; ``""`` when there are none.
 
@@ -259,8 +262,11 @@ def unknown_note(tokenizer: Tokenizer, sides: dict[str, Sequence[Sequence[int]] 
         return ""
     shares = {}
     for side, ids in sides.items():
-        if isinstance(ids, Tensor):
-            total, unknown = ids.numel(), int((ids == unk).sum())
+        if isinstance(ids, Tensor | np.ndarray):  # all ids, flat
+            total, unknown = (
+                int(ids.size if isinstance(ids, np.ndarray) else ids.numel()),
+                int((ids == unk).sum()),
+            )
         else:
             total = sum(len(x) for x in ids)
             unknown = sum(list(x).count(unk) for x in ids)

@@ -89,10 +89,13 @@ class InstructionTask:
         check_vocab_fits(self.model_config, ("vocab_size",), tok)
         data = run.data
         self.block = context_block(data.block_size, self.model_config.max_len)
-        train = read_instructions(Path(data.dir) / data.train, tok, max_len=self.block)
+        train_file = data.one_file("train", run.task)
+        assert train_file is not None  # data.train is never null
+        train = read_instructions(Path(data.dir) / train_file, tok, max_len=self.block)
         valid: InstructionSet | None
-        if data.valid is not None:
-            valid = read_instructions(Path(data.dir) / data.valid, tok, max_len=self.block)
+        valid_file = data.one_file("valid", run.task)
+        if valid_file is not None:
+            valid = read_instructions(Path(data.dir) / valid_file, tok, max_len=self.block)
         else:
             train, valid = _hold_out(train, data.held_out_fraction(run.task))
         self.train_set, self.valid_set = train, valid

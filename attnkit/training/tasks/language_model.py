@@ -25,12 +25,13 @@ Validation: the mean loss per scored token and the perplexity over the first
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, ClassVar, Generic, TypeVar, cast
 
 import torch
 from torch import Tensor, nn
 
-from attnkit.data.lm import LMBlocks, LMCorpus
+from attnkit.data.lm import LMBlocks, LMCorpus, as_tensor, num_tokens
 from attnkit.data.mlm import mask_tokens, mlm_vocab
 from attnkit.evaluation.perplexity import (
     causal_lm_forward,
@@ -73,9 +74,11 @@ class _BlockTask(Generic[LMConfig]):
         run: RunConfig,
         corpus: LMCorpus,
         config_class: type[LMConfig],
+        release: Callable[[], None] | None = None,
         *,
         initial: Initial | None = None,
     ) -> None:
+        """``release``: hands back the pages of a memory-mapped corpus read so far."""
         self.run, self.cfg, self.tokenizer = run, run.train, corpus.tokenizer
         self.corpus = corpus
         self.initial = initial  # --init: the checkpoint whose weights the model starts from
@@ -86,7 +89,8 @@ class _BlockTask(Generic[LMConfig]):
         check_vocab_fits(self.model_config, ("vocab_size",), self.tokenizer)
         block = self.block = context_block(run.data.block_size, self.model_config.max_len)
         self.train_blocks = LMBlocks(corpus.train, block, name="train split",
-                                     size_name="data.block_size or model.max_len")  # fmt: skip
+                                     size_name="data.block_size or model.max_len",
+                                     release=release)  # fmt: skip
         self.batch_size = max(1, self.cfg.max_tokens // block)  # blocks per batch and rank
         self.batch_rng = torch.Generator().manual_seed(self.cfg.seed)
         self.context = TaskContext()
@@ -105,9 +109,11 @@ class _BlockTask(Generic[LMConfig]):
         )
 
     def describe(self) -> str:
-        unknown = unknown_note(self.tokenizer, {"the text": self.corpus.train})
+        # A tokenizer that came with the checkpoint may not know this text.
+        train = self.corpus.train
+        unknown = "" if self.initial is None else unknown_note(self.tokenizer, {"the text": train})
         return (
-            f"{self.corpus.train.numel()} training tokens, {self.corpus.valid.numel()} "
+            f"{num_tokens(self.corpus.train)} training tokens, {num_tokens(self.corpus.valid)} "
             f"validation tokens, vocabulary {self.tokenizer.vocab_size}, {self.batch_size} "
             f"blocks of {self.block} tokens per batch{unknown}"
         )
@@ -123,11 +129,13 @@ class _BlockTask(Generic[LMConfig]):
         return tuple(t.index_select(0, rows.to(t.device)).to(self.context.device) for t in tensors)
 
     def evaluate(self, model: nn.Module) -> dict[str, float]:
-        if self.corpus.valid.numel() <= self.block:
+        block = self.block
+        if num_tokens(self.corpus.valid) <= block:
             return {}  # shorter than one block
         metrics = text_perplexity(
             cast(LanguageModel, model),  # the model build_model made (the trainer's)
-            self.corpus.valid,
+            # only what the first eval_blocks blocks read (a prepared split may be huge)
+            as_tensor(self.corpus.valid, self.cfg.eval_blocks * block + 1),
             masked=self.name == "mlm",
             batch_size=self.batch_size,
             max_blocks=self.cfg.eval_blocks,
@@ -153,8 +161,15 @@ class CausalLMTask(_BlockTask[DecoderOnlyConfig]):
 
     name: ClassVar[str] = "lm"
 
-    def __init__(self, run: RunConfig, corpus: LMCorpus, *, initial: Initial | None = None):
-        super().__init__(run, corpus, DecoderOnlyConfig, initial=initial)
+    def __init__(
+        self,
+        run: RunConfig,
+        corpus: LMCorpus,
+        release: Callable[[], None] | None = None,
+        *,
+        initial: Initial | None = None,
+    ) -> None:
+        super().__init__(run, corpus, DecoderOnlyConfig, release, initial=initial)
 
     def next_batch(self) -> tuple[Batch, bool]:
         x, y = self._share(*self._global_batch())
@@ -173,8 +188,15 @@ class MaskedLMTask(_BlockTask[EncoderOnlyConfig]):
     head_fields: ClassVar[tuple[str, ...]] = ("num_labels",)
     head: ClassVar[tuple[str, ...]] = ("classifier",)
 
-    def __init__(self, run: RunConfig, corpus: LMCorpus, *, initial: Initial | None = None):
-        super().__init__(run, corpus, EncoderOnlyConfig, initial=initial)
+    def __init__(
+        self,
+        run: RunConfig,
+        corpus: LMCorpus,
+        release: Callable[[], None] | None = None,
+        *,
+        initial: Initial | None = None,
+    ) -> None:
+        super().__init__(run, corpus, EncoderOnlyConfig, release, initial=initial)
         self.special_ids = mlm_special_ids(self.tokenizer)
         self.mask_rng = torch.Generator().manual_seed(self.cfg.seed + 1)
 

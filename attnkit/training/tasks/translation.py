@@ -1,8 +1,11 @@
 """The translation task: an encoder-decoder (Transformer or RNN) on parallel text.
 
-Data: sentence pairs tokenized once, pairs longer than ``data.max_len``
-dropped (and counted), then token-budget batches of similar length
-(``TokenBudgetSampler``, §5.1), reshuffled every epoch. Objective: the
+Data: the training pairs as token ids (``TokenPairs``: memory-mapped from a
+prepared cache, ``data.loading: prepared``, or encoded in memory), pairs
+longer than ``data.max_len`` dropped (and counted), then token-budget
+batches of similar length (``TokenBudgetSampler``, §5.1), reshuffled every
+epoch (``PairBatches``); or, with ``data.loading: streaming``, read and
+encoded on the fly (``PairStream``). Objective: the
 label-smoothed cross-entropy of §5.4 (``train.label_smoothing``), as sums over
 target tokens, plus the routers' auxiliary losses of a mixture-of-experts
 model (``with_moe_losses``). With ``train.fast`` in a single process the
@@ -15,15 +18,15 @@ on the first ``train.valid_bleu_sentences``.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
 from typing import Any, ClassVar, cast
 
+import numpy as np
 import torch
 from torch import Tensor, nn
 
-from attnkit.data.batching import TokenBudgetSampler, filter_by_length
-from attnkit.data.collate import TranslationBatch, collate_translation
-from attnkit.data.readers import ParallelCorpus, read_parallel, read_tsv
+from attnkit.data.collate import TranslationBatch
+from attnkit.data.pair_batches import BatchStream, PairBatches, encode_pairs
+from attnkit.data.token_store import ConcatPairs, TokenPairs
 from attnkit.data.tokenizers import Tokenizer
 from attnkit.errors import ConfigError, UsageError
 from attnkit.evaluation.perplexity import perplexity, translation_sums
@@ -35,7 +38,7 @@ from attnkit.models import RNNSeq2SeqConfig, Seq2SeqConfig, TransformerConfig
 from attnkit.models.protocols import LinearLogits, Seq2SeqModel
 from attnkit.training import distributed as dist_util
 from attnkit.training.init import Initial
-from attnkit.training.runconfig import DataConfig, RunConfig, TokenizerConfig
+from attnkit.training.runconfig import RunConfig
 from attnkit.training.tasks.base import (
     LossSums,
     TaskContext,
@@ -51,50 +54,13 @@ Pair = tuple[str, str]
 SEQ2SEQ_CONFIGS: tuple[type[Seq2SeqConfig], ...] = (TransformerConfig, RNNSeq2SeqConfig)
 
 
-def load_parallel(data: DataConfig, split: str) -> ParallelCorpus:
-    """Pairs of one split, from ``{dir}/{split}.{lang}`` files or a TSV file."""
-    files = data.files(split)
-    if len(files) == 1:
-        return read_tsv(files[0], skip_empty=data.skip_empty)
-    return read_parallel(*files, skip_empty=data.skip_empty)
-
-
-def build_tokenizer(cfg: TokenizerConfig, pairs: Sequence[Pair]) -> Tokenizer:
-    """Train the configured tokenizer jointly on both sides of ``pairs``."""
-    from attnkit.data.tokenizers import BPETokenizer, CharTokenizer
-
-    texts = [s for s, _ in pairs] + [t for _, t in pairs]
-    if cfg.kind == "char":
-        return CharTokenizer.train(texts)
-    return BPETokenizer.train(texts, vocab_size=cfg.vocab_size)
-
-
-@dataclass
-class EncodedCorpus:
-    """Token ids of the kept training pairs (no BOS/EOS yet)."""
-
-    src: list[list[int]]
-    tgt: list[list[int]]
-    dropped: int  # pairs longer than data.max_len
-
-
-def encode_corpus(pairs: Sequence[Pair], tokenizer: Tokenizer, max_len: int) -> EncodedCorpus:
-    src = [tokenizer.encode(s) for s, _ in pairs]
-    tgt = [tokenizer.encode(t) for _, t in pairs]
-    # +1 for EOS on the source and BOS/EOS on the target.
-    kept, dropped = filter_by_length(
-        [len(s) + 1 for s in src], [len(t) + 1 for t in tgt], max_len=max_len
-    )
-    return EncodedCorpus([src[i] for i in kept], [tgt[i] for i in kept], dropped)
-
-
-def check_lengths_fit(config: Seq2SeqConfig, corpus: EncodedCorpus, data_max_len: int) -> None:
+def check_lengths_fit(
+    config: Seq2SeqConfig, longest_src: int, longest_tgt: int, data_max_len: int
+) -> None:
     """Refuse, before training, a model whose positions cannot hold the longest pair.
 
-    Counts EOS on the source and BOS (or EOS) on the target, as the batches will.
+    Lengths count EOS on the source and BOS (or EOS) on the target, as the batches will.
     """
-    longest_src = max((len(s) + 1 for s in corpus.src), default=0)
-    longest_tgt = max((len(t) + 1 for t in corpus.tgt), default=0)
     limits = [("max_len", config.max_len, max(longest_src, longest_tgt))]
     if getattr(config, "attention", None) == "luong_location":  # a fixed source width
         limits.append(("max_src_len", config.max_src_len, longest_src))  # type: ignore[union-attr]
@@ -118,12 +84,15 @@ class TranslationTask:
         self,
         run: RunConfig,
         tokenizer: Tokenizer,
-        train_pairs: Sequence[Pair],
+        train_pairs: Sequence[Pair] | TokenPairs | BatchStream,
         valid_pairs: Sequence[Pair] | None = None,
         *,
         dropped_empty: int = 0,
         initial: Initial | None = None,
     ) -> None:
+        """``train_pairs``: text pairs (encoded here, in memory), their token ids
+        (``TokenPairs``, e.g. memory-mapped from a prepared cache), batches of
+        several weighted corpora (``PairBatches``) or a stream (``PairStream``)."""
         self.run, self.cfg, self.tokenizer = run, run.train, tokenizer
         self.dropped_empty = dropped_empty  # pairs with an empty side the reader skipped
         self.valid_pairs = list(valid_pairs or [])
@@ -141,30 +110,34 @@ class TranslationTask:
             initial=initial,
         )
         check_vocab_fits(self.model_config, ("src_vocab_size", "tgt_vocab_size"), tokenizer)
-        self.corpus = encode_corpus(train_pairs, tokenizer, run.data.max_len)
-        if not self.corpus.src:
-            raise UsageError(
-                f"data.max_len: all {len(train_pairs)} training pairs are longer than "
-                f"{run.data.max_len} tokens; raise data.max_len"
-            )
-        check_lengths_fit(self.model_config, self.corpus, run.data.max_len)
+        max_len = run.data.max_len
+        batches = train_pairs if isinstance(train_pairs, PairBatches) else None
+        if isinstance(train_pairs, TokenPairs | Sequence):
+            pairs = train_pairs
+            if not isinstance(pairs, TokenPairs):
+                pairs = encode_pairs(pairs, tokenizer)
+            batches = PairBatches(pairs, max_len=max_len, seed=self.cfg.seed)
+        if batches is not None:
+            if not batches.num_kept:
+                raise UsageError(
+                    f"data.max_len: all {len(batches.pairs)} training pairs are longer than "
+                    f"{max_len} tokens; raise data.max_len"
+                )
+            check_lengths_fit(self.model_config, batches.longest_src, batches.longest_tgt, max_len)
+            self.data: BatchStream = batches
+        else:  # a stream: pairs are checked as they come, within data.max_len
+            check_lengths_fit(self.model_config, max_len, max_len, max_len)
+            self.data = train_pairs  # type: ignore[assignment]
         self.context = TaskContext()
         self.chunked = False
         self._logits_weight: Callable[[], Tensor] | None = None
-        self.epoch = 0
-        self.batch_in_epoch = 0  # batches of this epoch already consumed (for resume)
         self._stream: Iterator[tuple[TranslationBatch, bool]] | None = None
 
     def setup(self, context: TaskContext) -> None:
         self.context = context
         # train.max_tokens is per rank: the global batch (cut identically on every
         # rank, then shared out) holds max_tokens x world_size padded tokens.
-        self.sampler = TokenBudgetSampler(
-            [len(s) + 1 for s in self.corpus.src],
-            [len(t) + 1 for t in self.corpus.tgt],
-            max_tokens=self.cfg.max_tokens * context.dist.world_size,
-            seed=self.cfg.seed,
-        )
+        self.data.set_max_tokens(self.cfg.max_tokens * context.dist.world_size)
         # The chunked loss reads the output projection outside the wrapped
         # forward, which FSDP2 does not allow: single process only.
         self.chunked = context.fast and not context.dist.enabled
@@ -182,34 +155,28 @@ class TranslationTask:
             if self.dropped_empty
             else ""
         )
-        unknown = unknown_note(self.tokenizer, {"source": self.corpus.src,
-                                                "target": self.corpus.tgt})  # fmt: skip
-        return (
-            f"{len(self.corpus.src) + self.corpus.dropped} training pairs "
-            f"({self.corpus.dropped} longer than data.max_len={self.run.data.max_len} "
-            f"dropped{empty}), vocabulary {self.tokenizer.vocab_size}{unknown}"
-        )
+        unknown = ""
+        if self.initial is not None and isinstance(self.data, PairBatches):
+            # A tokenizer that came with the checkpoint may not know this data.
+            pairs = self.data.pairs
+            parts = pairs.parts if isinstance(pairs, ConcatPairs) else [pairs]
+            unknown = unknown_note(self.tokenizer, {
+                "source": np.concatenate([np.asarray(p.src.ids) for p in parts]),
+                "target": np.concatenate([np.asarray(p.tgt.ids) for p in parts]),
+            })  # fmt: skip
+        return f"{self.data.describe()}{empty}), vocabulary {self.tokenizer.vocab_size}{unknown}"
 
     # -- batches -------------------------------------------------------------------
 
     def _batches(self) -> Iterator[tuple[TranslationBatch, bool]]:
         """Endless stream of ``(batch, real)``, resuming mid-epoch where the state says."""
         tok, dist = self.tokenizer, self.context.dist
-        while True:
-            self.sampler.set_epoch(self.epoch)
-            batches = list(self.sampler)
-            for i in range(self.batch_in_epoch, len(batches)):
-                self.batch_in_epoch = i + 1
-                idx = dist.shard(batches[i])
-                batch = collate_translation(
-                    [(self.corpus.src[j], self.corpus.tgt[j]) for j in idx or batches[i][:1]],
-                    tok.pad_id,
-                    tok.bos_id,
-                    tok.eos_id,
-                )
-                yield batch.to(self.context.device, non_blocking=True), bool(idx)
-            self.epoch += 1
-            self.batch_in_epoch = 0
+        for pairs, rows in self.data:
+            mine = dist.shard(rows.tolist())
+            batch = pairs.batch(
+                mine or rows[:1], pad_id=tok.pad_id, bos_id=tok.bos_id, eos_id=tok.eos_id
+            )
+            yield batch.to(self.context.device, non_blocking=True), bool(mine)
 
     def next_batch(self) -> tuple[TranslationBatch, bool]:
         if self._stream is None:
@@ -283,12 +250,11 @@ class TranslationTask:
     # -- resume --------------------------------------------------------------------
 
     def progress(self) -> dict[str, Any]:
-        return {"epoch": self.epoch}
+        return self.data.progress()
 
     def state_dict(self) -> dict[str, Any]:
-        return {"epoch": self.epoch, "batch_in_epoch": self.batch_in_epoch}
+        return self.data.state_dict()
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.epoch = int(state["epoch"])
-        self.batch_in_epoch = int(state["batch_in_epoch"])
+        self.data.load_state_dict(state)
         self._stream = None  # restart the stream where the state says
