@@ -320,9 +320,13 @@ class Trainer:
         steps_left: int | None = None
         while self.step < cfg.max_steps:
             if cfg.decay_to_budget and steps_left is not None:  # ranks agree on the mean
-                if self.step >= cfg.warmup_steps:
+                # A fixed warm-up is re-aimed only after it (the end would fall inside it);
+                # a warm-up that is a share of the budget is re-aimed from the start.
+                if cfg.warmup_fraction is not None or self.step >= cfg.warmup_steps:
                     total = self.dist.sum([min(cfg.max_steps, self.step + steps_left)])[0]
-                    set_total_steps(self.scheduler, int(total / self.dist.world_size))
+                    aim = int(total / self.dist.world_size)
+                    set_total_steps(self.scheduler, aim, step=self.step,
+                                    warmup_fraction=cfg.warmup_fraction)  # fmt: skip
             stats = self.train_step()
             window_tokens += stats["tokens"]
             if cfg.max_minutes is not None:

@@ -122,6 +122,11 @@ class TrainConfig:
     # count is estimated from the measured speed), not at max_steps: a time-budgeted run
     # ends annealed whatever the machine's speed.
     decay_to_budget: bool = False
+    # with decay_to_budget: the warm-up as a share of the steps the budget will reach
+    # (re-estimated from the measured speed while it lasts), so a slower or busier
+    # machine warms up for proportionally fewer steps; warmup_steps is then only the
+    # guess used for the first few steps, before the speed is known. null: fixed steps.
+    warmup_fraction: float | None = None
     # Padded tokens per batch and rank (translation: source or target, the longer;
     # lm/mlm: max_tokens // context blocks of the model's context length;
     # image_classification: max_tokens // sequence length images, where an image
@@ -185,6 +190,10 @@ class TrainConfig:
         if self.decay_to_budget:
             require("decay_to_budget", self.max_minutes is not None and self.schedule == "cosine",
                     "needs train.max_minutes and train.schedule=cosine")  # fmt: skip
+        if self.warmup_fraction is not None:
+            require("warmup_fraction", self.decay_to_budget, "needs train.decay_to_budget: true")
+            require("warmup_fraction", 0.0 < self.warmup_fraction < 1.0,
+                    f"must be in (0, 1), got {self.warmup_fraction}")  # fmt: skip
         if self.betas is not None:
             for beta in self.betas:
                 in_range("betas", beta, 0.0, 1.0)

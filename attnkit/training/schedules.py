@@ -161,12 +161,24 @@ def remaining_steps(done: int, elapsed: float, budget: float) -> int | None:
     return max(1, int((budget - elapsed) * done / elapsed))
 
 
-def set_total_steps(scheduler: LambdaLR, total: int) -> None:
+def set_total_steps(
+    scheduler: LambdaLR, total: int, *, step: int = 0, warmup_fraction: float | None = None
+) -> None:
     """Re-aim a cosine schedule's end at step ``total`` (``train.decay_to_budget``).
 
+    With ``warmup_fraction``, the warm-up is that share of ``total`` as well, so a
+    machine that reaches half the steps in the budget warms up for half as many
+    steps instead of spending most of its run warming up. The warm-up is re-aimed
+    only while it lasts (``step`` below its end): once the peak is passed it stays
+    put, so a later, higher estimate never sends the rate back into warm-up.
+
     The multipliers are frozen dataclasses for safety elsewhere; this is the one
-    place that moves their end, and ``LambdaLR.state_dict`` saves it for resume.
+    place that moves their ends, and ``LambdaLR.state_dict`` saves them for resume.
     """
     for multiplier in scheduler.lr_lambdas:
         if isinstance(multiplier, CosineMultiplier):
-            object.__setattr__(multiplier, "total_steps", total)
+            warmup = multiplier.warmup_steps
+            if warmup_fraction is not None and step < warmup:
+                warmup = max(step, round(warmup_fraction * total))
+            object.__setattr__(multiplier, "warmup_steps", warmup)
+            object.__setattr__(multiplier, "total_steps", max(total, warmup + 1))

@@ -139,3 +139,97 @@ def test_decay_to_budget_needs_a_time_budget_and_a_cosine():
         {"train": {"decay_to_budget": True, "schedule": "cosine", "max_minutes": 1}}
     )
     assert run.train.decay_to_budget
+
+
+def test_a_warmup_fraction_shrinks_the_warmup_with_the_steps_the_budget_reaches():
+    import torch
+
+    from attnkit.training.schedules import build_scheduler, set_total_steps
+
+    def scheduler():
+        opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
+        return build_scheduler(opt, "cosine", warmup_steps=600, total_steps=100_000)
+
+    fast, slow = scheduler(), scheduler()
+    set_total_steps(fast, 1700, step=10, warmup_fraction=0.3)
+    set_total_steps(slow, 850, step=10, warmup_fraction=0.3)
+    assert fast.lr_lambdas[0].warmup_steps == 510
+    assert slow.lr_lambdas[0].warmup_steps == 255  # half the steps: half the warm-up
+    assert slow.lr_lambdas[0].total_steps == 850
+    # An estimate below the steps already taken ends the warm-up now, not in the past.
+    set_total_steps(slow, 100, step=40, warmup_fraction=0.3)
+    assert slow.lr_lambdas[0].warmup_steps == 40
+    # Past the peak the warm-up stays put, whatever the new estimate: no second warm-up.
+    set_total_steps(slow, 5000, step=41, warmup_fraction=0.3)
+    assert slow.lr_lambdas[0].warmup_steps == 40
+    assert slow.lr_lambdas[0].total_steps == 5000
+    # Without a fraction the warm-up is a fixed number of steps, as before.
+    fixed = scheduler()
+    set_total_steps(fixed, 850, step=700)
+    assert fixed.lr_lambdas[0].warmup_steps == 600
+
+
+def test_the_warmup_fraction_is_validated_by_name():
+    from attnkit.errors import ConfigError
+    from attnkit.training.runconfig import RunConfig
+
+    budget = {"decay_to_budget": True, "schedule": "cosine", "max_minutes": 1}
+    with pytest.raises(ConfigError, match="^train.warmup_fraction: needs train.decay_to_budget"):
+        RunConfig.from_dict({"train": {"warmup_fraction": 0.3}})
+    for bad in (0.0, 1.0, float("nan"), -0.1):
+        with pytest.raises(ConfigError, match="^train.warmup_fraction: must be in"):
+            RunConfig.from_dict({"train": {**budget, "warmup_fraction": bad}})
+
+
+@pytest.mark.parametrize("seconds_per_step", [0.125, 0.25])
+def test_a_budgeted_run_warms_up_for_the_same_share_of_its_steps_at_any_speed(
+    tmp_path, monkeypatch, seconds_per_step
+):
+    """The trainer on a fake clock: a run twice as slow reaches half the steps in its
+    budget and warms up for half as many, so the peak comes at the same share of the run."""
+    import json
+
+    import attnkit.training.loop as loop
+    from attnkit.data.synthetic import number_splits
+    from attnkit.data.tokenizers import CharTokenizer
+    from attnkit.training.loop import Trainer
+    from attnkit.training.runconfig import RunConfig
+    from attnkit.training.tasks import TranslationTask
+
+    clock = [0.0]
+
+    class FakeTime:
+        @staticmethod
+        def perf_counter() -> float:
+            return clock[0]
+
+    monkeypatch.setattr(loop, "time", FakeTime)
+    pairs = number_splits(100, 10, 0, low=1, high=999, seed=0)
+    run = RunConfig.from_dict(
+        {
+            "model": {"preset": "small", "d_model": 16, "num_heads": 2, "d_ff": 32,
+                      "num_encoder_layers": 1, "num_decoder_layers": 1, "max_len": 96},
+            "train": {"max_tokens": 300, "schedule": "cosine", "lr": 1e-3, "warmup_steps": 50,
+                      "warmup_fraction": 0.25, "decay_to_budget": True, "max_minutes": 0.2,
+                      "log_every": 1, "eval_every": 1000, "save_every": 0,
+                      "valid_bleu_sentences": 0},
+        }
+    )  # fmt: skip
+    texts = [s for s, _ in pairs["train"]] + [t for _, t in pairs["train"]]
+    task = TranslationTask(run, CharTokenizer.train(texts), pairs["train"], pairs["valid"])
+    trainer = Trainer(run, task, tmp_path, progress=False)
+    step = trainer.train_step
+
+    def timed_step():
+        clock[0] += seconds_per_step
+        return step()
+
+    monkeypatch.setattr(trainer, "train_step", timed_step)
+    trainer.fit()
+    steps = round(12.0 / seconds_per_step)  # 0.2 minutes of fake time
+    assert trainer.step == steps
+    lrs = [r["lr"] for r in map(json.loads, (tmp_path / "metrics.jsonl").read_text().splitlines())
+           if r["split"] == "train"]  # fmt: skip
+    peak = max(range(len(lrs)), key=lrs.__getitem__) + 1
+    assert peak == pytest.approx(0.25 * steps, abs=2)
+    assert lrs[-1] == pytest.approx(0.0, abs=1e-9)  # annealed at the end of the budget
