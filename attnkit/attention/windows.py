@@ -146,9 +146,7 @@ class WindowAttention(nn.Module):
         return out, weights
 
 
-def window_attention_dense_equivalent(
-    module: WindowAttention, x: Tensor, shift: int = 0
-) -> Tensor:
+def window_attention_dense_equivalent(module: WindowAttention, x: Tensor, shift: int = 0) -> Tensor:
     """What ``module(x, shift)`` computes, as ONE dense attention over the ``H W`` tokens.
 
     Token ``i`` may see token ``j`` when, after the roll, both fall in the same
@@ -164,9 +162,10 @@ def window_attention_dense_equivalent(
     labels = torch.zeros(height, width, dtype=torch.long)
     if shift:
         # The region labels of shifted_window_mask, read in the un-rolled grid.
-        band_r = torch.bucketize(rolled_rows, torch.tensor([height - m, height - shift]), right=True)
-        band_c = torch.bucketize(rolled_cols, torch.tensor([width - m, width - shift]), right=True)
-        labels = band_r * 3 + band_c
+        rows_at = torch.tensor([height - m, height - shift])
+        cols_at = torch.tensor([width - m, width - shift])
+        band_r = torch.bucketize(rolled_rows, rows_at, right=True)
+        labels = band_r * 3 + torch.bucketize(rolled_cols, cols_at, right=True)
     window_id, labels = window_id.flatten(), labels.flatten()
     mask = (window_id[:, None] == window_id[None, :]) & (labels[:, None] == labels[None, :])
     # Offsets outside [-(M - 1), M - 1] occur only for pairs the mask forbids.

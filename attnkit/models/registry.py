@@ -39,7 +39,11 @@ KIND_NAMES: dict[str, str] = {
     "image_classifier": "image classifier",
 }
 AnyModelConfig = (
-    TransformerConfig | RNNSeq2SeqConfig | DecoderOnlyConfig | EncoderOnlyConfig | ViTConfig
+    TransformerConfig
+    | RNNSeq2SeqConfig
+    | DecoderOnlyConfig
+    | EncoderOnlyConfig
+    | ViTConfig
     | SwinConfig
 )
 Seq2SeqConfig = TransformerConfig | RNNSeq2SeqConfig

@@ -106,8 +106,8 @@ class SwinConfig(ModelConfig):
             grid = self.stage_grid(stage)
             if stage + 1 < len(self.depths):
                 require("depths", grid % 2 == 0,
-                        f"stage {stage}'s {grid}x{grid} grid cannot be merged 2x2 "
-                        f"for the next stage (fewer stages or another image/patch size)")  # fmt: skip
+                        f"stage {stage}'s {grid}x{grid} grid cannot be merged 2x2 for the "
+                        "next stage (fewer stages or another image/patch size)")  # fmt: skip
             window = self.stage_window(stage)
             require("window_size", grid % window == 0,
                     f"{window} does not divide stage {stage}'s {grid}x{grid} grid")  # fmt: skip
@@ -193,13 +193,17 @@ class SwinTransformer(nn.Module):
         self.patch_embed = PatchEmbedding(c.patch_size, c.channels, c.embed_dim)
         self.embed_norm = nn.LayerNorm(c.embed_dim) if c.patch_norm else nn.Identity()
         self.dropout = nn.Dropout(c.dropout)
+        # Stage s's blocks are stages[s]; a flat list of them (what `blocks` returns and
+        # the attention maps are indexed by) follows the same order.
         self.stages = nn.ModuleList()
         self.merges = nn.ModuleList()
+        self._blocks: list[tuple[int, SwinBlock]] = []
         for stage, (depth, heads) in enumerate(zip(c.depths, c.num_heads)):
             dim, window = c.stage_dim(stage), c.stage_window(stage)
             shift = window // 2 if window < c.stage_grid(stage) else 0
             blocks = [SwinBlock(dim, heads, window, shift if i % 2 else 0, c) for i in range(depth)]
             self.stages.append(nn.ModuleList(blocks))
+            self._blocks += [(stage, block) for block in blocks]
             if stage + 1 < len(c.depths):
                 self.merges.append(PatchMerging(dim))
         self.norm = nn.LayerNorm(c.stage_dim(len(c.depths) - 1))
@@ -208,6 +212,13 @@ class SwinTransformer(nn.Module):
         # (the paper's N(0, 0.02) suits its widths of 96 and more, not a width of 8 or 32);
         # the bias tables keep their N(0, 0.02). A zero head starts every class equal.
         builders.init_weights(self, self.head, tied=True, d_model=c.embed_dim)
+        # Swin has no absolute positions, so with a zero bias a black patch would be an
+        # exactly zero token, and LayerNorm at a zero vector multiplies its gradient by
+        # 1/sqrt(eps) ~ 316 per norm: a black image (lfw_subset has an almost black one)
+        # blew the gradient up to 1e33. The paper's strided conv keeps PyTorch's uniform
+        # bias, which is what the patch projection gets here.
+        bound = 1.0 / (self.patch_embed.proj.in_features**0.5)
+        nn.init.uniform_(self.patch_embed.proj.bias, -bound, bound)
         nn.init.zeros_(self.head.weight)
         nn.init.zeros_(self.head.bias)
 
@@ -223,16 +234,19 @@ class SwinTransformer(nn.Module):
         x = self.embed_norm(self.patch_embed(images)).view(images.size(0), grid, grid, -1)
         x = self.dropout(x)
         attentions: list[Tensor] = []
-        for stage, blocks in enumerate(self.stages):
-            for block in blocks:
-                x, weights = block(x, need_weights=need_weights)
-                if weights is not None:
-                    attentions.append(weights)
-            if stage < len(self.merges):
+        for index, (stage, block) in enumerate(self._blocks):
+            x, weights = block(x, need_weights=need_weights)
+            if weights is not None:
+                attentions.append(weights)
+            last_of_stage = index + 1 == len(self._blocks) or self._blocks[index + 1][0] != stage
+            if last_of_stage and stage < len(self.merges):
                 x = self.merges[stage](x)
         pooled = self.norm(x).mean(dim=(1, 2))
         return SwinOutput(self.head(pooled), x, attentions if need_weights else None)
 
+    def blocks(self) -> list[tuple[int, SwinBlock]]:
+        """``(stage, block)`` of every block in order: what attention maps are indexed by."""
+        return list(self._blocks)
+
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())
-

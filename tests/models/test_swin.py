@@ -97,3 +97,16 @@ def test_swin_trains_on_digits_through_the_image_task_and_its_checkpoint_loads(t
     loaded.model.eval()
     trainer.model.eval()
     torch.testing.assert_close(loaded.model(images).logits, trainer.model(images).logits)
+
+
+def test_a_black_image_does_not_blow_up_the_gradients():
+    """A zero token into LayerNorm multiplies the gradient by 1/sqrt(eps) per norm; the
+    patch projection's bias keeps a black patch from being a zero token (the regression:
+    gradients of 1e33 on lfw_subset's almost black image)."""
+    torch.manual_seed(0)
+    model = SwinTransformer(SwinConfig.from_preset("lfw"))
+    torch.nn.init.normal_(model.head.weight)  # the zero head would hide the stack's gradients
+    images = torch.zeros(2, 1, 24, 24)
+    model(images).logits.logsumexp(-1).sum().backward()
+    norm = torch.nn.utils.get_total_norm([p.grad for p in model.parameters() if p.grad is not None])
+    assert torch.isfinite(norm) and norm < 1e3

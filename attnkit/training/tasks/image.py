@@ -3,8 +3,9 @@ Transformer (``model.family: swin``) on labelled images.
 
 Data (``data.images``): ``digits``, scikit-learn's bundled 8x8 grey digits;
 ``lfw_subset``, scikit-image's bundled 200 faces and non-faces (25x25 grey,
-resized to the model's ``image_size``); or a folder ``{data.dir}/{images}`` whose labels CSV (``data.labels``,
-default ``{images}/labels.csv``; ``filename,label`` lines) names its images.
+resized to the model's ``image_size``); or a folder ``{data.dir}/{images}``
+whose labels CSV (``data.labels``, default ``{images}/labels.csv``;
+``filename,label`` lines) names its images.
 A folder's images are converted to the model's ``channels`` and resized to
 its ``image_size``; the digits need ``image_size: 8, channels: 1`` (the
 ``digits`` preset, the default). The class names (labels sorted as strings;
@@ -107,7 +108,9 @@ def load_images(run: RunConfig) -> tuple[ImageSet, ImageSet | None]:
         if data.labels is not None:
             raise ConfigError("data.labels: lfw_subset carries its own labels; remove it")
         if shape.channels != 1:
-            raise ConfigError(f"model.channels: lfw_subset is grey (1 channel), got {shape.channels}")
+            raise ConfigError(
+                f"model.channels: lfw_subset is grey (1 channel), got {shape.channels}"
+            )
         everything = load_lfw_subset(shape.image_size)
     else:
         folder = Path(data.dir) / data.images
