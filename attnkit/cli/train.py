@@ -16,6 +16,16 @@ Examples:
       --set data.dir=../shared/data/tinyshakespeare --out runs/shakespeare
   attnkit train --config configs/vit_digits.yaml --out runs/vit_digits
 
+Start from a checkpoint (transfer learning) with --init CKPT: any attnkit run
+or checkpoint directory, or what 'attnkit import' wrote. The architecture and
+the tokenizer come from CKPT (a model key that would change them is an error;
+dropout may change), the weights are CKPT's, the optimizer, schedule and step
+count start fresh; the run records CKPT's path and sha256 in run.json and in
+every checkpoint. A task's new head (a classifier's labels) starts fresh.
+
+  attnkit import --from hf path/to/all-MiniLM-L6-v2 --out runs/minilm
+  attnkit train --config configs/sst2_minilm.yaml --init runs/minilm --out runs/sst2
+
 Any key can be overridden with --set SECTION.KEY=VALUE (repeatable). Training
 shows a progress bar (loss, lr, tokens/s, ETA), appends metrics to
 OUT/metrics.jsonl, redraws OUT/loss.png, and writes checkpoints under
@@ -29,8 +39,10 @@ import argparse
 import json
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from attnkit.cli.common import add_device_argument, check_out_dir, prepare_out_dir
+from attnkit.errors import UsageError
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -42,6 +54,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=[],
         metavar="KEY=VALUE",
         help="override a config key, e.g. --set train.max_steps=1000 (repeatable)",
+    )
+    parser.add_argument(
+        "--init",
+        metavar="CKPT",
+        help="start from this checkpoint's weights, architecture and tokenizer "
+        "(a run or checkpoint directory, or an import); a fresh optimizer and schedule",
     )
     parser.add_argument("--out", help="run directory (default: runs/<config name>)")
     parser.add_argument("--resume", action="store_true", help="continue the run in --out")
@@ -61,6 +79,7 @@ def run(args: argparse.Namespace, *, callbacks: Sequence = ()) -> int:
     """``attnkit train``; ``callbacks`` reach the trainer (tests crash runs with them)."""
     from attnkit.checkpoints.loading import load_tokenizer
     from attnkit.training.distributed import init_distributed
+    from attnkit.training.init import count_parameters
     from attnkit.training.loop import Trainer
     from attnkit.training.runconfig import load_run_config
     from attnkit.training.tasks import task_from_run
@@ -74,8 +93,10 @@ def run(args: argparse.Namespace, *, callbacks: Sequence = ()) -> int:
     dist = init_distributed(args.device)  # under torchrun: join the group, one device per rank
     # Check everything (out dir, data, tokenizer, model) before touching the disk.
     check_out_dir(out, resume=args.resume, overwrite=args.overwrite)
-    saved_tokenizer = load_tokenizer(out) if args.resume else None  # the run's own vocabulary
-    task = task_from_run(run_config, saved_tokenizer)
+    initial = initial_for_run(run_config, out, init=args.init, resume=args.resume)
+    # A resumed run reads with its own vocabulary (an --init run's comes with `initial`).
+    saved_tokenizer = load_tokenizer(out) if args.resume and initial is None else None
+    task = task_from_run(run_config, saved_tokenizer, initial)
     trainer = Trainer(
         run_config,
         task,
@@ -88,12 +109,65 @@ def run(args: argparse.Namespace, *, callbacks: Sequence = ()) -> int:
     dist.on_main(prepare_out_dir, out, resume=args.resume, overwrite=args.overwrite)
     if args.resume and trainer.resume() and dist.is_main:
         print(f"resuming {out} from step {trainer.step}")
+    trainable, total = count_parameters(trainer.model)
     if dist.is_main:
         (out / "run.json").write_text(run_config.to_json() + "\n", encoding="utf-8")
-        n = sum(p.numel() for p in trainer.model.parameters())
-        print(f"{run_config.task}: {task.describe()}, {n / 1e6:.2f}M parameters, "
+        if initial is not None and not args.resume:
+            print(f"starting from {initial.source.describe()}{_fresh_note(trainer.model, initial)}")
+        share = "" if trainable == total else f" ({trainable / 1e6:.2f}M trainable)"
+        print(f"{run_config.task}: {task.describe()}, {total / 1e6:.2f}M parameters{share}, "
               f"device {trainer.device}")  # fmt: skip
     summary = trainer.fit()
     if dist.is_main:
-        print(json.dumps({"out": str(out), **summary}))
+        print(json.dumps({"out": str(out), **summary, "parameters": total,
+                          "trainable_parameters": trainable}))  # fmt: skip
     return 0
+
+
+def initial_for_run(run_config: Any, out: Path, *, init: str | None, resume: bool) -> Any:
+    """The checkpoint a run starts from (``attnkit.training.init.Initial``), or ``None``.
+
+    A new run: ``--init`` (else the config's ``init``), whose source is then
+    recorded in ``run_config.init``. ``--resume`` of a run that started from a
+    checkpoint: the run's own latest checkpoint (its model and tokenizer; the
+    weights are the resume's), with the recorded source kept; ``--init`` must
+    then name the same weights.
+    """
+    from attnkit.checkpoints.rundir import latest_checkpoint
+    from attnkit.training.init import file_sha256, load_initial, recorded_init
+    from attnkit.training.runconfig import InitConfig
+
+    if resume:
+        latest = latest_checkpoint(out)
+        record = recorded_init(latest) if latest is not None else None
+        if record is None:
+            if init is not None:
+                raise UsageError(f"--init: {out} did not start from a checkpoint; --resume "
+                                 "continues it as it is (drop --init)")  # fmt: skip
+            run_config.init = None
+            return None
+        if init is not None:
+            from attnkit.checkpoints.files import MODEL_FILE
+            from attnkit.checkpoints.rundir import resolve_checkpoint
+
+            if file_sha256(resolve_checkpoint(init) / MODEL_FILE) != record.get("sha256"):
+                where = record.get("checkpoint")
+                raise UsageError(f"--init {init}: {out} started from other weights ({where}); "
+                                 "drop --init to resume it")  # fmt: skip
+        run_config.init = InitConfig(**record)
+        return load_initial(latest)  # type: ignore[arg-type]  # a record implies a checkpoint
+    if init is not None:
+        run_config.init = InitConfig(path=init)
+    if run_config.init is None:
+        return None
+    initial = load_initial(run_config.init.path, expected_sha256=run_config.init.sha256)
+    run_config.init = InitConfig(**initial.source.to_dict())
+    return initial
+
+
+def _fresh_note(model: Any, initial: Any) -> str:
+    """``"; freshly initialised: classifier"``: the modules the checkpoint did not supply."""
+    state = initial.state
+    fresh = sorted({name.split(".")[0] for name, t in model.state_dict().items()
+                    if name not in state or state[name].shape != t.shape})  # fmt: skip
+    return f"; freshly initialised: {', '.join(fresh)}" if fresh else ""

@@ -24,7 +24,11 @@ IGNORE_INDEX = -100
 
 
 def mlm_vocab(tokenizer: Tokenizer) -> tuple[int, int]:
-    """``(vocab_size, mask_id)`` for an MLM model: the tokenizer's ids plus one mask id."""
+    """``(vocab_size, mask_id)`` for an MLM model: the tokenizer's ids plus one mask id,
+    or a pretrained vocabulary's own mask token (BERT's ``[MASK]``) where it has one."""
+    mask_id = getattr(tokenizer, "mask_id", None)
+    if mask_id is not None:
+        return tokenizer.vocab_size, int(mask_id)
     return tokenizer.vocab_size + 1, tokenizer.vocab_size
 
 

@@ -22,7 +22,8 @@ record), clipping, precision
 fast paths (``train.fast``/``train.compile``: ``attnkit/training/fast.py``),
 data parallelism under ``torchrun`` (``attnkit.training.distributed``: each
 rank trains on its share of every global batch; only rank 0 writes),
-checkpoints every ``train.save_every`` steps with the newest ``keep_last``
+checkpoints every ``train.save_every`` steps (or every ``train.save_fraction`` of a
+time budget) with the newest ``keep_last``
 kept, and a bit-exact ``resume``.
 
 Numerical guards: an update whose loss or gradient norm is NaN/inf is skipped
@@ -318,6 +319,7 @@ class Trainer:
         # Steps the time budget still holds at the speed so far (None: no budget, or
         # too early to tell), measured once per step after the update.
         steps_left: int | None = None
+        saved_shares = 0  # train.save_fraction: budget shares already saved at
         while self.step < cfg.max_steps:
             if cfg.decay_to_budget and steps_left is not None:  # ranks agree on the mean
                 # A fixed warm-up is re-aimed only after it (the end would fall inside it);
@@ -365,7 +367,15 @@ class Trainer:
                         + ", ".join(f"valid {k} {v:.4g}" for k, v in last_valid.items())
                     )
                 log.on_eval()
-            if (cfg.save_every and self.step % cfg.save_every == 0) or last:
+            budget_save = False
+            if cfg.save_fraction is not None and steps_left is not None:
+                # A checkpoint each time the run passes another save_fraction of the steps
+                # its budget will reach, so the last few (what `attnkit average` reads)
+                # are the annealed end of the run on a slow machine as on a fast one.
+                shares = int(self.step / max(self.step + steps_left, 1) / cfg.save_fraction)
+                budget_save = self.dist.from_main(shares > saved_shares)
+                saved_shares = max(saved_shares, shares)
+            if (cfg.save_every and self.step % cfg.save_every == 0) or budget_save or last:
                 self.save()
             if out_of_time:
                 stopped_early = True

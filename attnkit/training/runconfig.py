@@ -152,6 +152,10 @@ class TrainConfig:
     log_every: int = 50
     eval_every: int = 1000
     save_every: int = 1000
+    # with max_minutes: also checkpoint each time the run passes another share of the
+    # steps its budget will reach (re-estimated from the speed), e.g. 0.05: every 5%, so
+    # the last keep_last checkpoints are the end of the run on any machine. null: off.
+    save_fraction: float | None = None
     keep_last: int = 5  # checkpoints kept on disk (0: all)
     valid_bleu_sentences: int = 500  # translation: 0 = no BLEU during training
     eval_blocks: int = 200  # lm/mlm: validation blocks per evaluation
@@ -190,6 +194,10 @@ class TrainConfig:
         if self.decay_to_budget:
             require("decay_to_budget", self.max_minutes is not None and self.schedule == "cosine",
                     "needs train.max_minutes and train.schedule=cosine")  # fmt: skip
+        if self.save_fraction is not None:
+            require("save_fraction", self.max_minutes is not None, "needs train.max_minutes")
+            require("save_fraction", 0.0 < self.save_fraction < 1.0,
+                    f"must be in (0, 1), got {self.save_fraction}")  # fmt: skip
         if self.warmup_fraction is not None:
             require("warmup_fraction", self.decay_to_budget, "needs train.decay_to_budget: true")
             require("warmup_fraction", 0.0 < self.warmup_fraction < 1.0,
@@ -215,6 +223,28 @@ class DecodeConfig:
         require("alpha", self.alpha >= 0, f"must be >= 0, got {self.alpha}")
 
 
+@dataclass
+class InitConfig:
+    """Where the weights start (``attnkit train --init CKPT``; ``attnkit.training.init``).
+
+    ``init: PATH`` in YAML is short for ``init: {path: PATH}``. When the run
+    starts, ``checkpoint`` (the directory ``path`` resolved to), ``sha256`` (of
+    its weights), ``family`` and ``step`` are filled in, so ``run.json`` and
+    every checkpoint record where the run came from; a config that gives
+    ``sha256`` (such as a run's own ``run.json``) refuses other weights.
+    """
+
+    path: str
+    checkpoint: str | None = None
+    sha256: str | None = None
+    family: str | None = None
+    step: int | None = None
+
+    def __post_init__(self) -> None:
+        check_fields(self)
+        require("path", bool(self.path), "must name a checkpoint or run directory")
+
+
 SECTIONS: dict[str, type] = {
     "data": DataConfig,
     "tokenizer": TokenizerConfig,
@@ -228,32 +258,41 @@ class RunConfig:
     task: str = "translation"
     data: DataConfig = field(default_factory=DataConfig)
     tokenizer: TokenizerConfig = field(default_factory=TokenizerConfig)
-    model: dict[str, Any] = field(default_factory=lambda: {"preset": "small"})
+    # As written (an empty section: the task's default preset, e.g. "small"); with
+    # `init` only the keys named here are checked against the checkpoint's model.
+    model: dict[str, Any] = field(default_factory=dict)
     train: TrainConfig = field(default_factory=TrainConfig)
     decode: DecodeConfig = field(default_factory=DecodeConfig)
+    init: InitConfig | None = None  # start from a checkpoint's weights
 
     @classmethod
     def from_dict(cls, data: Any) -> RunConfig:
         """Validate a raw mapping (YAML after ``--set``) into a run config."""
         if not isinstance(data, dict):
             raise ConfigError("config: expected a mapping at the top level")
-        known = ["task", "model", *SECTIONS]
+        known = ["task", "model", "init", *SECTIONS]
         for key in data:
             if key not in known:
                 raise ConfigError(f"{key}: unknown section{suggest(str(key), known)}")
         task = data.get("task", "translation")
         if task not in TASKS:
             raise ConfigError(f"task: expected one of {', '.join(TASKS)}, got {task!r}")
-        model = data.get("model") or {"preset": "small"}
+        model = data.get("model") or {}
         if not isinstance(model, dict):
             raise ConfigError("model: expected a mapping")
         built: dict[str, Any] = {k: from_mapping(c, data.get(k), k) for k, c in SECTIONS.items()}
         _check_task_keys(task, data)
-        return cls(task=task, model=dict(model), **built)
+        init = data.get("init")
+        if init is not None:
+            init = from_mapping(InitConfig, {"path": init} if isinstance(init, str) else init,
+                                "init")  # fmt: skip
+        return cls(task=task, model=dict(model), init=init, **built)
 
     def to_dict(self) -> dict[str, Any]:
         """Every key that applies to the task (so a run's ``run.json`` reloads as a config)."""
         data = dataclasses.asdict(self)
+        if self.init is None:
+            data.pop("init")
         for name, tasks in TASK_KEYS.items():
             if self.task not in tasks:
                 section, _, key = name.partition(".")

@@ -211,8 +211,8 @@ def test_a_budgeted_run_warms_up_for_the_same_share_of_its_steps_at_any_speed(
                       "num_encoder_layers": 1, "num_decoder_layers": 1, "max_len": 96},
             "train": {"max_tokens": 300, "schedule": "cosine", "lr": 1e-3, "warmup_steps": 50,
                       "warmup_fraction": 0.25, "decay_to_budget": True, "max_minutes": 0.2,
-                      "log_every": 1, "eval_every": 1000, "save_every": 0,
-                      "valid_bleu_sentences": 0},
+                      "log_every": 1, "eval_every": 1000, "save_every": 0, "keep_last": 0,
+                      "save_fraction": 0.25, "valid_bleu_sentences": 0},
         }
     )  # fmt: skip
     texts = [s for s, _ in pairs["train"]] + [t for _, t in pairs["train"]]
@@ -233,3 +233,17 @@ def test_a_budgeted_run_warms_up_for_the_same_share_of_its_steps_at_any_speed(
     peak = max(range(len(lrs)), key=lrs.__getitem__) + 1
     assert peak == pytest.approx(0.25 * steps, abs=2)
     assert lrs[-1] == pytest.approx(0.0, abs=1e-9)  # annealed at the end of the budget
+    # Checkpoints at each quarter of the steps the budget reaches, whatever the speed.
+    saved = sorted(int(p.name.split("_")[1]) for p in (tmp_path / "checkpoints").glob("step_*"))
+    assert saved == [steps // 4, steps // 2, 3 * steps // 4, steps]
+
+
+def test_the_save_fraction_is_validated_by_name():
+    from attnkit.errors import ConfigError
+    from attnkit.training.runconfig import RunConfig
+
+    with pytest.raises(ConfigError, match="^train.save_fraction: needs train.max_minutes"):
+        RunConfig.from_dict({"train": {"save_fraction": 0.1}})
+    for bad in (0.0, 1.0, float("nan")):
+        with pytest.raises(ConfigError, match="^train.save_fraction: must be in"):
+            RunConfig.from_dict({"train": {"max_minutes": 1, "save_fraction": bad}})

@@ -13,6 +13,7 @@ from typing import Any
 
 from attnkit.data.tokenizers import Tokenizer
 from attnkit.errors import ConfigError
+from attnkit.training.init import Initial
 from attnkit.training.runconfig import RunConfig
 from attnkit.training.tasks.base import LossSums, Task, TaskContext
 from attnkit.training.tasks.image import ImageClassificationTask, load_images
@@ -27,24 +28,31 @@ TASK_CLASSES: dict[str, type[Any]] = {
 }
 
 
-def task_from_run(run: RunConfig, tokenizer: Tokenizer | None = None) -> Task:
+def task_from_run(
+    run: RunConfig, tokenizer: Tokenizer | None = None, initial: Initial | None = None
+) -> Task:
     """Read the run's data and build its task; a given ``tokenizer`` (a resumed run's) is
     used as it is, otherwise one is trained on the training data (images need none).
 
+    ``initial`` (``--init``, ``attnkit.training.init.load_initial``): the model's
+    architecture, tokenizer and starting weights come from that checkpoint.
     Raises ``DataError``/``ConfigError`` naming the file or field before anything is written.
     """
     data = run.data
+    if initial is not None:
+        tokenizer = initial.tokenizer
     if run.task == "image_classification":
-        train_images, held_out = load_images(run)
-        return ImageClassificationTask(run, train_images, held_out)
+        train_images, held_out = load_images(run, initial)
+        return ImageClassificationTask(run, train_images, held_out, initial=initial)
     if run.task == "translation":
         train = load_parallel(data, data.train)
         valid = load_parallel(data, data.valid) if data.valid else None
         tokenizer = tokenizer or build_tokenizer(run.tokenizer, list(train))
         valid_pairs = list(valid) if valid is not None else None
         return TranslationTask(
-            run, tokenizer, list(train), valid_pairs, dropped_empty=train.dropped_empty
-        )
+            run, tokenizer, list(train), valid_pairs, dropped_empty=train.dropped_empty,
+            initial=initial,
+        )  # fmt: skip
     from attnkit.data.lm import load_lm_corpus
 
     if data.text is None:
@@ -59,7 +67,7 @@ def task_from_run(run: RunConfig, tokenizer: Tokenizer | None = None) -> Task:
         vocab_size=run.tokenizer.vocab_size if run.tokenizer.kind == "bpe" else None,
         valid_fraction=data.held_out_fraction(run.task),
     )
-    return TASK_CLASSES[run.task](run, corpus)
+    return TASK_CLASSES[run.task](run, corpus, initial=initial)
 
 
 __all__ = [

@@ -32,8 +32,9 @@ from torch import Tensor, nn
 from attnkit.blocks.moe import MoEAux
 from attnkit.data.tokenizers import Tokenizer
 from attnkit.errors import ConfigError
-from attnkit.models import config_from_preset
+from attnkit.models import build_model, config_from_preset
 from attnkit.training.distributed import DistContext
+from attnkit.training.init import Initial, config_from_initial, load_initial_weights
 from attnkit.training.runconfig import RunConfig
 
 
@@ -178,6 +179,8 @@ def model_config_from_run(
     families: tuple[str, ...],
     defaults: dict[str, Any],
     preset: str = "small",
+    initial: Initial | None = None,
+    head_fields: tuple[str, ...] = (),
 ) -> Any:
     """The ``model`` section (``family``, a ``preset``, overrides) as a validated config.
 
@@ -185,7 +188,16 @@ def model_config_from_run(
     ``defaults``: fields the section may leave out (vocabulary sizes and
     special ids, which follow the tokenizer; an image classifier's classes);
     ``preset``: the preset when the section names none. Errors name ``model.<field>``.
+
+    With ``initial`` (``--init``) the checkpoint's config is the model: the
+    section may only repeat it or change training-only keys (dropout), and of
+    ``defaults`` only ``head_fields`` may differ from it (``attnkit.training.init``).
     """
+    if initial is not None:
+        return config_from_initial(
+            initial.config, run.model, task_fields=defaults, head_fields=head_fields,
+            families=families,
+        )  # fmt: skip
     fields = dict(run.model)
     family = fields.pop("family", families[0])
     if family not in families:
@@ -199,6 +211,18 @@ def model_config_from_run(
         return config_from_preset(family, preset, **fields)
     except ConfigError as e:
         raise ConfigError(f"model.{e}") from None
+
+
+def build_task_model(
+    config: Any, initial: Initial | None = None, *, head: tuple[str, ...] = ()
+) -> nn.Module:
+    """A task's model for ``config``: freshly initialised (the trainer seeded the RNG), then,
+    with ``initial`` (``--init``), given the checkpoint's weights; the modules under the
+    prefixes ``head`` keep their fresh initialisation where the checkpoint has none that fit."""
+    model = build_model(config)
+    if initial is not None:
+        load_initial_weights(model, initial, head=head)
+    return model
 
 
 def check_vocab_fits(config: Any, fields: tuple[str, ...], tokenizer: Tokenizer) -> None:

@@ -55,13 +55,14 @@ from attnkit.data.images import (
 )
 from attnkit.errors import ConfigError
 from attnkit.evaluation.accuracy import classification_scores
-from attnkit.models import build_model
 from attnkit.models.swin import SwinConfig
 from attnkit.models.vit import ViTConfig
+from attnkit.training.init import Initial
 from attnkit.training.runconfig import RunConfig
 from attnkit.training.tasks.base import (
     LossSums,
     TaskContext,
+    build_task_model,
     model_config_from_run,
     with_moe_losses,
 )
@@ -73,20 +74,27 @@ LFW = "lfw_subset"
 ImageModelConfig = ViTConfig | SwinConfig
 
 
-def _image_config(run: RunConfig, defaults: dict[str, Any]) -> ImageModelConfig:
+# The classes follow the data: they may differ from an --init checkpoint's (new head).
+HEAD_FIELDS = ("num_classes", "class_names")
+
+
+def _image_config(
+    run: RunConfig, defaults: dict[str, Any], initial: Initial | None = None
+) -> ImageModelConfig:
     config: ImageModelConfig = model_config_from_run(
-        run, families=("vit", "swin"), defaults=defaults, preset="digits"
-    )
+        run, families=("vit", "swin"), defaults=defaults, preset="digits", initial=initial,
+        head_fields=HEAD_FIELDS,
+    )  # fmt: skip
     return config
 
 
-def image_shape(run: RunConfig) -> ImageModelConfig:
+def image_shape(run: RunConfig, initial: Initial | None = None) -> ImageModelConfig:
     """The model section without its classes (they follow the data): channels and size."""
-    fields = {k: v for k, v in run.model.items() if k not in ("num_classes", "class_names")}
-    return _image_config(dataclasses.replace(run, model=fields), {})
+    fields = {k: v for k, v in run.model.items() if k not in HEAD_FIELDS}
+    return _image_config(dataclasses.replace(run, model=fields), {}, initial)
 
 
-def load_images(run: RunConfig) -> tuple[ImageSet, ImageSet | None]:
+def load_images(run: RunConfig, initial: Initial | None = None) -> tuple[ImageSet, ImageSet | None]:
     """The run's ``(train, held out)`` images (held out ``None`` when ``valid_fraction`` is 0)."""
     data = run.data
     if data.images is None:
@@ -94,7 +102,7 @@ def load_images(run: RunConfig) -> tuple[ImageSet, ImageSet | None]:
             "data.images: the image_classification task reads 'digits', 'lfw_subset' or a "
             "folder of images with a labels CSV; set data.images"
         )
-    shape = image_shape(run)
+    shape = image_shape(run, initial)
     if data.images == DIGITS:
         if data.labels is not None:
             raise ConfigError("data.labels: the digits carry their own labels; remove it")
@@ -136,9 +144,16 @@ class ImageClassificationTask:
     tokenizer: None = None  # images need none; checkpoints carry no tokenizer.json
 
     def __init__(
-        self, run: RunConfig, train: ImageSet, valid: ImageSet | None = None, *, source: str = ""
+        self,
+        run: RunConfig,
+        train: ImageSet,
+        valid: ImageSet | None = None,
+        *,
+        source: str = "",
+        initial: Initial | None = None,
     ) -> None:
         self.run, self.cfg = run, run.train
+        self.initial = initial  # --init: the checkpoint whose weights the model starts from
         self.train, self.valid, self.source = train, valid, source or str(run.data.images)
         classes = train.classes
         given = run.model.get("num_classes")
@@ -148,7 +163,7 @@ class ImageClassificationTask:
                 "leave it out (it follows the data)"
             )
         self.model_config = _image_config(
-            run, {"num_classes": len(classes), "class_names": tuple(classes)}
+            run, {"num_classes": len(classes), "class_names": tuple(classes)}, initial
         )
         if len(train) == 0:
             raise ConfigError(f"data.images: {self.source} has no training images")
@@ -169,7 +184,7 @@ class ImageClassificationTask:
         self.context = context
 
     def build_model(self) -> nn.Module:
-        return build_model(self.model_config)
+        return build_task_model(self.model_config, self.initial, head=("head",))
 
     def describe(self) -> str:
         held_out = len(self.valid) if self.valid is not None else 0

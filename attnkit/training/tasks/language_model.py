@@ -37,11 +37,12 @@ from attnkit.evaluation.perplexity import (
     mlm_special_ids,
     text_perplexity,
 )
-from attnkit.models import build_model
+from attnkit.training.init import Initial
 from attnkit.training.runconfig import RunConfig
 from attnkit.training.tasks.base import (
     LossSums,
     TaskContext,
+    build_task_model,
     check_vocab_fits,
     model_config_from_run,
     with_moe_losses,
@@ -57,13 +58,19 @@ class _BlockTask:
     betas: ClassVar[tuple[float, float]] = (0.9, 0.99)  # nanoGPT's
     eps: ClassVar[float] = 1e-8
     family: ClassVar[str]
+    # Model fields that may differ from an --init checkpoint's, and the modules they
+    # rebuild (an MLM started from a classifier drops its classification head).
+    head_fields: ClassVar[tuple[str, ...]] = ()
+    head: ClassVar[tuple[str, ...]] = ()
 
-    def __init__(self, run: RunConfig, corpus: LMCorpus) -> None:
+    def __init__(self, run: RunConfig, corpus: LMCorpus, *, initial: Initial | None = None):
         self.run, self.cfg, self.tokenizer = run, run.train, corpus.tokenizer
         self.corpus = corpus
+        self.initial = initial  # --init: the checkpoint whose weights the model starts from
         self.model_config = model_config_from_run(
-            run, families=(self.family,), defaults=self._model_defaults()
-        )
+            run, families=(self.family,), defaults=self._model_defaults(), initial=initial,
+            head_fields=self.head_fields,
+        )  # fmt: skip
         check_vocab_fits(self.model_config, ("vocab_size",), self.tokenizer)
         block = self.model_config.max_len
         self.train_blocks = LMBlocks(corpus.train, block, name="train split")
@@ -80,7 +87,7 @@ class _BlockTask:
         self.context = context
 
     def build_model(self) -> nn.Module:
-        return build_model(self.model_config)
+        return build_task_model(self.model_config, self.initial, head=self.head)
 
     def describe(self) -> str:
         return (
@@ -144,9 +151,11 @@ class MaskedLMTask(_BlockTask):
 
     name: ClassVar[str] = "mlm"
     family: ClassVar[str] = "encoder_only"
+    head_fields: ClassVar[tuple[str, ...]] = ("num_labels",)
+    head: ClassVar[tuple[str, ...]] = ("classifier",)
 
-    def __init__(self, run: RunConfig, corpus: LMCorpus) -> None:
-        super().__init__(run, corpus)
+    def __init__(self, run: RunConfig, corpus: LMCorpus, *, initial: Initial | None = None):
+        super().__init__(run, corpus, initial=initial)
         self.special_ids = mlm_special_ids(self.model_config)
         self.mask_rng = torch.Generator().manual_seed(self.cfg.seed + 1)
 

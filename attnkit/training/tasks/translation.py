@@ -27,16 +27,18 @@ from attnkit.data.readers import ParallelCorpus, read_parallel, read_tsv
 from attnkit.data.tokenizers import Tokenizer
 from attnkit.errors import ConfigError, UsageError
 from attnkit.evaluation.perplexity import perplexity, translation_sums
-from attnkit.models import EncoderDecoder, Seq2SeqConfig, build_model
-from attnkit.training import distributed as dist_util
 from attnkit.losses import (
     chunked_label_smoothed_cross_entropy,
     label_smoothed_cross_entropy,
 )
+from attnkit.models import EncoderDecoder, Seq2SeqConfig
+from attnkit.training import distributed as dist_util
+from attnkit.training.init import Initial
 from attnkit.training.runconfig import DataConfig, RunConfig, TokenizerConfig
 from attnkit.training.tasks.base import (
     LossSums,
     TaskContext,
+    build_task_model,
     check_vocab_fits,
     model_config_from_run,
     with_moe_losses,
@@ -116,10 +118,12 @@ class TranslationTask:
         valid_pairs: Sequence[Pair] | None = None,
         *,
         dropped_empty: int = 0,
+        initial: Initial | None = None,
     ) -> None:
         self.run, self.cfg, self.tokenizer = run, run.train, tokenizer
         self.dropped_empty = dropped_empty  # pairs with an empty side the reader skipped
         self.valid_pairs = list(valid_pairs or [])
+        self.initial = initial  # --init: the checkpoint whose weights the model starts from
         self.model_config: Seq2SeqConfig = model_config_from_run(
             run,
             families=("transformer", "rnn"),
@@ -130,6 +134,7 @@ class TranslationTask:
                 "bos_id": tokenizer.bos_id,
                 "eos_id": tokenizer.eos_id,
             },
+            initial=initial,
         )
         check_vocab_fits(self.model_config, ("src_vocab_size", "tgt_vocab_size"), tokenizer)
         self.corpus = encode_corpus(train_pairs, tokenizer, run.data.max_len)
@@ -161,7 +166,7 @@ class TranslationTask:
         self.chunked = context.fast and not context.dist.enabled
 
     def build_model(self) -> nn.Module:
-        model = build_model(self.model_config)
+        model = build_task_model(self.model_config, self.initial)
         # The chunked loss projects the decoder's hidden states itself (RNNs add dropout first).
         self._output_proj = model.output_proj if isinstance(model, EncoderDecoder) else None
         return model

@@ -1,0 +1,308 @@
+"""Start a run from a checkpoint: ``attnkit train --init CKPT`` (transfer learning).
+
+``CKPT`` is any attnkit checkpoint or run directory (its latest checkpoint):
+a trained run of any family, or what ``attnkit import --from hf/gguf`` wrote.
+The architecture and the tokenizer come from it; the optimizer, the schedule
+and the step count start fresh (``--resume`` is what continues a run).
+
+The API, for the trainer and for other training code (LoRA) that starts from
+a checkpoint::
+
+    initial = load_initial("runs/minilm")              # config, weights, tokenizer, source
+    config = config_from_initial(initial.config, given={"dropout": 0.0})
+    model = build_model(config)
+    fresh = load_initial_weights(model, initial, head=("classifier",))
+
+* ``load_initial(path, expected_sha256=None) -> Initial``: the checkpoint's
+  model config, its state dict (CPU tensors), its tokenizer (``None`` for
+  images) and an ``InitSource`` (where it came from: the path as given, the
+  checkpoint directory, the sha256 of its ``model.safetensors``, the family,
+  the trainer step). ``expected_sha256`` refuses a file that has changed.
+* ``config_from_initial(init_config, given, ...)``: the checkpoint's config
+  with the run's ``model`` section applied. A key that would change the
+  architecture is a ``ConfigError`` naming it (``model.d_model: 256 would
+  change the architecture of the --init checkpoint (384)``); a key equal to
+  the checkpoint's value is fine, so a run may repeat its old model section;
+  ``NON_ARCHITECTURE_KEYS`` (dropout, ...) may change; a task's head fields
+  (the classes of a classifier) may change, and the head is then rebuilt.
+* ``load_initial_weights(model, initial, head=...)``: copy the weights into a
+  freshly built model; parameters under the ``head`` module prefixes that the
+  checkpoint lacks, or has with another shape, keep their fresh
+  initialisation (their names are returned); any other difference is a
+  ``CheckpointError``.
+
+The record ``InitSource.to_dict()`` goes into the run's ``run.json`` and into
+every checkpoint's trainer state (the run config's ``init``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from attnkit.checkpoints.files import MODEL_FILE, TRAINER_FILE, load_checkpoint
+from attnkit.checkpoints.rundir import resolve_checkpoint
+from attnkit.data.tokenizer_kinds import tokenizer_from_json
+from attnkit.data.tokenizers import Tokenizer
+from attnkit.errors import CheckpointError, ConfigError
+from attnkit.models.config_base import ModelConfig
+from attnkit.models.registry import FAMILIES, get_family
+from attnkit.validation import suggest
+
+# Model keys that never change a model's parameters or what they compute, only how
+# it trains: a run started from a checkpoint may set them to anything valid.
+NON_ARCHITECTURE_KEYS: frozenset[str] = frozenset(
+    {
+        "dropout",
+        "attention_dropout",
+        "moe_loss_weight",
+        "z_loss_weight",
+        "capacity_factor",
+        "pooling",  # checked by its effect: ViT's class token is a parameter
+    }
+)
+_HASH_CHUNK = 1 << 22
+
+
+@dataclass(frozen=True)
+class InitSource:
+    """Where a run's weights came from.
+
+    Attributes:
+        path: the path as given (``--init``).
+        checkpoint: the checkpoint directory it resolved to (absolute).
+        sha256: hex digest of that checkpoint's ``model.safetensors``.
+        family: the model family (``encoder_only``, ``transformer``, ...).
+        step: the trainer step of that checkpoint (``None`` for an import).
+    """
+
+    path: str
+    checkpoint: str
+    sha256: str
+    family: str
+    step: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def describe(self) -> str:
+        step = "an import" if self.step is None else f"step {self.step}"
+        return f"{self.checkpoint} ({self.family}, {step}, sha256 {self.sha256[:12]})"
+
+
+@dataclass
+class Initial:
+    """A checkpoint to start from: its model config, weights, tokenizer and source."""
+
+    config: ModelConfig
+    state: dict[str, Tensor]
+    tokenizer: Tokenizer | None
+    source: InitSource
+
+
+def file_sha256(path: str | Path) -> str:
+    """The sha256 hex digest of a file, read in 4 MiB chunks."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(_HASH_CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def load_initial(path: str | Path, *, expected_sha256: str | None = None) -> Initial:
+    """Read the checkpoint (or a run's latest checkpoint) at ``path`` to start from.
+
+    Raises ``CheckpointError`` naming the file for a missing or broken
+    checkpoint, an unknown family, a text model without its tokenizer, or
+    weights whose sha256 is not ``expected_sha256``.
+    """
+    directory = resolve_checkpoint(path)
+    weights = directory / MODEL_FILE
+    if not weights.is_file():
+        raise CheckpointError(f"{weights}: file not found; cannot start from {path}")
+    sha256 = file_sha256(weights)
+    if expected_sha256 is not None and sha256 != expected_sha256:
+        raise CheckpointError(
+            f"{weights}: sha256 {sha256[:12]}... is not the recorded {expected_sha256[:12]}...; "
+            "the checkpoint changed since the run started from it"
+        )
+    ckpt = load_checkpoint(directory, load_optimizer=False)
+    try:
+        family = get_family(ckpt.config.get("family", "transformer"))
+        config = family.config_class.from_dict(ckpt.config)
+    except ConfigError as e:
+        raise CheckpointError(f"{directory / 'config.json'}: {e}") from None
+    tokenizer = None
+    if family.vocab_field is not None:
+        if ckpt.tokenizer_json is None:
+            raise CheckpointError(
+                f"{directory / 'tokenizer.json'}: missing; a {family.name} model reads text "
+                "with the tokenizer it was trained with"
+            )
+        tokenizer = tokenizer_from_json(ckpt.tokenizer_json)
+    step = (ckpt.trainer_state or {}).get("step")
+    source = InitSource(
+        path=str(path),
+        checkpoint=str(directory.resolve()),
+        sha256=sha256,
+        family=family.name,
+        step=None if step is None else int(step),
+    )
+    return Initial(config=config, state=ckpt.model_state, tokenizer=tokenizer, source=source)
+
+
+def recorded_init(checkpoint: str | Path) -> dict[str, Any] | None:
+    """The ``init`` record saved in a run checkpoint's trainer state (``None``: none).
+
+    What ``--resume`` of a run that started from a checkpoint reads back.
+    """
+    directory = Path(checkpoint)
+    if not (directory / f"{TRAINER_FILE}.json").exists():
+        return None
+    state = load_checkpoint(directory, load_optimizer=False).trainer_state or {}
+    record = (state.get("run") or {}).get("init")
+    return dict(record) if isinstance(record, Mapping) else None
+
+
+def _layout(config: ModelConfig) -> dict[str, tuple[int, ...]]:
+    """Parameter and buffer names and shapes of ``config``'s model, built on the meta device."""
+    with torch.device("meta"):
+        model = FAMILIES[config.family].model_class(config)
+    return {name: tuple(t.shape) for name, t in model.state_dict().items()}
+
+
+def config_from_initial(
+    init_config: ModelConfig,
+    given: Mapping[str, Any],
+    *,
+    task_fields: Mapping[str, Any] | None = None,
+    head_fields: Collection[str] = (),
+    families: Collection[str] | None = None,
+) -> Any:
+    """``init_config`` with the run's model section ``given`` applied, where allowed.
+
+    ``given`` is the run's ``model`` mapping as the user wrote it (``family``,
+    ``preset`` and fields). A ``preset`` contributes its fields, which the
+    explicit ones override. ``task_fields`` are what the task itself derives
+    (vocabulary sizes and special ids from the tokenizer, a classifier's
+    classes from the data); ``head_fields`` are the task fields that may differ
+    from the checkpoint (the head is then rebuilt). ``families``: the families
+    the task trains. Raises ``ConfigError`` naming ``model.<key>``.
+    """
+    family = init_config.family
+    fields = dict(given)
+    wanted = fields.pop("family", family)
+    if wanted != family:
+        raise ConfigError(
+            f"model.family: {wanted!r}, but the --init checkpoint is a {family!r} model; "
+            "remove it (the architecture comes from the checkpoint)"
+        )
+    if families is not None and family not in families:
+        raise ConfigError(
+            f"model.family: this task trains {' or '.join(families)}; the --init checkpoint "
+            f"is a {family!r} model"
+        )
+    cls = type(init_config)
+    preset = fields.pop("preset", None)
+    if preset is not None:
+        if preset not in cls.presets:
+            raise ConfigError(f"model.preset: unknown preset {preset!r} of family {family!r}")
+        fields = {**cls.presets[preset], **fields}
+    current = init_config.to_dict()
+    known = [f.name for f in dataclasses.fields(cls)]  # type: ignore[arg-type]
+    for key in fields:
+        if key not in known:
+            raise ConfigError(f"model.{key}: unknown key{suggest(key, known, 'model.')}")
+    changes: dict[str, Any] = {}
+    for key, value in fields.items():
+        if _same(value, current[key]):
+            continue
+        if key not in NON_ARCHITECTURE_KEYS:
+            raise ConfigError(
+                f"model.{key}: {value!r} would change the architecture of the --init "
+                f"checkpoint ({key}={current[key]!r}); remove it (the architecture comes "
+                "from the checkpoint; dropout and other training-only keys may change)"
+            )
+        changes[key] = value
+    for key, value in (task_fields or {}).items():
+        if _same(value, current[key]) or key in changes:
+            continue
+        if key not in head_fields:
+            raise ConfigError(
+                f"model.{key}: the task needs {value!r}, but the --init checkpoint has "
+                f"{current[key]!r}; this checkpoint does not fit the task"
+            )
+        changes[key] = value
+    if not changes:
+        return init_config
+    try:
+        config = cls.from_dict({**current, **changes})
+        kept = {k: v for k, v in changes.items() if k not in head_fields}
+        reshaped = bool(kept) and _layout(init_config.replace(**kept)) != _layout(init_config)
+    except ConfigError as e:
+        raise ConfigError(f"model.{e}") from None
+    if reshaped:
+        key = next(iter(kept))
+        raise ConfigError(
+            f"model.{key}: {kept[key]!r} would change the parameters of the --init "
+            f"checkpoint ({key}={current[key]!r}); remove it"
+        )
+    return config
+
+
+def _same(value: Any, current: Any) -> bool:
+    """Equal as config values (YAML lists stand in for tuples)."""
+    if isinstance(value, list | tuple) and isinstance(current, list | tuple):
+        return list(value) == list(current)
+    return bool(value == current)
+
+
+def load_initial_weights(
+    model: nn.Module, initial: Initial, *, head: Collection[str] = ()
+) -> list[str]:
+    """Copy ``initial``'s weights into ``model`` (built from ``config_from_initial``).
+
+    State entries under the module prefixes ``head`` (e.g. ``"classifier"``)
+    may be missing from the checkpoint, extra in it or of another shape: the
+    model keeps its fresh initialisation there. Returns the names of those
+    freshly initialised entries. Any other mismatch is a ``CheckpointError``.
+    """
+    expected = model.state_dict()
+    source = Path(initial.source.checkpoint) / MODEL_FILE
+
+    def in_head(name: str) -> bool:
+        return any(name == p or name.startswith(p + ".") for p in head)
+
+    fresh, state = [], {}
+    for name, tensor in expected.items():
+        value = initial.state.get(name)
+        if value is not None and tuple(value.shape) == tuple(tensor.shape):
+            state[name] = value
+        elif in_head(name):
+            fresh.append(name)
+            state[name] = tensor
+        elif value is None:
+            raise CheckpointError(f"{source}: has no {name}, which the model needs")
+        else:
+            raise CheckpointError(
+                f"{source}: {name} has shape {tuple(value.shape)}, the model needs "
+                f"{tuple(tensor.shape)}"
+            )
+    unexpected = [n for n in initial.state if n not in expected and not in_head(n)]
+    if unexpected:
+        raise CheckpointError(f"{source}: holds {unexpected[:4]}, which the model does not have")
+    model.load_state_dict(state, strict=True)
+    return fresh
+
+
+def count_parameters(model: nn.Module) -> tuple[int, int]:
+    """``(trainable, total)`` parameters (tied matrices once); trainable: ``requires_grad``."""
+    params = list(model.parameters())  # each tied parameter once
+    return sum(p.numel() for p in params if p.requires_grad), sum(p.numel() for p in params)
