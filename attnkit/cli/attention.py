@@ -4,7 +4,9 @@ Translation checkpoints: the sentence is translated (beam search), then
 scored once more with the attention weights kept: each row is an output
 token, each column a source token, and the colour is how much that output
 looked at that source token (cross-attention). Language-model checkpoints
-(decoder-only, encoder-only): the self-attention over the text. Image
+(decoder-only, encoder-only): the self-attention over the text; a text
+classifier's over [CLS] text [SEP] (a text_a<TAB>text_b pair: [CLS] a [SEP] b
+[SEP]), its predicted label in the title. Image
 classifiers (--image digits:INDEX, a held-out digit, or an image file): the
 class token's attention over the patches (with mean pooling, the attention
 each patch receives), next to the image and overlaid on it. Choose a layer
@@ -81,6 +83,15 @@ def run(args: argparse.Namespace) -> int:
             model, tokenizer, args.text, layer=args.layer, head=args.head, beam=args.beam
         )
         what = "cross-attention"
+    elif getattr(config, "num_labels", 0):  # a text classifier: [CLS] text [SEP], its label
+        from attnkit.cli.classify import label_names
+        from attnkit.visualize.attention import attention_for_classifier
+
+        weights, keys, probs = attention_for_classifier(
+            model, tokenizer, args.text, layer=args.layer, head=args.head
+        )
+        queries, top = keys, int(probs.argmax())
+        what = f"label {label_names(config)[top]} ({float(probs[top]):.2f}); self-attention"
     else:
         try:
             weights, keys, queries = attention_for_text(

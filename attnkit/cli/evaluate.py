@@ -10,6 +10,11 @@ tokens: longer than trained works for sinusoidal, rotary, ALiBi and relative
 positions, not for a learned position table); a masked LM predicts 15% of the
 tokens (masked 80/10/10 with --seed).
 
+Text classifiers (--labelled, a TSV or JSONL file of labelled texts or
+sentence pairs, as ``task: text_classification`` reads them): accuracy,
+macro-F1, cross-entropy and per-label accuracy; labels are mapped through the
+label names saved in the checkpoint.
+
 Image classifiers (--images): accuracy, cross-entropy and per-class accuracy
 on ``digits`` (the 359 held-out digits of the fixed split) or a folder of
 images with a labels CSV (--labels, default FOLDER/labels.csv; labels are
@@ -20,6 +25,7 @@ Examples:
   attnkit evaluate --checkpoint runs/shakespeare --text held_out.txt
   attnkit evaluate --checkpoint runs/shakespeare --text held_out.txt --context 512
   attnkit evaluate --checkpoint runs/vit_digits --images digits
+  attnkit evaluate --checkpoint runs/sst2 --labelled ../shared/data/sst2/dev.tsv
 """
 
 from __future__ import annotations
@@ -46,6 +52,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--images", help="image classifiers: 'digits' (held out) or a folder of images"
     )
     parser.add_argument("--labels", help="with --images FOLDER: its labels CSV")
+    parser.add_argument(
+        "--labelled", help="text classifiers: a TSV or JSONL file of labelled examples"
+    )
     add_decoding_arguments(parser)
     parser.add_argument(
         "--skip-empty", action="store_true", help="drop pairs with an empty source or reference"
@@ -72,7 +81,7 @@ def write_atomically(path: Path, text: str) -> None:
         tmp.unlink(missing_ok=True)
 
 
-def _check_inputs(args: argparse.Namespace, kind: str) -> None:
+def _check_inputs(args: argparse.Namespace, kind: str, config: Any = None) -> None:
     if kind == "image_classifier":
         if not args.images:
             raise UsageError("--images: an image classifier is scored on 'digits' or a folder")
@@ -81,6 +90,12 @@ def _check_inputs(args: argparse.Namespace, kind: str) -> None:
         return
     if args.images or args.labels:
         raise UsageError("--images/--labels: for image classifiers")
+    if args.labelled:
+        if kind != "masked_lm" or not getattr(config, "num_labels", 0):
+            raise UsageError("--labelled: for text classifiers (task: text_classification)")
+        if args.text or args.src or args.ref:
+            raise UsageError("--text/--src/--ref: not with --labelled")
+        return
     if kind == "seq2seq":
         if not (args.src and args.ref):
             raise UsageError("--src and --ref: a translation checkpoint is scored on both")
@@ -138,6 +153,34 @@ def _score_images(loaded: Any, args: argparse.Namespace) -> dict[str, Any]:
     }
     return {"accuracy": scores.accuracy, "correct": scores.correct, "images": scores.total,
             "loss": scores.nll, "per_class_accuracy": per_class, "data": name,
+            "seconds": round(time.perf_counter() - start, 2)}  # fmt: skip
+
+
+def _score_labelled(loaded: Any, args: argparse.Namespace) -> dict[str, Any]:
+    import torch
+
+    from attnkit.cli.classify import label_names
+    from attnkit.data.classification import read_labelled
+    from attnkit.evaluation.text_classification import (
+        classification_metrics,
+        encode_texts,
+        predict_probs,
+    )
+
+    examples = read_labelled(args.labelled)
+    names = label_names(loaded.config)
+    labels = torch.tensor(examples.label_ids(names))
+    tokenizer = loaded.tokenizer
+    start = time.perf_counter()
+    encoded = encode_texts(tokenizer, examples.texts, examples.pairs, loaded.config.max_len)
+    probs = predict_probs(loaded.model, encoded, pad_id=tokenizer.pad_id,
+                          batch_size=args.batch_size)  # fmt: skip
+    metrics = classification_metrics(probs, labels)
+    right = probs.argmax(-1) == labels
+    per_label = {n: round(float(right[labels == k].float().mean()), 4)
+                 for k, n in enumerate(names) if bool((labels == k).any())}  # fmt: skip
+    return {**metrics, "correct": int(right.sum()), "examples": len(examples),
+            "per_label_accuracy": per_label, "truncated": encoded.truncated,
             "seconds": round(time.perf_counter() - start, 2)}  # fmt: skip
 
 
@@ -219,7 +262,19 @@ def run(args: argparse.Namespace) -> int:
 
         corpus = read_parallel(args.src, args.ref, skip_empty=args.skip_empty)
     loaded = load_for("evaluate", args.checkpoint, args.device)
-    _check_inputs(args, loaded.family.kind)
+    _check_inputs(args, loaded.family.kind, loaded.config)
+    if args.labelled:
+        from attnkit.cli.common import apply_precision
+
+        apply_precision(loaded.model, args.precision, path=decode_path(args))
+        result = _score_labelled(loaded, args)
+        if args.json:
+            print(json.dumps(result, indent=2))
+        else:
+            print(f"accuracy {result['accuracy']:.4f}   macro-F1 {result['macro_f1']:.4f}   "
+                  f"({result['correct']}/{result['examples']} examples of {args.labelled}, "
+                  f"cross-entropy {result['loss']:.4f})")  # fmt: skip
+        return 0
     if loaded.family.kind == "image_classifier":
         result = _score_images(loaded, args)
         if args.json:

@@ -5,8 +5,10 @@ search) and the page shows encoder self-, decoder self- and cross-attention
 (an RNN: its one cross-attention map). Causal LMs: the text is continued
 greedily for --max-new-tokens and the page shows the self-attention over
 prompt + continuation. Masked LMs: the text as it is ([MASK] markers filled
-in the output). The file needs no network: open it from disk. It shows what
-`attnkit serve` shows at / for the same text.
+in the output). Text classifiers: [CLS] text [SEP] (a text_a<TAB>text_b pair:
+[CLS] a [SEP] b [SEP]) and every label's probability. The file needs no
+network: open it from disk. It shows what `attnkit serve` shows at / for the
+same text.
 
 Example:
   attnkit explore --checkpoint quickstart-out --text "three hundred forty-two" --out page.html
@@ -15,6 +17,7 @@ Example:
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
 from attnkit.cli.common import add_device_argument
 from attnkit.errors import UsageError
@@ -47,7 +50,10 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--text must not be empty")
     if not args.out.lower().endswith((".html", ".htm")):
         raise UsageError(f"--out must name a .html file, got {args.out}")
-    engine = Engine(load_for("explore", args.checkpoint, args.device))
+    loaded = load_for("explore", args.checkpoint, args.device)
+    if getattr(loaded.config, "num_labels", 0):
+        return _explore_classifier(args, loaded)
+    engine = Engine(loaded)
     try:
         result = engine.explore(
             args.text,
@@ -60,4 +66,24 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(str(e)) from None
     path = write_page(args.out, result["explore"])
     print(f"wrote {path} ({engine.loaded.family.name}: {result['output']!r})")
+    return 0
+
+
+def _explore_classifier(args: argparse.Namespace, loaded: Any) -> int:
+    """A text classifier's page: its self-attention and label probabilities."""
+    from attnkit.cli.classify import label_names
+    from attnkit.data.classification import split_input_line
+    from attnkit.evaluation.text_classification import encode_texts
+    from attnkit.visualize.explorer import build_payload, write_page
+    from attnkit.visualize.explorer.from_model import classifier_example
+
+    first, second = split_input_line(args.text, "--text")
+    encoded = encode_texts(loaded.tokenizer, [first], None if second is None else [second],
+                           loaded.config.max_len)  # fmt: skip
+    example = classifier_example(
+        loaded.model, loaded.tokenizer, encoded.ids[0], encoded.types[0],
+        label_names(loaded.config), title=f"{loaded.family.name} classifier",
+    )  # fmt: skip
+    path = write_page(args.out, build_payload(example))
+    print(f"wrote {path} (classifier: {example.output})")
     return 0

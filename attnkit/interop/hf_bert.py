@@ -6,10 +6,9 @@ The mapping (``config.json`` field -> attnkit config):
 * word embeddings -> ``embed.tokens`` with ``scale_embeddings=False`` (BERT
   does not multiply by ``sqrt(d)``); learned positions, ``max_len`` =
   ``max_position_embeddings``;
-* the token-type (segment) embedding: attnkit has none, so **row 0 is added
-  to every row of the position table**. That is exact for single-segment
-  input (every token of type 0, what ``tokenizer(text)`` gives for one
-  text); a second segment (sentence pairs, type 1) cannot be expressed;
+* the token-type (segment) embeddings -> ``token_types``, ``type_vocab_size``
+  = their rows (sentence pairs: type 0, then type 1, as ``tokenizer(a, b)``
+  gives ``token_type_ids``);
 * the embedding LayerNorm -> ``embedding_norm=True``; ``layer_norm_eps``
   (1e-12) -> ``norm_eps`` (every norm of the model uses it);
 * layers: post-LN (``norm_position="post"``), q/k/v fused into ``qkv_proj``,
@@ -99,15 +98,12 @@ def import_bert(d: HFDirectory) -> Imported:
     weights = read_weights(d)
     w = WeightMap(weights, d, prefix="bert.")
     notes = []
-    pos = w.get("embeddings.position_embeddings.weight")
+    type_vocab_size = 0
     if w.has("embeddings.token_type_embeddings.weight"):
-        pos = pos + w.get("embeddings.token_type_embeddings.weight")[0]
-        notes.append(
-            "token-type embedding row 0 added to the position table: exact for "
-            "single-segment input; sentence pairs (type 1) are not expressible"
-        )
+        w.put("token_types.weight", "embeddings.token_type_embeddings.weight")
+        type_vocab_size = int(w.state["token_types.weight"].size(0))
     w.put("embed.tokens.weight", "embeddings.word_embeddings.weight")
-    w.put("embed.positions.weight", "embeddings.position_embeddings.weight", pos)
+    w.put("embed.positions.weight", "embeddings.position_embeddings.weight")
     for kind in ("weight", "bias"):
         w.put(f"embed.norm.{kind}", f"embeddings.LayerNorm.{kind}")
     layers = int(d.require("num_hidden_layers"))
@@ -161,6 +157,7 @@ def import_bert(d: HFDirectory) -> Imported:
         vocab_size=vocab,
         num_labels=num_labels,
         pooling="first" if num_labels else "mean",
+        type_vocab_size=type_vocab_size,
         pad_id=tokenizer.pad_id,
         bos_id=tokenizer.bos_id,
         eos_id=tokenizer.eos_id,

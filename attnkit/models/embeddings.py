@@ -47,12 +47,14 @@ class InputEmbedding(nn.Module):
         self.norm = norm  # BERT normalises the summed embeddings before dropout
         self.dropout = nn.Dropout(dropout)
 
-    def forward(self, ids: Tensor, offset: int | Tensor = 0) -> Tensor:
+    def forward(self, ids: Tensor, offset: int | Tensor = 0, extra: Tensor | None = None) -> Tensor:
         """``ids`` ``(B, T)`` at positions ``offset ..`` -> ``(B, T, D)``.
 
         ``offset`` is an ``int`` (checked against ``max_len``), or a ``(1,)``
         device tensor (a static cache's position: no host sync, nothing that
         makes a compiled step recompile; the cache checks the bound on the host).
+        ``extra`` ``(B, T, D)``: another input term added before the norm (BERT's
+        token-type embeddings).
         """
         t = ids.size(1)
         if isinstance(offset, Tensor):
@@ -60,4 +62,6 @@ class InputEmbedding(nn.Module):
         else:
             pe = self.positions(t, offset)
         x = self.tokens(ids) + pe
+        if extra is not None:
+            x = x + extra
         return self.dropout(x if self.norm is None else self.norm(x))

@@ -11,6 +11,11 @@ Padding (``pad_id``) is found in ``ids`` and masked out of attention and of
 mean pooling, so a sequence gets the same outputs however much padding
 follows it.
 
+Sentence pairs (``[CLS] a [SEP] b [SEP]``): with ``type_vocab_size > 0`` the
+model has BERT's token-type (segment) embeddings, added to the input before
+its norm; ``token_types`` ``(B, S)`` gives each token's segment (0 for the
+first sentence, 1 for the second; all 0 when not given).
+
 Shapes: ``B`` batch, ``S`` length, ``D`` d_model, ``V`` vocabulary, ``h`` heads.
 """
 
@@ -94,6 +99,11 @@ class EncoderOnlyModel(nn.Module):
         self.pad_id, self.mask_id = c.pad_id, c.mask_id
         tokens = builders.token_embedding(c, c.vocab_size)
         self.embed = builders.input_embedding(c, tokens)
+        # Segment embeddings start at zero: a fresh model reads a pair as one text
+        # until training tells the segments apart (imports overwrite them).
+        self.token_types = nn.Embedding(c.type_vocab_size, c.d_model) if c.type_vocab_size else None
+        if self.token_types is not None:
+            nn.init.zeros_(self.token_types.weight)
         self.encoder = builders.encoder(c, c.num_layers)
         self.mlm_head = MLMHead(c.d_model, c.vocab_size, c.activation, c.norm_eps)
         self.mlm_head.output_proj.weight = tokens.weight  # tied, as in BERT
@@ -101,6 +111,18 @@ class EncoderOnlyModel(nn.Module):
             ClassificationHead(c.d_model, c.num_labels, c.dropout) if c.num_labels else None
         )
         builders.init_weights(self, self.mlm_head.output_proj, tied=True, d_model=c.d_model)
+
+    def _segments(self, ids: Tensor, token_types: Tensor | None) -> Tensor | None:
+        """The token-type term ``(B, S, D)`` of the input, or ``None`` (nothing to add)."""
+        if self.token_types is None:
+            if token_types is not None and bool(token_types.any()):
+                raise ValueError(
+                    "token_types: this model has no segment embeddings (type_vocab_size=0)"
+                )
+            return None
+        if token_types is None:  # one segment: every token is of type 0
+            return self.token_types.weight[0].expand(*ids.shape, -1)
+        return self.token_types(token_types)
 
     def num_parameters(self) -> int:
         """Trainable parameters, counting tied matrices once."""
@@ -114,17 +136,22 @@ class EncoderOnlyModel(nn.Module):
         mlm: bool = True,
         classify: bool = True,
         mlm_positions: Tensor | None = None,
+        token_types: Tensor | None = None,
     ) -> EncoderOnlyOutput:
         """Encode ``ids`` ``(B, S)`` (padded with ``pad_id``) and apply the heads.
 
         ``mlm_positions`` ``(B, S)`` bool: score only those positions, so
         ``mlm_logits`` is ``(N, V)`` for the ``N`` selected ones (training on
         the masked ~15% projects 15% of the ``B*S`` rows). ``mlm=False``: no
-        MLM logits at all.
+        MLM logits at all (a classifier's training and inference).
+        ``token_types`` ``(B, S)``: segment ids (see the module doc); a model
+        without segment embeddings accepts only zeros or ``None``.
         """
         real = ids != self.pad_id
         encoded = self.encoder(
-            self.embed(ids), mask=padding_mask(ids, self.pad_id), need_weights=need_weights
+            self.embed(ids, extra=self._segments(ids, token_types)),
+            mask=padding_mask(ids, self.pad_id),
+            need_weights=need_weights,
         )
         hidden = encoded.hidden
         class_logits = None

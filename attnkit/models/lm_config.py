@@ -20,7 +20,7 @@ from attnkit.models.config_base import (
     check_special_ids,
 )
 from attnkit.models.presets import DECODER_ONLY_PRESETS, ENCODER_ONLY_PRESETS
-from attnkit.validation import at_least
+from attnkit.validation import at_least, require
 
 Pooling = Literal["first", "mean"]
 
@@ -63,7 +63,11 @@ class EncoderOnlyConfig(AttentionStackConfig):
     and ``mask_id = tokenizer.vocab_size`` (see ``attnkit.data.mlm.mlm_vocab``).
     ``num_labels = 0`` builds no classification head; ``pooling`` picks the
     sequence summary it reads (``"first"`` token, as BERT's [CLS], or the
-    ``"mean"`` over real tokens).
+    ``"mean"`` over real tokens); ``label_names`` (empty, or one per label)
+    name its outputs, so a classifier's checkpoint carries its label mapping.
+    ``type_vocab_size > 0`` adds BERT's token-type (segment) embeddings, one
+    row per segment of a sentence pair; 0 (the default, and every checkpoint
+    written before the field existed) has none.
     """
 
     family: ClassVar[str] = "encoder_only"
@@ -76,6 +80,8 @@ class EncoderOnlyConfig(AttentionStackConfig):
     vocab_size: int = 8001
     num_labels: int = 2
     pooling: Pooling = "first"
+    label_names: tuple[str, ...] = ()
+    type_vocab_size: int = 0
     pad_id: int = 0
     bos_id: int = 1
     eos_id: int = 2
@@ -83,7 +89,12 @@ class EncoderOnlyConfig(AttentionStackConfig):
 
     def _check_family(self) -> None:
         at_least(self, ("num_layers",), 1)
-        at_least(self, ("num_labels",), 0)
+        at_least(self, ("num_labels", "type_vocab_size"), 0)
+        require(
+            "label_names",
+            not self.label_names or len(self.label_names) == self.num_labels,
+            f"{len(self.label_names)} names for num_labels={self.num_labels}",
+        )
         check_special_ids(
             {"pad_id": self.pad_id, "bos_id": self.bos_id, "eos_id": self.eos_id,
              "mask_id": self.mask_id},

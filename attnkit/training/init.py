@@ -191,10 +191,11 @@ def config_from_initial(
     ``given`` is the run's ``model`` mapping as the user wrote it (``family``,
     ``preset`` and fields). A ``preset`` contributes its fields, which the
     explicit ones override. ``task_fields`` are what the task itself derives
-    (vocabulary sizes and special ids from the tokenizer, a classifier's
-    classes from the data); ``head_fields`` are the task fields that may differ
-    from the checkpoint (the head is then rebuilt). ``families``: the families
-    the task trains. Raises ``ConfigError`` naming ``model.<key>``.
+    (vocabulary sizes and special ids from the tokenizer, a classifier's classes
+    from the data): ``head_fields`` among them take the task's value (the head is
+    then rebuilt), the others keep the checkpoint's (its tokenizer is the one the
+    task uses). ``families``: the families the task trains. Raises
+    ``ConfigError`` naming ``model.<key>``.
     """
     family = init_config.family
     fields = dict(given)
@@ -214,7 +215,10 @@ def config_from_initial(
     if preset is not None:
         if preset not in cls.presets:
             raise ConfigError(f"model.preset: unknown preset {preset!r} of family {family!r}")
-        fields = {**cls.presets[preset], **fields}
+        # As when training from scratch: the task's own fields (vocabulary sizes from the
+        # tokenizer) override the preset's, and the explicit keys override both.
+        overridden = {k: v for k, v in cls.presets[preset].items() if k not in (task_fields or {})}
+        fields = {**overridden, **fields}
     current = init_config.to_dict()
     known = [f.name for f in dataclasses.fields(cls)]  # type: ignore[arg-type]
     for key in fields:
@@ -224,7 +228,7 @@ def config_from_initial(
     for key, value in fields.items():
         if _same(value, current[key]):
             continue
-        if key not in NON_ARCHITECTURE_KEYS:
+        if key not in NON_ARCHITECTURE_KEYS and key not in head_fields:
             raise ConfigError(
                 f"model.{key}: {value!r} would change the architecture of the --init "
                 f"checkpoint ({key}={current[key]!r}); remove it (the architecture comes "
@@ -232,14 +236,10 @@ def config_from_initial(
             )
         changes[key] = value
     for key, value in (task_fields or {}).items():
-        if _same(value, current[key]) or key in changes:
-            continue
-        if key not in head_fields:
-            raise ConfigError(
-                f"model.{key}: the task needs {value!r}, but the --init checkpoint has "
-                f"{current[key]!r}; this checkpoint does not fit the task"
-            )
-        changes[key] = value
+        # Other task fields follow the tokenizer, which is the checkpoint's own: its
+        # values stand (a model may have more rows than its tokenizer has ids).
+        if key in head_fields and key not in changes and not _same(value, current[key]):
+            changes[key] = value
     if not changes:
         return init_config
     try:

@@ -116,7 +116,11 @@ class Trainer:
             betas=cfg.betas or task.betas,
             eps=cfg.eps or task.eps,
             weight_decay=cfg.weight_decay,
-            fused=None if self.fast else False,
+            # train.fused_optimizer: torch's fused Adam/AdamW kernel (CUDA and CPU);
+            # unset, it follows train.fast (fused where the fast paths are on, CUDA).
+            fused=(None if self.fast else False)
+            if cfg.fused_optimizer is None
+            else cfg.fused_optimizer,
         )
         self.scheduler = build_scheduler(
             self.optimizer,

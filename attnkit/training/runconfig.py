@@ -18,13 +18,18 @@ from pathlib import Path
 from typing import Any, Literal
 
 from attnkit.errors import ConfigError
+from attnkit.training.freeze import check_freeze_entry
 from attnkit.validation import at_least, check_fields, from_mapping, in_range, require, suggest
 
 # translation: an encoder-decoder on parallel text; lm: a decoder-only (GPT-style)
 # causal LM on one text file; mlm: an encoder-only (BERT-style) masked LM on one;
-# image_classification: a Vision Transformer on labelled images.
-Task = Literal["translation", "lm", "mlm", "image_classification"]
-TASKS: tuple[str, ...] = ("translation", "lm", "mlm", "image_classification")
+# image_classification: a Vision Transformer on labelled images; text_classification:
+# an encoder-only model labels sentences or sentence pairs.
+Task = Literal["translation", "lm", "mlm", "image_classification", "text_classification"]
+TASKS: tuple[str, ...] = (
+    "translation", "lm", "mlm", "image_classification", "text_classification",
+)  # fmt: skip
+TEXT_CLASSIFICATION = ("text_classification",)
 LM_TASKS = ("lm", "mlm")
 IMAGE_TASKS = ("image_classification",)
 
@@ -33,10 +38,10 @@ IMAGE_TASKS = ("image_classification",)
 TASK_KEYS: dict[str, tuple[str, ...]] = {
     "data.src_lang": ("translation",),
     "data.tgt_lang": ("translation",),
-    "data.train": ("translation",),
-    "data.valid": ("translation",),
+    "data.train": ("translation", *TEXT_CLASSIFICATION),
+    "data.valid": ("translation", *TEXT_CLASSIFICATION),
     "data.test": ("translation",),
-    "data.max_len": ("translation",),
+    "data.max_len": ("translation", *TEXT_CLASSIFICATION),
     "data.skip_empty": ("translation",),
     "data.text": LM_TASKS,
     "data.valid_fraction": (*LM_TASKS, *IMAGE_TASKS),
@@ -47,6 +52,8 @@ TASK_KEYS: dict[str, tuple[str, ...]] = {
     "train.valid_bleu_sentences": ("translation",),
     "train.eval_blocks": LM_TASKS,
     "train.mask_prob": ("mlm",),
+    "train.batch_size": TEXT_CLASSIFICATION,
+    "train.group_by_length": TEXT_CLASSIFICATION,
     "decode": ("translation",),
 }
 
@@ -63,6 +70,8 @@ class DataConfig:
     ``labels`` CSV (``filename,label`` lines; default ``{images}/labels.csv``,
     relative to ``dir``) names its images; a stratified ``valid_fraction``
     (default 0.2, which for the digits is the fixed 1,438 / 359 split) is held out.
+    ``text_classification`` reads the labelled TSV or JSONL files ``{dir}/{train}``
+    and ``{dir}/{valid}`` (null: none) and cuts examples to ``max_len`` tokens.
     """
 
     dir: str = "."
@@ -71,7 +80,9 @@ class DataConfig:
     train: str = "train"
     valid: str | None = "valid"
     test: str | None = None
-    max_len: int = 256  # tokens; longer training pairs are dropped (and counted)
+    # tokens; translation: longer training pairs are dropped (and counted);
+    # text_classification: longer examples are cut to it (and counted)
+    max_len: int = 256
     skip_empty: bool = False
     text: str | None = None  # lm/mlm: the text file
     # lm/mlm: the held-out tail of the text (null: 0.1); image_classification:
@@ -160,6 +171,13 @@ class TrainConfig:
     valid_bleu_sentences: int = 500  # translation: 0 = no BLEU during training
     eval_blocks: int = 200  # lm/mlm: validation blocks per evaluation
     mask_prob: float = 0.15  # mlm: the share of tokens selected for prediction
+    batch_size: int = 32  # text_classification: examples per batch and rank
+    # text_classification: examples of similar length share a batch (less padding)
+    group_by_length: bool = True
+    # Parameters kept as they are (any task): "embeddings", "layers:N" (the first N of
+    # every layer stack) or name patterns ("encoder.layers.0", "*.ffn.*"); see
+    # attnkit/training/freeze.py.
+    freeze: tuple[str, ...] = ()
     compile: bool = False  # always compile the training forward (see also fast)
     # fp32 products on the CPU: oneDNN (1.3-2.3x MKL's sgemm on the AMD EPYC we measure
     # on; bench/NOTES.md) or MKL (PyTorch's default). auto: oneDNN when available.
@@ -168,6 +186,10 @@ class TrainConfig:
     # attnkit/training/fast.py says what each does. `--no-fast` sets off.
     # YAML reads a bare on/off as true/false; both spellings are accepted.
     fast: Literal["auto", "on", "off"] | bool = "auto"
+    # torch's fused Adam/AdamW kernel, one pass over every parameter per update (CUDA
+    # and CPU; on the 2-core EPYC 4x faster than the per-tensor loop for MiniLM's 23M
+    # parameters: bench/NOTES.md). null: as train.fast says (on CUDA only).
+    fused_optimizer: bool | None = None
     # Updates skipped in a row for a non-finite loss or gradient norm before training
     # stops with an error (fp16 overflows, which the loss scaler handles, do not count).
     max_nonfinite: int = 10
@@ -181,7 +203,7 @@ class TrainConfig:
         if isinstance(self.fast, bool):
             self.fast = "on" if self.fast else "off"
         at_least(self, ("max_steps", "max_tokens", "grad_accum", "log_every", "eval_every"), 1)
-        at_least(self, ("eval_blocks",), 1)
+        at_least(self, ("eval_blocks", "batch_size"), 1)
         keys = ("save_every", "keep_last", "warmup_steps", "valid_bleu_sentences")
         at_least(self, (*keys, "max_nonfinite"), 0)
         require("lr", self.lr > 0, f"must be > 0, got {self.lr}")
@@ -208,6 +230,8 @@ class TrainConfig:
         if self.eps is not None:
             require("eps", self.eps > 0, f"must be > 0, got {self.eps}")
         require("mask_prob", 0.0 < self.mask_prob < 1.0, f"must be in (0, 1), got {self.mask_prob}")
+        for entry in self.freeze:
+            check_freeze_entry(entry)
 
 
 @dataclass

@@ -122,6 +122,39 @@ def attention_for_text(
     return weights, labels, labels
 
 
+def attention_for_classifier(
+    model: Any,
+    tokenizer: Any,
+    text: str,
+    *,
+    layer: int = -1,
+    head: int | None = None,
+) -> tuple[Tensor, list[str], Tensor]:
+    """The self-attention of a text classifier over ``[CLS] text [SEP]`` (a ``text_a<TAB>text_b``
+    pair: ``[CLS] a [SEP] b [SEP]``, with token types), as it is classified.
+
+    Returns ``(weights (T, T), tokens, label probabilities (K,))``; the text is
+    cut to the model's positions.
+    """
+    import torch
+
+    from attnkit.data.classification import split_input_line
+    from attnkit.evaluation.text_classification import encode_texts
+
+    model.eval()
+    device = next(model.parameters()).device
+    first, second = split_input_line(text, "text")
+    encoded = encode_texts(tokenizer, [first], None if second is None else [second],
+                           model.config.max_len)  # fmt: skip
+    ids = torch.tensor(encoded.ids, device=device)
+    types = torch.tensor(encoded.types, device=device) if model.config.type_vocab_size else None
+    with torch.no_grad():
+        result = model(ids, need_weights=True, mlm=False, token_types=types)
+    weights = select_heads(result.attentions, layer=layer, head=head)[0]
+    probs = result.class_logits[0].float().softmax(-1).cpu()
+    return weights, token_strings(tokenizer, encoded.ids[0]), probs
+
+
 def token_strings(tokenizer: Any, ids: Sequence[int]) -> list[str]:
     """Readable labels for token ids (subword pieces as the tokenizer shows them)."""
     specials = {tokenizer.eos_id: "</s>", tokenizer.bos_id: "<s>", tokenizer.pad_id: "<pad>"}

@@ -101,7 +101,37 @@ def test_hidden_states_and_sentence_embeddings_match_hf(imported, reference):
 
 def test_import_record_says_what_is_approximate(imported):
     notes = " ".join(json.loads((imported / "import.json").read_text())["notes"])
-    assert "single-segment" in notes and "placeholder" in notes and "pooler" in notes
+    assert "placeholder" in notes and "pooler" in notes
+    assert "segment" not in notes  # token types are imported as such now
+    assert load_model(imported, "cpu").config.type_vocab_size == 2
+
+
+def test_sentence_pairs_match_bert_with_token_type_ids(minilm, imported):
+    """Segment embeddings: [CLS] a [SEP] b [SEP] with token types 0/1, as BertModel reads it."""
+    from transformers import AutoTokenizer, BertModel
+
+    from attnkit.evaluation.text_classification import encode_texts
+
+    first, second = SENTENCES[:6], SENTENCES[6:12]
+    tok = AutoTokenizer.from_pretrained(minilm)
+    enc = tok(first, second, padding=True, return_tensors="pt")
+    assert int(enc.token_type_ids.max()) == 1
+    with torch.no_grad():
+        hidden = BertModel.from_pretrained(minilm).eval()(**enc).last_hidden_state
+    loaded = load_model(imported, "cpu")
+    ours = encode_texts(loaded.tokenizer, first, second, 512)
+    assert ours.ids == [row[row != 0].tolist() for row in enc.input_ids]  # same ids, same cut
+    ids, types = enc.input_ids, enc.token_type_ids
+    with torch.no_grad():
+        out = loaded.model(ids, mlm=False, token_types=types).hidden
+    real = enc.attention_mask.bool()
+    assert torch.equal(types[real], torch.tensor([t for row in ours.types for t in row]))
+    diff = (out - hidden)[real].abs().max().item()
+    assert diff <= 1e-5, diff
+    # Reading the pair as one segment is measurably different (the type-1 row matters).
+    with torch.no_grad():
+        flat = loaded.model(ids, mlm=False).hidden
+    assert (flat - hidden)[real].abs().max().item() > 1e-2
 
 
 def test_bert_with_mlm_and_classifier_heads(tmp_path):

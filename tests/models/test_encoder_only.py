@@ -102,3 +102,56 @@ def test_config_round_trip_and_validation():
         EncoderOnlyConfig.from_dict({"poling": "mean"})
     with pytest.raises(ConfigError, match="family"):
         EncoderOnlyConfig.from_dict({"family": "decoder_only"})
+
+
+# -- token-type (segment) embeddings and label names --------------------------------------
+
+
+def test_segment_embeddings_are_added_before_the_norm_and_default_to_type_zero():
+    model = tiny(type_vocab_size=2, embedding_norm=True)
+    torch.nn.init.normal_(model.token_types.weight)
+    x = ids(2, 7)
+    types = torch.tensor([[0, 0, 0, 1, 1, 1, 1], [0, 0, 0, 0, 0, 0, 0]])
+    with torch.no_grad():
+        default, zeros, pair = (
+            model(x),
+            model(x, token_types=torch.zeros_like(x)),
+            model(x, token_types=types),
+        )
+        e = model.embed
+        expected = e.norm(e.tokens(x) + e.positions(7) + model.token_types(types))
+        hidden = model.encoder(expected, mask=None).hidden
+    torch.testing.assert_close(default.hidden, zeros.hidden, rtol=0, atol=0)
+    torch.testing.assert_close(pair.hidden, hidden, rtol=0, atol=1e-12)
+    assert not torch.allclose(pair.hidden[0], default.hidden[0])  # the second segment differs
+    torch.testing.assert_close(pair.hidden[1], default.hidden[1], rtol=0, atol=0)
+
+
+def test_fresh_segment_embeddings_start_at_zero_and_learn():
+    model = tiny(type_vocab_size=2)
+    assert torch.count_nonzero(model.token_types.weight) == 0
+    x = ids(1, 6)
+    types = torch.tensor([[0, 0, 0, 1, 1, 1]])
+    torch.testing.assert_close(model(x, token_types=types).hidden, model(x).hidden)
+    model.train()
+    model(x, token_types=types, mlm=False).class_logits.sum().backward()
+    assert model.token_types.weight.grad.abs().sum() > 0
+
+
+def test_a_model_without_segments_refuses_a_second_segment():
+    model = tiny()
+    assert model.token_types is None and "token_types.weight" not in model.state_dict()
+    x = ids(1, 4)
+    model(x, token_types=torch.zeros_like(x))  # all type 0: fine
+    with pytest.raises(ValueError, match="type_vocab_size=0"):
+        model(x, token_types=torch.tensor([[0, 0, 1, 1]]))
+
+
+def test_label_names_must_match_num_labels_and_old_configs_load():
+    config = EncoderOnlyConfig(num_labels=2, label_names=("neg", "pos"))
+    assert EncoderOnlyConfig.from_dict(config.to_dict()) == config
+    with pytest.raises(ConfigError, match="label_names: 1 names for num_labels=2"):
+        EncoderOnlyConfig(num_labels=2, label_names=("neg",))
+    old = config.to_dict()
+    del old["label_names"], old["type_vocab_size"]  # a checkpoint written before the fields
+    assert EncoderOnlyConfig.from_dict(old).type_vocab_size == 0

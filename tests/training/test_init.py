@@ -179,8 +179,12 @@ def test_config_from_initial_rules():
     # The task's head fields may change; its other fields may not.
     got = config_from_initial(base, {}, task_fields={"num_labels": 3}, head_fields=["num_labels"])
     assert got.num_labels == 3
-    with pytest.raises(ConfigError, match=r"model\.vocab_size"):
-        config_from_initial(base, {}, task_fields={"vocab_size": 60})
+    got = config_from_initial(base, {"num_labels": 3}, head_fields=["num_labels"])  # or given
+    assert got.num_labels == 3
+    # Fields that follow the tokenizer keep the checkpoint's (its tokenizer is the one used).
+    assert config_from_initial(base, {}, task_fields={"vocab_size": 49}).vocab_size == 50
+    with pytest.raises(ConfigError, match=r"model\.vocab_size"):  # unless given explicitly
+        config_from_initial(base, {"vocab_size": 60})
     with pytest.raises(ConfigError, match=r"model\.num_layer: unknown key; did you mean"):
         config_from_initial(base, {"num_layer": 2})
     with pytest.raises(ConfigError, match="trains decoder_only"):
@@ -265,3 +269,99 @@ def test_a_vision_transformer_continues_on_new_classes_with_a_fresh_head(tmp_pat
             assert model.state_dict()[name].shape[0] == 3
         else:
             assert torch.equal(model.state_dict()[name], value), name
+
+
+# -- continuing a translation model on new data -----------------------------------------
+
+TRANSLATION = """
+task: translation
+data: {{dir: {dir}, src_lang: de, tgt_lang: en, train: {train}, valid: null, max_len: 64}}
+tokenizer: {{kind: char}}
+model: {{preset: small, d_model: 32, num_heads: 2, d_ff: 64, num_encoder_layers: 1,
+        num_decoder_layers: 1, max_len: 64}}
+train: {{max_steps: 30, max_tokens: 600, warmup_steps: 5, lr: 2.0, log_every: 1,
+        eval_every: 1000, save_every: 0, valid_bleu_sentences: 0}}
+"""
+
+
+def _parallel(root: Path, name: str, pairs: list[tuple[str, str]]) -> None:
+    (root / f"{name}.de").write_text("".join(s + "\n" for s, _ in pairs), encoding="utf-8")
+    (root / f"{name}.en").write_text("".join(t + "\n" for _, t in pairs), encoding="utf-8")
+
+
+@pytest.fixture(scope="module")
+def de_en_run(tmp_path_factory) -> Path:
+    """A tiny German -> English model of the numbers (the synthetic Multi30k stand-in)."""
+    from attnkit.data.synthetic import number_splits
+
+    root = tmp_path_factory.mktemp("de_en")
+    splits = number_splits(200, 10, 10, low=1, high=499, seed=0)
+    _parallel(root, "old", [(t, s) for s, t in splits["train"]])  # number_splits is en -> de
+    config = root / "base.yaml"
+    config.write_text(TRANSLATION.format(dir=root, train="old"), encoding="utf-8")
+    out = root / "base"
+    assert main(["train", "--config", str(config), "--out", str(out), "--no-progress"]) == 0
+    return out
+
+
+def test_a_translation_model_continues_with_its_own_tokenizer_and_the_same_loss(
+    de_en_run, tmp_path, capsys
+):
+    from attnkit.data.synthetic import number_splits
+    from attnkit.training.runconfig import load_run_config
+    from attnkit.training.tasks import task_from_run
+    from attnkit.training.tasks.base import TaskContext
+
+    root = de_en_run.parent
+    new = number_splits(120, 10, 10, low=500, high=999, seed=3)["train"]
+    _parallel(root, "new", [(t, s) for s, t in new])
+    config = tmp_path / "more.yaml"
+    # No model section: the model is the checkpoint's; dropout 0 so the first training
+    # loss is the checkpoint's own loss on the first batch.
+    config.write_text(
+        TRANSLATION.format(dir=root, train="new").replace(
+            "model: {preset: small, d_model: 32, num_heads: 2, d_ff: 64, num_encoder_layers: 1,\n"
+            "        num_decoder_layers: 1, max_len: 64}",
+            "model: {dropout: 0.0}",
+        ),
+        encoding="utf-8",
+    )
+    out = tmp_path / "more"
+    assert main(["train", "--config", str(config), "--out", str(out), "--no-progress",
+                 "--init", str(de_en_run), "--set", "train.max_steps=2"]) == 0  # fmt: skip
+    first = json.loads((out / "metrics.jsonl").read_text().splitlines()[0])
+    assert first["split"] == "train" and first["step"] == 1
+    # The checkpoint's loss on that same first batch, computed apart from the trainer.
+    run = load_run_config(config)
+    initial = load_initial(de_en_run)
+    task = task_from_run(run, None, initial)
+    task.setup(TaskContext())
+    batch, _ = task.next_batch()
+    model = ckpt.load_model(de_en_run, "cpu").model
+    model.train()  # as in training; dropout is 0 (the new run's setting, not the old model's)
+    for module in model.modules():
+        if isinstance(module, torch.nn.Dropout):
+            module.p = 0.0
+    sums = task.loss(model, batch)
+    assert first["loss"] == pytest.approx(float(sums.loss.detach()) / sums.tokens, rel=1e-5)
+    assert task.tokenizer.to_json() == initial.tokenizer.to_json()
+
+
+def test_unknown_tokens_in_the_new_data_are_reported(de_en_run, tmp_path, capsys):
+    root = tmp_path
+    # "ß" and "ü" are in German numbers; "Q", "x", "@" never were: the char vocabulary lacks them.
+    _parallel(root, "odd", [("Qxü zwei @", "two"), ("drei", "three x")] * 20)
+    config = tmp_path / "odd.yaml"
+    config.write_text(TRANSLATION.format(dir=root, train="odd"), encoding="utf-8")
+    capsys.readouterr()
+    assert main(["train", "--config", str(config), "--out", str(tmp_path / "o"), "--no-progress",
+                 "--init", str(de_en_run), "--set", "train.max_steps=1"]) == 0  # fmt: skip
+    printed = capsys.readouterr().out
+    tok = ckpt.load_model(de_en_run, "cpu").tokenizer
+    src = [tok.encode(s) for s in ["Qxü zwei @", "drei"] * 20]
+    share = sum(x.count(tok.unk_id) for x in src) / sum(len(x) for x in src)
+    assert share > 0
+    assert (
+        f"unknown tokens (mapped to the tokenizer's unknown id): {100 * share:.2f}% of source"
+        in printed
+    )

@@ -1,8 +1,9 @@
 """Training tasks: a plain table ``task name -> task class``, and building one from a run.
 
 ``translation`` (encoder-decoder on parallel text), ``lm`` (decoder-only
-causal LM), ``mlm`` (encoder-only masked LM) and ``image_classification``
-(a Vision Transformer on labelled images) each implement the protocol in
+causal LM), ``mlm`` (encoder-only masked LM), ``image_classification``
+(a Vision Transformer on labelled images) and ``text_classification`` (an
+encoder-only model on labelled sentences or pairs) each implement the protocol in
 ``tasks/base.py``; ``attnkit.training.loop.Trainer`` trains any of them.
 """
 
@@ -18,6 +19,11 @@ from attnkit.training.runconfig import RunConfig
 from attnkit.training.tasks.base import LossSums, Task, TaskContext
 from attnkit.training.tasks.image import ImageClassificationTask, load_images
 from attnkit.training.tasks.language_model import CausalLMTask, MaskedLMTask
+from attnkit.training.tasks.text_classification import (
+    TextClassificationTask,
+    build_classifier_tokenizer,
+    load_labelled,
+)
 from attnkit.training.tasks.translation import TranslationTask, build_tokenizer, load_parallel
 
 TASK_CLASSES: dict[str, type[Any]] = {
@@ -25,6 +31,7 @@ TASK_CLASSES: dict[str, type[Any]] = {
     "lm": CausalLMTask,
     "mlm": MaskedLMTask,
     "image_classification": ImageClassificationTask,
+    "text_classification": TextClassificationTask,
 }
 
 
@@ -44,6 +51,12 @@ def task_from_run(
     if run.task == "image_classification":
         train_images, held_out = load_images(run, initial)
         return ImageClassificationTask(run, train_images, held_out, initial=initial)
+    if run.task == "text_classification":
+        examples = load_labelled(data, data.train, "data.train")
+        assert examples is not None  # data.train is never null
+        valid_examples = load_labelled(data, data.valid, "data.valid")
+        tokenizer = tokenizer or build_classifier_tokenizer(run.tokenizer, examples)
+        return TextClassificationTask(run, tokenizer, examples, valid_examples, initial=initial)
     if run.task == "translation":
         train = load_parallel(data, data.train)
         valid = load_parallel(data, data.valid) if data.valid else None
@@ -78,6 +91,7 @@ __all__ = [
     "MaskedLMTask",
     "Task",
     "TaskContext",
+    "TextClassificationTask",
     "TranslationTask",
     "task_from_run",
 ]

@@ -22,6 +22,7 @@ Tasks: ``translation`` (``tasks/translation.py``), ``lm`` and ``mlm``
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol
@@ -34,6 +35,7 @@ from attnkit.data.tokenizers import Tokenizer
 from attnkit.errors import ConfigError
 from attnkit.models import build_model, config_from_preset
 from attnkit.training.distributed import DistContext
+from attnkit.training.freeze import freeze as freeze_parameters
 from attnkit.training.init import Initial, config_from_initial, load_initial_weights
 from attnkit.training.runconfig import RunConfig
 
@@ -214,15 +216,46 @@ def model_config_from_run(
 
 
 def build_task_model(
-    config: Any, initial: Initial | None = None, *, head: tuple[str, ...] = ()
+    config: Any,
+    initial: Initial | None = None,
+    *,
+    head: tuple[str, ...] = (),
+    freeze: Sequence[str] = (),
 ) -> nn.Module:
     """A task's model for ``config``: freshly initialised (the trainer seeded the RNG), then,
     with ``initial`` (``--init``), given the checkpoint's weights; the modules under the
-    prefixes ``head`` keep their fresh initialisation where the checkpoint has none that fit."""
+    prefixes ``head`` keep their fresh initialisation where the checkpoint has none that fit.
+    ``freeze``: ``train.freeze`` (``attnkit.training.freeze``)."""
     model = build_model(config)
     if initial is not None:
         load_initial_weights(model, initial, head=head)
+    if freeze:
+        freeze_parameters(model, freeze)
     return model
+
+
+def unknown_note(tokenizer: Tokenizer, sides: dict[str, Sequence[Sequence[int]] | Tensor]) -> str:
+    """``", unknown tokens: 1.20% of source, 0.40% of target"``: the share of ids that the
+    tokenizer mapped to its unknown id, per side; ``""`` when there are none.
+
+    A tokenizer trained on the data knows all of it; one that came with a checkpoint
+    (``--init``) may not, and the run says so instead of training on ``<unk>`` silently.
+    """
+    unk = tokenizer.unk_id
+    if unk is None:
+        return ""
+    shares = {}
+    for side, ids in sides.items():
+        if isinstance(ids, Tensor):
+            total, unknown = ids.numel(), int((ids == unk).sum())
+        else:
+            total = sum(len(x) for x in ids)
+            unknown = sum(list(x).count(unk) for x in ids)
+        shares[side] = unknown / max(total, 1)
+    if not any(shares.values()):
+        return ""
+    parts = ", ".join(f"{100 * share:.2f}% of {side}" for side, share in shares.items())
+    return f", unknown tokens (mapped to the tokenizer's unknown id): {parts}"
 
 
 def check_vocab_fits(config: Any, fields: tuple[str, ...], tokenizer: Tokenizer) -> None:

@@ -184,7 +184,9 @@ class ImageClassificationTask:
         self.context = context
 
     def build_model(self) -> nn.Module:
-        return build_task_model(self.model_config, self.initial, head=("head",))
+        return build_task_model(
+            self.model_config, self.initial, head=("head",), freeze=self.cfg.freeze
+        )
 
     def describe(self) -> str:
         held_out = len(self.valid) if self.valid is not None else 0

@@ -45,6 +45,7 @@ from attnkit.training.tasks.base import (
     build_task_model,
     check_vocab_fits,
     model_config_from_run,
+    unknown_note,
     with_moe_losses,
 )
 
@@ -87,13 +88,16 @@ class _BlockTask:
         self.context = context
 
     def build_model(self) -> nn.Module:
-        return build_task_model(self.model_config, self.initial, head=self.head)
+        return build_task_model(
+            self.model_config, self.initial, head=self.head, freeze=self.cfg.freeze
+        )
 
     def describe(self) -> str:
+        unknown = unknown_note(self.tokenizer, {"the text": self.corpus.train})
         return (
             f"{self.corpus.train.numel()} training tokens, {self.corpus.valid.numel()} "
             f"validation tokens, vocabulary {self.tokenizer.vocab_size}, {self.batch_size} "
-            f"blocks of {self.model_config.max_len} tokens per batch"
+            f"blocks of {self.model_config.max_len} tokens per batch{unknown}"
         )
 
     def _global_batch(self) -> Batch:

@@ -41,6 +41,7 @@ from attnkit.training.tasks.base import (
     build_task_model,
     check_vocab_fits,
     model_config_from_run,
+    unknown_note,
     with_moe_losses,
 )
 
@@ -166,7 +167,7 @@ class TranslationTask:
         self.chunked = context.fast and not context.dist.enabled
 
     def build_model(self) -> nn.Module:
-        model = build_task_model(self.model_config, self.initial)
+        model = build_task_model(self.model_config, self.initial, freeze=self.cfg.freeze)
         # The chunked loss projects the decoder's hidden states itself (RNNs add dropout first).
         self._output_proj = model.output_proj if isinstance(model, EncoderDecoder) else None
         return model
@@ -177,10 +178,12 @@ class TranslationTask:
             if self.dropped_empty
             else ""
         )
+        unknown = unknown_note(self.tokenizer, {"source": self.corpus.src,
+                                                "target": self.corpus.tgt})  # fmt: skip
         return (
             f"{len(self.corpus.src) + self.corpus.dropped} training pairs "
             f"({self.corpus.dropped} longer than data.max_len={self.run.data.max_len} "
-            f"dropped{empty}), vocabulary {self.tokenizer.vocab_size}"
+            f"dropped{empty}), vocabulary {self.tokenizer.vocab_size}{unknown}"
         )
 
     # -- batches -------------------------------------------------------------------

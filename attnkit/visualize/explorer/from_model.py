@@ -10,7 +10,9 @@ requested, drops the batch axis and returns an :class:`ExplorerExample`:
 * translation (RNN with attention): the one cross-attention map, one layer of
   one head;
 * causal LM: the self-attention over prompt + continuation (``"sequence"``);
-* masked LM: the self-attention over the input, mask markers included.
+* masked LM: the self-attention over the input, mask markers included;
+* text classifier: the self-attention over ``[CLS] text [SEP]`` (token types
+  for a pair), the labels with their probabilities as the n-best list.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import torch
 from attnkit.visualize.attention import token_strings
 from attnkit.visualize.explorer.payload import AttentionGroup, ExplorerExample, Hypothesis
 
-__all__ = ["causal_lm_example", "masked_lm_example", "seq2seq_example"]
+__all__ = ["causal_lm_example", "classifier_example", "masked_lm_example", "seq2seq_example"]
 
 
 def _layers(weights: Sequence[torch.Tensor] | None) -> list[Any]:
@@ -132,5 +134,35 @@ def masked_lm_example(
         nbest=[Hypothesis(output, float("nan"))] if output else [],
         groups=[AttentionGroup("self-attention", _layers(out.attentions))],
         output=output,
+        title=title,
+    )
+
+
+@torch.no_grad()
+def classifier_example(
+    model: Any,
+    tokenizer: Any,
+    ids: Sequence[int],
+    token_types: Sequence[int] | None,
+    label_names: Sequence[str],
+    *,
+    title: str = "",
+) -> ExplorerExample:
+    """A text classifier's self-attention over ``ids`` (``[CLS] a [SEP] ...``); the n-best list
+    is every label with its probability, most likely first."""
+    device = _device(model)
+    types = None
+    if token_types is not None and model.config.type_vocab_size > 0:
+        types = torch.tensor([list(token_types)], device=device)
+    out = model(torch.tensor([list(ids)], device=device), need_weights=True, mlm=False,
+                token_types=types)  # fmt: skip
+    probs = out.class_logits[0].float().softmax(-1).tolist()
+    ranked = sorted(zip(label_names, probs), key=lambda x: -x[1])
+    return ExplorerExample(
+        kind="masked_lm",
+        source=token_strings(tokenizer, ids),
+        nbest=[Hypothesis(name, float(p)) for name, p in ranked],
+        groups=[AttentionGroup("self-attention", _layers(out.attentions))],
+        output=f"{ranked[0][0]} ({ranked[0][1]:.3f})",
         title=title,
     )

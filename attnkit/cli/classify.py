@@ -1,0 +1,95 @@
+"""Label texts with a text-classification checkpoint (``task: text_classification``).
+
+Reads one example per line, from --input or standard input: a text, or a
+sentence pair as text_a<TAB>text_b. Prints one line per example: the label
+and its probability (tab-separated), or with --json one JSON object with
+every label's probability. Examples longer than the model's positions (or
+--max-len tokens) are cut, and a warning on stderr says how many.
+
+Example:
+  echo "a gripping , funny film ." | attnkit classify --checkpoint runs/sst2
+  attnkit classify --checkpoint runs/sst2 --input reviews.txt --json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from attnkit.cli.common import (
+    add_device_argument,
+    add_precision_argument,
+    apply_precision,
+    load_for,
+)
+from attnkit.errors import DataError, UsageError
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--checkpoint", required=True, help="checkpoint or run directory")
+    parser.add_argument("--input", help="file of examples, one per line (default: stdin)")
+    parser.add_argument("--batch-size", type=int, default=64, help="examples per batch")
+    parser.add_argument(
+        "--max-len", type=int, help="cut examples to this many tokens (default: the model's)"
+    )
+    parser.add_argument("--json", action="store_true", help="one JSON object per example")
+    add_precision_argument(parser)
+    add_device_argument(parser)
+
+
+def load_classifier(command: str, path: str, device: str | None) -> Any:
+    """An encoder-only checkpoint with a classification head, for ``attnkit command``."""
+    loaded = load_for(command, path, device)
+    if getattr(loaded.config, "num_labels", 0) < 1:
+        raise UsageError(
+            f"{path}: this encoder-only checkpoint has no classification head (num_labels=0); "
+            "fine-tune one with attnkit train --init CKPT and task: text_classification"
+        )
+    return loaded
+
+
+def label_names(config: Any) -> list[str]:
+    return list(config.label_names) or [str(i) for i in range(config.num_labels)]
+
+
+def run(args: argparse.Namespace) -> int:
+    from attnkit.data.classification import split_input_line
+    from attnkit.data.readers import read_input_lines
+    from attnkit.evaluation.text_classification import encode_texts, predict_probs
+
+    if args.batch_size < 1:
+        raise UsageError(f"--batch-size must be >= 1, got {args.batch_size}")
+    loaded = load_classifier("classify", args.checkpoint, args.device)
+    model, tokenizer, config = loaded.model, loaded.tokenizer, loaded.config
+    max_len = config.max_len if args.max_len is None else args.max_len
+    if not 4 <= max_len <= config.max_len:
+        raise UsageError(f"--max-len must be in [4, {config.max_len}], got {max_len}")
+    apply_precision(model, args.precision)
+    name = args.input or "<stdin>"
+    lines = read_input_lines(args.input)
+    examples = [split_input_line(line, f"{name}:{n}") for n, line in enumerate(lines, 1)]
+    for n, (text, pair) in enumerate(examples, 1):
+        if not text.strip() or (pair is not None and not pair.strip()):
+            raise DataError(f"{name}:{n}: empty text")
+    if not examples:
+        return 0
+    pairs = [p for _, p in examples if p is not None]
+    if pairs and len(pairs) != len(examples):
+        raise DataError(f"{name}: mixes single texts and text_a<TAB>text_b pairs")
+    encoded = encode_texts(tokenizer, [t for t, _ in examples], pairs or None, max_len)
+    if encoded.truncated:
+        print(f"attnkit classify: warning: {encoded.truncated} example(s) cut to {max_len} "
+              "tokens", file=sys.stderr)  # fmt: skip
+    probs = predict_probs(model, encoded, pad_id=tokenizer.pad_id, batch_size=args.batch_size)
+    names = label_names(config)
+    for row in probs:
+        best = int(row.argmax())
+        if args.json:
+            every = {n: round(float(p), 6) for n, p in zip(names, row)}
+            print(json.dumps({"label": names[best], "probability": round(float(row[best]), 6),
+                              "probabilities": every}, ensure_ascii=False))  # fmt: skip
+        else:
+            print(f"{names[best]}\t{float(row[best]):.4f}")
+    return 0
