@@ -122,6 +122,9 @@ def _image_map(args: argparse.Namespace, model: Any, config: Any, inputs: list) 
     from attnkit.cli.common import image_for
     from attnkit.visualize.image_attention import patch_attention, plot_patch_attention
 
+    if config.family == "swin":
+        return _window_map(args, model, config)
+
     layers, heads = config.num_layers, config.num_heads
     if not -layers <= args.layer < layers:
         raise UsageError(f"--layer must be in [{-layers}, {layers - 1}], got {args.layer}")
@@ -139,4 +142,29 @@ def _image_map(args: argparse.Namespace, model: Any, config: Any, inputs: list) 
     with atomic_file(args.out, option="--out", inputs=inputs) as tmp:
         plot_patch_attention(image, attention, tmp, title=title)
     print(f"wrote {args.out} ({name}: predicted {names[top]}{truth})")
+    return 0
+
+
+def _window_map(args: argparse.Namespace, model: Any, config: Any) -> int:
+    """``--image`` on a Swin model: one block's window attention, its windows drawn."""
+    from attnkit.cli.common import image_for
+    from attnkit.visualize.window_attention import plot_window_attention, window_attention
+
+    blocks = len(model.blocks())
+    if not -blocks <= args.layer < blocks:
+        raise UsageError(f"--layer must be in [{-blocks}, {blocks - 1}] (blocks), got {args.layer}")
+    stage, _ = model.blocks()[args.layer]
+    heads = config.num_heads[stage]
+    if args.head is not None and not 0 <= args.head < heads:
+        raise UsageError(f"--head must be in [0, {heads - 1}] for this block, got {args.head}")
+    image, label, name = image_for(args.image, config)
+    attention = window_attention(model, image, layer=args.layer, head=args.head)
+    names = list(config.class_names) or [str(i) for i in range(config.num_classes)]
+    top = int(attention.probs.argmax())
+    truth = f", label {names[label]}" if label is not None else ""
+    which = "mean of heads" if args.head is None else f"head {args.head}"
+    title = (f"{name}: predicted {names[top]} ({float(attention.probs[top]):.2f}){truth}\n"
+             f"block {args.layer % blocks}, {which}, weight received in each window")  # fmt: skip
+    path = plot_window_attention(image, attention, args.out, title=title)
+    print(f"wrote {path} ({name}: predicted {names[top]}{truth})")
     return 0

@@ -6,6 +6,9 @@
   ``seed=0``) that is 1,438 training and 359 held-out images, the same 359
   on every machine (the split is ours, not scikit-learn's, so its version
   cannot move it).
+* ``load_lfw_subset``: scikit-image's bundled ``lfw_subset`` (no download):
+  100 faces and 100 non-faces from Labeled Faces in the Wild, 25x25 grey,
+  resized to the model's size; classes "face", "non_face".
 * ``read_image_folder``: ``labels.csv`` lines ``filename,label`` (an optional
   ``filename,label`` header) naming images in a folder; read with Pillow,
   converted to grey or RGB, optionally resized. Every problem is one
@@ -90,6 +93,25 @@ def load_digits_set() -> ImageSet:
     images = torch.tensor(digits.images, dtype=torch.float32)[:, None] / 16.0  # pixels 0..16
     labels = torch.tensor(digits.target, dtype=torch.long)
     return ImageSet(images, labels, [str(i) for i in range(10)])
+
+
+def load_lfw_subset(image_size: int = 25) -> ImageSet:
+    """scikit-image's 200 LFW crops (100 faces, then 100 non-faces), ``(200, 1, S, S)``.
+
+    Resized (bilinear, antialiased) from 25x25 to ``image_size`` when they differ.
+    """
+    try:
+        from skimage.data import lfw_subset
+    except ImportError:
+        raise DataError("lfw_subset: needs scikit-image (pip install scikit-image)") from None
+    images = torch.tensor(lfw_subset(), dtype=torch.float32)[:, None]  # already in [0, 1]
+    if image_size != images.size(-1):
+        images = torch.nn.functional.interpolate(
+            images, size=(image_size, image_size), mode="bilinear", antialias=True,
+            align_corners=False,
+        ).clamp(0.0, 1.0)  # fmt: skip
+    labels = torch.cat([torch.zeros(100, dtype=torch.long), torch.ones(100, dtype=torch.long)])
+    return ImageSet(images, labels, ["face", "non_face"])
 
 
 def load_digits_split(test_fraction: float = 0.2, seed: int = 0) -> tuple[ImageSet, ImageSet]:

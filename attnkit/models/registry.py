@@ -28,6 +28,7 @@ from attnkit.models.encoder_only import EncoderOnlyModel
 from attnkit.models.lm_config import DecoderOnlyConfig, EncoderOnlyConfig
 from attnkit.models.rnn_config import RNNSeq2SeqConfig
 from attnkit.models.rnn_seq2seq import RNNSeq2Seq
+from attnkit.models.swin import SwinConfig, SwinTransformer
 from attnkit.models.vit import VisionTransformer, ViTConfig
 
 ModelKind = Literal["seq2seq", "causal_lm", "masked_lm", "image_classifier"]
@@ -38,7 +39,12 @@ KIND_NAMES: dict[str, str] = {
     "image_classifier": "image classifier",
 }
 AnyModelConfig = (
-    TransformerConfig | RNNSeq2SeqConfig | DecoderOnlyConfig | EncoderOnlyConfig | ViTConfig
+    TransformerConfig
+    | RNNSeq2SeqConfig
+    | DecoderOnlyConfig
+    | EncoderOnlyConfig
+    | ViTConfig
+    | SwinConfig
 )
 Seq2SeqConfig = TransformerConfig | RNNSeq2SeqConfig
 
@@ -62,6 +68,7 @@ FAMILIES: dict[str, Family] = {
         Family("decoder_only", DecoderOnlyConfig, DecoderOnlyLM, "causal_lm", "vocab_size"),
         Family("encoder_only", EncoderOnlyConfig, EncoderOnlyModel, "masked_lm", "vocab_size"),
         Family("vit", ViTConfig, VisionTransformer, "image_classifier", None),
+        Family("swin", SwinConfig, SwinTransformer, "image_classifier", None),
     )
 }
 

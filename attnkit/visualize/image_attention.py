@@ -12,8 +12,10 @@ Shapes: ``C`` channels, ``H``/``W`` image size, ``g`` patches per side.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -63,25 +65,48 @@ def plot_patch_attention(
     image: Tensor, attention: PatchAttention, path: str | Path, *, title: str = ""
 ) -> Path:
     """Draw ``image`` ``(C, H, W)``, the patch weights, and the weights over the image (PNG)."""
+    grid = attention.grid
+
+    def numbers(ax: Any, vmax: float) -> None:
+        if grid.numel() > 64:  # the numbers fit in the cells of small grids only
+            return
+        for (r, c), value in zip(
+            [(r, c) for r in range(grid.size(0)) for c in range(grid.size(1))], grid.flatten()
+        ):
+            ax.text(c, r, f"{float(value):.2f}", ha="center", va="center", fontsize=8,
+                    color="white" if float(value) < 0.6 * vmax else "black")  # fmt: skip
+
+    return plot_grid_over_image(
+        image, grid, path, grid_title=f"attention of the {attention.query}", title=title,
+        decorate=numbers,
+    )  # fmt: skip
+
+
+def plot_grid_over_image(
+    image: Tensor,
+    grid: Tensor,
+    path: str | Path,
+    *,
+    grid_title: str,
+    title: str = "",
+    decorate: Callable[[Any, float], None] | None = None,
+) -> Path:
+    """Three panels (PNG): ``image`` ``(C, H, W)``; the ``(g, g)`` grid of weights (then
+    ``decorate(axes, vmax)`` draws on it); the weights spread over the image."""
     img = image.detach().float().cpu()
     shown = img[0] if img.size(0) == 1 else img.permute(1, 2, 0)
     cmap = "gray" if img.size(0) == 1 else None
-    grid = attention.grid
     h, w = img.shape[1:]
-    # Each patch's weight spread over its pixels (nearest neighbour: the patch edges stay visible).
+    # Each cell's weight spread over its pixels (nearest neighbour: the cell edges stay visible).
     over = torch.kron(grid, torch.ones(h // grid.size(0), w // grid.size(1)))
     vmax = max(float(grid.max()), 1e-6)
     fig, axes = pyplot().subplots(1, 3, figsize=(10, 3.8))
     axes[0].imshow(shown.numpy(), cmap=cmap, vmin=0.0, vmax=1.0)
     axes[0].set_title("image", fontsize=9)
     im = axes[1].imshow(grid.numpy(), cmap="viridis", vmin=0.0, vmax=vmax)
-    if grid.numel() <= 64:  # the numbers fit in the cells
-        for (r, c), value in zip(
-            [(r, c) for r in range(grid.size(0)) for c in range(grid.size(1))], grid.flatten()
-        ):
-            axes[1].text(c, r, f"{float(value):.2f}", ha="center", va="center", fontsize=8,
-                         color="white" if float(value) < 0.6 * vmax else "black")  # fmt: skip
-    axes[1].set_title(f"attention of the {attention.query}", fontsize=9)
+    if decorate is not None:
+        decorate(axes[1], vmax)
+    axes[1].set_title(grid_title, fontsize=9)
     fig.colorbar(im, ax=axes[1], fraction=0.046, pad=0.04)
     axes[2].imshow(shown.numpy(), cmap=cmap, vmin=0.0, vmax=1.0)
     axes[2].imshow(over.numpy(), cmap="viridis", alpha=0.55, vmin=0.0, vmax=vmax)

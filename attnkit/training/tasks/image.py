@@ -1,8 +1,11 @@
-"""The image classification task: a Vision Transformer (``model.family: vit``) on labelled images.
+"""The image classification task: a Vision Transformer (``model.family: vit``) or a Swin
+Transformer (``model.family: swin``) on labelled images.
 
-Data (``data.images``): ``digits``, scikit-learn's bundled 8x8 grey digits,
-or a folder ``{data.dir}/{images}`` whose labels CSV (``data.labels``,
-default ``{images}/labels.csv``; ``filename,label`` lines) names its images.
+Data (``data.images``): ``digits``, scikit-learn's bundled 8x8 grey digits;
+``lfw_subset``, scikit-image's bundled 200 faces and non-faces (25x25 grey,
+resized to the model's ``image_size``); or a folder ``{data.dir}/{images}``
+whose labels CSV (``data.labels``, default ``{images}/labels.csv``;
+``filename,label`` lines) names its images.
 A folder's images are converted to the model's ``channels`` and resized to
 its ``image_size``; the digits need ``image_size: 8, channels: 1`` (the
 ``digits`` preset, the default). The class names (labels sorted as strings;
@@ -36,7 +39,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 import torch
 import torch.nn.functional as F
@@ -45,12 +48,14 @@ from torch import Tensor, nn
 from attnkit.data.images import (
     ImageSet,
     load_digits_set,
+    load_lfw_subset,
     random_shift,
     read_image_folder,
     stratified_split,
 )
 from attnkit.errors import ConfigError
 from attnkit.evaluation.accuracy import classification_scores
+from attnkit.models.swin import SwinConfig
 from attnkit.models.vit import ViTConfig
 from attnkit.training.init import Initial
 from attnkit.training.runconfig import RunConfig
@@ -65,26 +70,29 @@ from attnkit.training.tasks.base import (
 Batch = tuple[Tensor, Tensor]
 SPLIT_SEED = 0  # the held-out split never moves with train.seed
 DIGITS = "digits"
+LFW = "lfw_subset"
+ImageModelConfig = ViTConfig | SwinConfig
 
 
 # The classes follow the data: they may differ from an --init checkpoint's (new head).
 HEAD_FIELDS = ("num_classes", "class_names")
 
 
-def _vit_config(
+def _image_config(
     run: RunConfig, defaults: dict[str, Any], initial: Initial | None = None
-) -> ViTConfig:
-    config: ViTConfig = model_config_from_run(
-        run, families=(ViTConfig,), defaults=defaults, preset="digits", initial=initial,
+) -> ImageModelConfig:
+    families: tuple[type[ViTConfig | SwinConfig], ...] = (ViTConfig, SwinConfig)
+    config = model_config_from_run(
+        run, families=families, defaults=defaults, preset="digits", initial=initial,
         head_fields=HEAD_FIELDS,
     )  # fmt: skip
-    return config
+    return cast(ImageModelConfig, config)  # one of the two families
 
 
-def image_shape(run: RunConfig, initial: Initial | None = None) -> ViTConfig:
+def image_shape(run: RunConfig, initial: Initial | None = None) -> ImageModelConfig:
     """The model section without its classes (they follow the data): channels and size."""
     fields = {k: v for k, v in run.model.items() if k not in HEAD_FIELDS}
-    return _vit_config(dataclasses.replace(run, model=fields), {}, initial)
+    return _image_config(dataclasses.replace(run, model=fields), {}, initial)
 
 
 def load_images(run: RunConfig, initial: Initial | None = None) -> tuple[ImageSet, ImageSet | None]:
@@ -92,8 +100,8 @@ def load_images(run: RunConfig, initial: Initial | None = None) -> tuple[ImageSe
     data = run.data
     if data.images is None:
         raise ConfigError(
-            "data.images: the image_classification task reads 'digits' or a folder of images "
-            "with a labels CSV; set data.images"
+            "data.images: the image_classification task reads 'digits', 'lfw_subset' or a "
+            "folder of images with a labels CSV; set data.images"
         )
     shape = image_shape(run, initial)
     if data.images == DIGITS:
@@ -105,10 +113,18 @@ def load_images(run: RunConfig, initial: Initial | None = None) -> tuple[ImageSe
                 f"{shape.image_size}, channels {shape.channels} (use model.preset: digits)"
             )
         everything = load_digits_set()
+    elif data.images == LFW:
+        if data.labels is not None:
+            raise ConfigError("data.labels: lfw_subset carries its own labels; remove it")
+        if shape.channels != 1:
+            raise ConfigError(
+                f"model.channels: lfw_subset is grey (1 channel), got {shape.channels}"
+            )
+        everything = load_lfw_subset(shape.image_size)
     else:
         folder = Path(data.dir) / data.images
         if not folder.is_dir():
-            raise ConfigError(f"data.images: {folder} is not a folder (nor 'digits')")
+            raise ConfigError(f"data.images: {folder} is not a folder (nor 'digits', '{LFW}')")
         labels = folder / "labels.csv" if data.labels is None else Path(data.dir) / data.labels
         everything = read_image_folder(
             folder, labels, channels=shape.channels, image_size=shape.image_size
@@ -121,7 +137,7 @@ def load_images(run: RunConfig, initial: Initial | None = None) -> tuple[ImageSe
 
 
 class ImageClassificationTask:
-    """Label-smoothed cross-entropy of a Vision Transformer on shuffled image batches."""
+    """Label-smoothed cross-entropy of an image classifier (ViT, Swin) on shuffled batches."""
 
     name: ClassVar[str] = "image_classification"
     betas: ClassVar[tuple[float, float]] = (0.9, 0.999)  # ViT's Adam (Dosovitskiy et al.)
@@ -147,7 +163,7 @@ class ImageClassificationTask:
                 f"model.num_classes: {given}, but the data has {len(classes)} classes; "
                 "leave it out (it follows the data)"
             )
-        self.model_config = _vit_config(
+        self.model_config = _image_config(
             run, {"num_classes": len(classes), "class_names": tuple(classes)}, initial
         )
         if len(train) == 0:

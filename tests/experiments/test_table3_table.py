@@ -1,0 +1,44 @@
+"""Table 3's builder: means over seeds, the paper beside ours, directions marked."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+SCRIPT = Path(__file__).resolve().parents[2] / "experiments" / "table3_table.py"
+
+
+def _module():
+    spec = importlib.util.spec_from_file_location("table3_table", SCRIPT)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["table3_table"] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+def _write(path: Path, rows: list[tuple[str, int, float, float]]) -> Path:
+    path.write_text("".join(json.dumps({"row": r, "seed": s, "perplexity": p, "bleu": b,
+                                        "steps": 100}) + "\n" for r, s, p, b in rows))  # fmt: skip
+    return path
+
+
+def test_rows_are_averaged_and_directions_compared_with_the_paper(tmp_path):
+    table3 = _module()
+    results = _write(tmp_path / "r.jsonl", [
+        ("base", 1, 5.0, 36.0), ("base", 2, 5.2, 36.4),
+        ("A_heads1", 1, 6.0, 33.0), ("A_heads1", 2, 6.2, 33.4),  # worse both: as the paper
+        ("D_ls0", 1, 4.0, 37.0),  # better PPL (paper too), better BLEU (paper: worse)
+        ("E_learned", 1, 5.1, 36.2), ("E_learned", 2, 5.15, 36.3),  # within base's noise
+        ("base", 2, 5.2, 36.4),  # a repeated record of a seed counts once
+    ])  # fmt: skip
+    ours = table3.read_results(results)
+    assert ours["base"].ppl == [5.0, 5.2] and abs(ours["base"].mean_bleu - 36.2) < 1e-9
+    assert table3.agreement("A_heads1", ours) == ("yes", "yes")
+    assert table3.agreement("D_ls0", ours) == ("yes", "no")
+    assert table3.agreement("E_learned", ours) == ("yes", "yes")  # flat vs the paper's flat PPL
+    text = table3.main([str(results)])
+    assert "| A_heads1 | (A) 1 head, d_k = d_model | 5.29 | 24.9 | 6.10 (6.00 / 6.20)" in text
+    assert "| C_layers1 |" in text and "not run" in text
