@@ -124,6 +124,8 @@ class GGUFVocab:
     add_space_prefix: bool
     add_bos: bool
     add_eos: bool
+    unk_id: int | None
+    chat_template: str | None
 
 
 def _pieces(pre_tokenizer: dict[str, Any] | None) -> list[dict[str, Any]]:
@@ -197,7 +199,8 @@ def gguf_vocab(tokenizer: Any, vocab_size: int) -> GGUFVocab:
     extra = len(full) > len(plain)
     add_bos = extra and full[0] == tokenizer.bos_id and full[1 : len(plain) + 1] == plain
     add_eos = extra and full[-1] == tokenizer.eos_id and full[-len(plain) - 1 : -1] == plain
-    return GGUFVocab(tokens, types, merges, pre, space, add_bos, add_eos)
+    return GGUFVocab(tokens, types, merges, pre, space, add_bos, add_eos, tokenizer.unk_id,
+                     tokenizer.chat_template or None)  # fmt: skip
 
 
 # -- the file -----------------------------------------------------------------------------
@@ -248,30 +251,20 @@ def export_gguf(
         raise UsageError(f"--out {out}: already exists; pass --overwrite to replace it")
     config = check_expressible(loaded.model.config)
     hp = llama_hparams(config)
-    tokenizer = loaded.tokenizer
-    vocab = gguf_vocab(tokenizer, hp.vocab_size)
+    vocab = gguf_vocab(loaded.tokenizer, hp.vocab_size)
     tensors = gguf_tensors(loaded.model.state_dict(), hp)
     type_name, file_type = PRECISIONS[precision]
     qtype = gguf.GGMLQuantizationType[type_name]
 
     with atomic_file(out, option="--out", inputs=inputs) as tmp:
         writer = gguf.GGUFWriter(tmp, "llama")
-        writer.add_type("model")
-        writer.add_name(Path(loaded.directory).name)
-        writer.add_context_length(hp.max_len)
-        writer.add_embedding_length(hp.d_model)
-        writer.add_block_count(hp.num_layers)
-        writer.add_feed_forward_length(hp.d_ff)
-        writer.add_head_count(hp.num_heads)
-        writer.add_head_count_kv(hp.num_kv_heads)
-        writer.add_rope_dimension_count(hp.head_dim)
-        writer.add_rope_freq_base(hp.rope_theta)
-        writer.add_layer_norm_rms_eps(hp.norm_eps)
-        writer.add_vocab_size(hp.vocab_size)
-        writer.add_file_type(int(gguf.LlamaFileType[file_type]))
+        keys = {**_llama_keys(hp, _run_name(loaded.directory)), **_vocab_keys(vocab, config)}
+        keys["file_type"] = int(gguf.LlamaFileType[file_type])
         if precision.startswith("q"):
-            writer.add_quantization_version(gguf.GGML_QUANT_VERSION)
-        _add_vocab(writer, vocab, config, tokenizer)
+            keys["quantization_version"] = gguf.GGML_QUANT_VERSION
+        for name, value in keys.items():  # GGUFWriter.add_<name>: gguf's own key names
+            if value is not None:
+                getattr(writer, f"add_{name}")(value)
         for name, tensor in tensors.items():
             array, raw = _array(tensor, qtype, gguf)
             writer.add_tensor(name, array, raw_dtype=raw)
@@ -282,22 +275,33 @@ def export_gguf(
     return Path(out)
 
 
-def _add_vocab(
-    writer: Any, vocab: GGUFVocab, config: DecoderOnlyConfig, tokenizer: PretrainedTokenizer
-) -> None:
-    """The ``tokenizer.*`` keys; the special ids are the model's (its config's)."""
-    writer.add_tokenizer_model("gpt2")
-    writer.add_tokenizer_pre(vocab.pre)
-    writer.add_token_list(vocab.tokens)
-    writer.add_token_types(vocab.types)
-    writer.add_token_merges(vocab.merges)
-    writer.add_bos_token_id(config.bos_id)
-    writer.add_eos_token_id(config.eos_id)
-    writer.add_pad_token_id(config.pad_id)
-    if tokenizer.unk_id is not None:
-        writer.add_unk_token_id(tokenizer.unk_id)
-    writer.add_add_bos_token(vocab.add_bos)
-    writer.add_add_eos_token(vocab.add_eos)
-    writer.add_add_space_prefix(vocab.add_space_prefix)
-    if tokenizer.chat_template:
-        writer.add_chat_template(tokenizer.chat_template)
+def _run_name(directory: Path) -> str:
+    """``runs/smollm2`` for its checkpoint ``runs/smollm2/checkpoints/step_00000000``."""
+    directory = Path(directory)
+    in_run = directory.parent.name == "checkpoints"
+    return directory.parent.parent.name if in_run else directory.name
+
+
+def _llama_keys(hp: LlamaHParams, name: str) -> dict[str, Any]:
+    """``general.*`` and ``llama.*`` (by ``GGUFWriter.add_*`` name)."""
+    return {
+        "type": "model", "name": name, "context_length": hp.max_len,
+        "embedding_length": hp.d_model, "block_count": hp.num_layers,
+        "feed_forward_length": hp.d_ff, "head_count": hp.num_heads,
+        "head_count_kv": hp.num_kv_heads, "rope_dimension_count": hp.head_dim,
+        "rope_freq_base": hp.rope_theta, "layer_norm_rms_eps": hp.norm_eps,
+        "vocab_size": hp.vocab_size,
+    }  # fmt: skip
+
+
+def _vocab_keys(vocab: GGUFVocab, config: DecoderOnlyConfig) -> dict[str, Any]:
+    """``tokenizer.*`` (by ``GGUFWriter.add_*`` name); the special ids are the model's
+    (its config's), the unknown token the tokenizer's; None: not written."""
+    return {
+        "tokenizer_model": "gpt2", "tokenizer_pre": vocab.pre, "token_list": vocab.tokens,
+        "token_types": vocab.types, "token_merges": vocab.merges,
+        "bos_token_id": config.bos_id, "eos_token_id": config.eos_id,
+        "pad_token_id": config.pad_id, "unk_token_id": vocab.unk_id,
+        "add_bos_token": vocab.add_bos, "add_eos_token": vocab.add_eos,
+        "add_space_prefix": vocab.add_space_prefix, "chat_template": vocab.chat_template,
+    }  # fmt: skip

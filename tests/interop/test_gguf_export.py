@@ -181,7 +181,7 @@ def test_metadata_and_tensors_read_back_with_gguf_reader(tmp_path, untied, preci
     reader = gguf.GGUFReader(out)
     tokenizer = tiny_tokenizer()
     expected = {
-        "general.architecture": "llama", "llama.context_length": 64,
+        "general.architecture": "llama", "general.name": "ckpt", "llama.context_length": 64,
         "llama.embedding_length": D, "llama.block_count": LAYERS,
         "llama.feed_forward_length": D_FF, "llama.attention.head_count": HEADS,
         "llama.attention.head_count_kv": KV_HEADS, "llama.rope.dimension_count": D // HEADS,
@@ -214,6 +214,20 @@ def test_metadata_and_tensors_read_back_with_gguf_reader(tmp_path, untied, preci
             want = llama_cpp_permute(hf, heads) if heads else hf
             got = torch.from_numpy(tensors[f"blk.1.{name}.weight"].data.copy())
             assert torch.equal(got, want), name
+
+
+def test_rows_past_the_tokenizer_are_named_as_llama_cpp_does(tmp_path):
+    tokenizer = tiny_tokenizer()
+    ckpt = save_llama(tmp_path / "ckpt", tokenizer, vocab_size=tokenizer.vocab_size + 3)
+    out, back = round_trip(tmp_path, ckpt, "f32")
+    reader = gguf.GGUFReader(out)
+    size = tokenizer.vocab_size
+    assert field(reader, "tokenizer.ggml.tokens")[size - 1 :] == [
+        tokenizer.id_to_token(size - 1), f"[PAD{size}]", f"[PAD{size + 1}]", f"[PAD{size + 2}]"
+    ]  # fmt: skip
+    assert field(reader, "tokenizer.ggml.token_type")[size:] == [5, 5, 5]
+    torch.testing.assert_close(logits(back), logits(ckpt), rtol=0, atol=1e-6)
+    assert load_model(back, "cpu").tokenizer.encode("the dog") == tokenizer.encode("the dog")
 
 
 def test_a_llama_cpp_file_comes_back_as_it_was(tmp_path):
