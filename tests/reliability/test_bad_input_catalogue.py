@@ -493,10 +493,10 @@ def test_the_catalogue_has_at_least_75_cases():
     assert len({case.id for case in CASES}) == len(CASES)
 
 
-@pytest.mark.parametrize("case", CASES, ids=[case.id for case in CASES])
 PREPARING = ("preparing ", "reusing ", "trained a ", "encoded ", "  ... ")
 
 
+@pytest.mark.parametrize("case", CASES, ids=[case.id for case in CASES])
 def test_bad_input_gives_one_line_and_changes_nothing(case, trained, lm_checkpoint, tmp_path):
     ctx = Ctx(tmp_path, trained, lm_checkpoint)
     argv = case.argv(ctx)
