@@ -16,7 +16,8 @@ and untied output, a byte-level BPE tokenizer with a chat template):
 * models GGUF's ``llama`` cannot express are one line, exit 2, nothing written.
 
 llama-cpp-python is not installed on this project's machines (it crashed when
-built from source on the Xeon, issue 25), so no test runs llama.cpp itself.
+built from source on the Xeon, issue 25), so no test runs llama.cpp itself;
+``experiments/gguf_llama_cpp.py`` compares it by hand (node-llama-cpp's build).
 """
 
 from __future__ import annotations
