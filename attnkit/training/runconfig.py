@@ -26,15 +26,18 @@ from attnkit.validation import at_least, check_fields, from_mapping, in_range, r
 # causal LM on one text file; mlm: an encoder-only (BERT-style) masked LM on one;
 # image_classification: a Vision Transformer on labelled images; text_classification:
 # an encoder-only model labels sentences or sentence pairs; instruction: a pretrained
-# decoder-only LM on JSONL conversations, loss on the answers only.
+# decoder-only LM on JSONL conversations, loss on the answers only; span_corruption:
+# T5's pre-training of an encoder-decoder on one text file.
 Task = Literal[
-    "translation", "lm", "mlm", "image_classification", "text_classification", "instruction"
-]
+    "translation", "lm", "mlm", "image_classification", "text_classification", "instruction",
+    "span_corruption",
+]  # fmt: skip
 TASKS: tuple[str, ...] = (
     "translation", "lm", "mlm", "image_classification", "text_classification", "instruction",
+    "span_corruption",
 )  # fmt: skip
 TEXT_CLASSIFICATION = ("text_classification",)
-LM_TASKS = ("lm", "mlm")
+LM_TASKS = ("lm", "mlm", "span_corruption")  # the tasks on one text file
 IMAGE_TASKS = ("image_classification",)
 
 # Keys that only some tasks read, as "section.key" -> those tasks. A run that sets
@@ -61,7 +64,7 @@ TASK_KEYS: dict[str, tuple[str, ...]] = {
     "train.label_smoothing": ("translation", *IMAGE_TASKS),
     "train.valid_bleu_sentences": ("translation",),
     "train.eval_blocks": (*LM_TASKS, "instruction"),
-    "train.mask_prob": ("mlm",),
+    "train.mask_prob": ("mlm", "span_corruption"),  # span_corruption: the noise density
     "train.batch_size": TEXT_CLASSIFICATION,
     "train.group_by_length": TEXT_CLASSIFICATION,
     "decode": ("translation",),

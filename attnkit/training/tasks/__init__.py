@@ -3,7 +3,8 @@
 ``translation`` (encoder-decoder on parallel text), ``lm`` (decoder-only
 causal LM), ``mlm`` (encoder-only masked LM), ``image_classification``
 (a Vision Transformer on labelled images) and ``text_classification`` (an
-encoder-only model on labelled sentences or pairs) each implement the protocol in
+encoder-only model on labelled sentences or pairs), ``span_corruption`` (T5's
+pre-training of an encoder-decoder on one text file) each implement the protocol in
 ``tasks/base.py``; ``attnkit.training.loop.Trainer`` trains any of them.
 """
 
@@ -18,6 +19,7 @@ from attnkit.training.tasks.corpus import lm_corpus, translation_data
 from attnkit.training.tasks.image import ImageClassificationTask, load_images
 from attnkit.training.tasks.instruction import InstructionTask, instruction_task
 from attnkit.training.tasks.language_model import CausalLMTask, MaskedLMTask
+from attnkit.training.tasks.span_corruption import SpanCorruptionTask
 from attnkit.training.tasks.text_classification import (
     TextClassificationTask,
     build_classifier_tokenizer,
@@ -26,9 +28,10 @@ from attnkit.training.tasks.text_classification import (
 from attnkit.training.tasks.translation import TranslationTask
 
 # The tasks on one text file, built from the run and the corpus alike.
-TEXT_TASKS: dict[str, type[CausalLMTask] | type[MaskedLMTask]] = {
+TEXT_TASKS: dict[str, type[CausalLMTask] | type[MaskedLMTask] | type[SpanCorruptionTask]] = {
     "lm": CausalLMTask,
     "mlm": MaskedLMTask,
+    "span_corruption": SpanCorruptionTask,
 }
 TASK_CLASSES: dict[str, type[Task]] = {
     "translation": TranslationTask,
@@ -87,6 +90,7 @@ __all__ = [
     "MaskedLMTask",
     "Task",
     "TaskContext",
+    "SpanCorruptionTask",
     "TextClassificationTask",
     "TranslationTask",
     "task_from_run",
