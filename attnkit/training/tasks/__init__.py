@@ -4,7 +4,8 @@
 causal LM), ``mlm`` (encoder-only masked LM), ``image_classification``
 (a Vision Transformer on labelled images) and ``text_classification`` (an
 encoder-only model on labelled sentences or pairs), ``span_corruption`` (T5's
-pre-training of an encoder-decoder on one text file) each implement the protocol in
+pre-training of an encoder-decoder on one text file) and ``text_to_text``
+(an encoder-decoder on several prefixed corpora) each implement the protocol in
 ``tasks/base.py``; ``attnkit.training.loop.Trainer`` trains any of them.
 """
 
@@ -25,6 +26,7 @@ from attnkit.training.tasks.text_classification import (
     build_classifier_tokenizer,
     load_labelled,
 )
+from attnkit.training.tasks.text_to_text import TextToTextTask
 from attnkit.training.tasks.translation import TranslationTask
 
 # The tasks on one text file, built from the run and the corpus alike.
@@ -39,6 +41,7 @@ TASK_CLASSES: dict[str, type[Task]] = {
     "image_classification": ImageClassificationTask,
     "text_classification": TextClassificationTask,
     "instruction": InstructionTask,
+    "text_to_text": TextToTextTask,
 }
 
 
@@ -73,6 +76,8 @@ def task_from_run(
         valid_examples = load_labelled(data, data.one_file("valid", run.task), "data.valid")
         tokenizer = tokenizer or build_classifier_tokenizer(run.tokenizer, examples)
         return TextClassificationTask(run, tokenizer, examples, valid_examples, initial=initial)
+    if run.task == "text_to_text":
+        return TextToTextTask(run, tokenizer, initial=initial)
     if run.task == "translation":
         return TranslationTask(
             run, **translation_data(run, tokenizer, log=log), initial=initial
@@ -92,6 +97,7 @@ __all__ = [
     "TaskContext",
     "SpanCorruptionTask",
     "TextClassificationTask",
+    "TextToTextTask",
     "TranslationTask",
     "task_from_run",
 ]
