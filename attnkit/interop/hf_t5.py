@@ -22,13 +22,26 @@ The correspondence, one rule per tensor (``attnkit.interop.keytable``):
   cross-attention: it is skipped.
 
 Sizes (``t5_dims``): ``D`` d_model, ``F`` d_ff, ``V`` vocabulary, ``H`` heads,
-``NB`` buckets, ``enc``/``dec`` layer counts.
+``NB`` buckets, ``enc``/``dec`` layer counts. ``to_hf_t5`` runs the table
+backwards (exports; parity tests).
 """
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+import torch
+from torch import nn
+
+from attnkit.errors import ConfigError
+from attnkit.interop.keymap import check_keys, save_state
 from attnkit.interop.keytable import Dims, Rule, Table, fuse
 from attnkit.models.config import TransformerConfig
+from attnkit.models.config_base import GATED_ACTIVATIONS
+from attnkit.models.encoder_decoder import EncoderDecoder
+
+if TYPE_CHECKING:
+    from transformers import T5ForConditionalGeneration
 
 ENC, DEC = "encoder.block.{enc}.layer", "decoder.block.{dec}.layer"
 BIAS = "self_attn.position_bias.table.weight"
@@ -110,3 +123,74 @@ def t5_ties(c: TransformerConfig) -> dict[str, str]:
         for i in range(1, layers):
             ties[f"{stack}.layers.{i}.{BIAS}"] = f"{stack}.layers.0.{BIAS}"
     return ties
+
+
+# attnkit's FFN activation -> T5's feed_forward_proj (the inverse of the importer's table).
+FEED_FORWARD_PROJ = {"relu": "relu", "gelu": "gelu", "gated_gelu": "gated-gelu",
+                     "swiglu": "gated-silu"}  # fmt: skip
+
+
+def check_t5_expressible(c: object) -> TransformerConfig:
+    """``c`` if ``T5ForConditionalGeneration`` can express it; ``ConfigError`` naming the
+    first field it cannot."""
+    if not isinstance(c, TransformerConfig):
+        family = getattr(c, "family", type(c).__name__)
+        raise ConfigError(f"family: only encoder-decoder checkpoints map to T5; this is {family!r}")
+    wanted: list[tuple[str, object, object]] = [
+        ("positions", c.positions, "t5_relative"),
+        ("norm", c.norm, "rmsnorm"),
+        ("norm_position", c.norm_position, "pre"),
+        ("bias", c.bias, False),
+        ("attention_score", c.attention_score, "dot"),
+        ("scale_embeddings", c.scale_embeddings, False),
+        ("embedding_norm", c.embedding_norm, False),
+        ("ffn", c.ffn, "dense"),
+        ("num_kv_heads", c.kv_heads, c.num_heads),
+    ]
+    for name, got, expected in wanted:
+        if got != expected:
+            raise ConfigError(f"{name}: T5 needs {name}={expected!r}; this model has {got!r}")
+    if c.share_embeddings not in ("all", "inputs"):
+        raise ConfigError(
+            f"share_embeddings: T5 shares the source and target embeddings ('all' or 'inputs'); "
+            f"this model has {c.share_embeddings!r}"
+        )
+    if c.activation not in FEED_FORWARD_PROJ:
+        raise ConfigError(f"activation: T5 has no FFN for {c.activation!r}")
+    return c
+
+
+def to_hf_t5(model: EncoderDecoder) -> T5ForConditionalGeneration:
+    """A ``transformers.T5ForConditionalGeneration`` holding a copy of ``model``'s weights.
+
+    Same logits for the same ids (``attention_mask = src != pad``,
+    ``decoder_input_ids`` = attnkit's BOS-first targets). Raises ``ConfigError``
+    naming the field of a variant T5 cannot express. Needs ``transformers``.
+    """
+    from transformers import T5Config, T5ForConditionalGeneration
+
+    c = check_t5_expressible(model.config)
+    config = T5Config(  # type: ignore[call-arg]  # decoder_start_token_id: the base's
+        vocab_size=c.src_vocab_size, d_model=c.d_model, d_kv=c.head_dim, d_ff=c.d_ff,
+        num_layers=c.num_encoder_layers, num_decoder_layers=c.num_decoder_layers,
+        num_heads=c.num_heads, relative_attention_num_buckets=c.relative_buckets,
+        relative_attention_max_distance=c.relative_max_distance, dropout_rate=c.dropout,
+        layer_norm_epsilon=c.norm_eps, feed_forward_proj=FEED_FORWARD_PROJ[c.activation],
+        tie_word_embeddings=c.scale_output,  # transformers reads the rescale from it
+        pad_token_id=c.pad_id, eos_token_id=c.eos_id, decoder_start_token_id=c.bos_id,
+    )  # fmt: skip
+    hf = T5ForConditionalGeneration(config)
+    if c.share_embeddings == "inputs":  # an output projection of its own (T5 v1.1)
+        hf.lm_head.weight = nn.Parameter(torch.empty_like(hf.lm_head.weight))
+    ties = t5_ties(c)
+    ours = {k: v for k, v in model.state_dict().items() if k not in ties}
+    table = t5_keys(gated=c.activation in GATED_ACTIVATIONS).without(ties)
+    expected = hf.state_dict()
+    mapped = save_state(table, ours, t5_dims(c), expected=expected)
+    if c.share_embeddings == "all":
+        mapped["lm_head.weight"] = mapped["shared.weight"]
+    check_keys(expected, mapped, "T5ForConditionalGeneration state dict")
+    with torch.no_grad():
+        hf.load_state_dict(mapped, strict=True)
+    first = next(model.parameters())
+    return hf.to(device=first.device, dtype=first.dtype).train(model.training)  # type: ignore[call-arg]
