@@ -22,8 +22,6 @@ mapped through the class names saved in the checkpoint).
 
 Examples:
   attnkit evaluate --checkpoint runs/de_en --src test2016.de --ref test2016.en --json
-  attnkit evaluate --checkpoint runs/de_en --src test2016.de --ref test2016.en \
-      --engine ctranslate2 --alpha 0
   attnkit evaluate --checkpoint runs/shakespeare --text held_out.txt
   attnkit evaluate --checkpoint runs/shakespeare --text held_out.txt --context 512
   attnkit evaluate --checkpoint runs/vit_digits --images digits
