@@ -10,8 +10,8 @@ How attnkit's options map onto ``translate_batch``:
 * ``--max-len-b``: attnkit limits each sentence to its source length (EOS
   included) + ``max_len_b`` tokens, EOS included; ``max_decoding_length`` is
   one number per call and counts the same way. Greedy rows are independent,
-  so one call takes the largest limit and each output is cut to its own
-  limit (the same tokens attnkit stops at). A beam row's ranking depends on
+  so one call takes the largest limit, and a row that reached its own smaller
+  limit is decoded again with that limit. A beam row's ranking depends on
   where its limit falls, so beam search runs one call per distinct limit.
 * ``--precision`` -> ``compute_type``: fp32 -> float32, int8 -> int8, bf16 ->
   bfloat16 (where ``ctranslate2.get_supported_compute_types`` lists it);
@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from attnkit.checkpoints.loading import LoadedModel
+from attnkit.decoding.common import Hypothesis
 from attnkit.errors import UsageError
 from attnkit.interop.engines_base import (
     DecodeOptions,
@@ -110,27 +111,41 @@ class CTranslate2Engine:
         self._piece = tokenizer.id_to_token
         self._ids = {tokenizer.id_to_token(i): i for i in range(tokenizer.vocab_size)}
 
-    def _call(self, pieces: list[list[str]], limit: int, decode: DecodeOptions) -> list[Any]:
-        return self.translator.translate_batch(
-            pieces, max_batch_size=decode.batch_size, beam_size=decode.beam,
+    def _run(self, src: list[list[int]], rows: list[int], limit: int, decode: DecodeOptions,
+             out: list[list[Hypothesis]]) -> None:  # fmt: skip
+        """Decode ``src[rows]`` in one ``translate_batch`` call; hypotheses into ``out``."""
+        results = self.translator.translate_batch(
+            [[self._piece(t) for t in src[i][:-1]] for i in rows],  # CT2 appends the EOS
+            max_batch_size=decode.batch_size, beam_size=decode.beam,
             num_hypotheses=decode.nbest, length_penalty=0.0, max_decoding_length=limit,
-            min_decoding_length=0, max_input_length=0,
+            min_decoding_length=0, max_input_length=0, return_scores=True,
         )  # fmt: skip
+        for i, result in zip(rows, results):
+            out[i] = [Hypothesis([self._ids[p] for p in h], float(score))
+                      for h, score in zip(result.hypotheses, result.scores)]  # fmt: skip
+
+    def decode_ids(self, src: list[list[int]], decode: DecodeOptions) -> list[list[Hypothesis]]:
+        """``decode.nbest`` hypotheses per source (ids ending in EOS), as attnkit's search.
+
+        Scores are summed log-probabilities (``length_penalty=0``), EOS included
+        when generated. A source of EOS alone is not decoded (empty outputs).
+        """
+        self.check_decode(decode)
+        limits = [self.source.output_limit(s, decode.max_len_b) for s in src]
+        out = [[Hypothesis([], 0.0)] * decode.nbest for _ in src]
+        todo = [i for i, s in enumerate(src) if len(s) > 1]
+        if decode.beam == 1 and todo:
+            # Greedy rows are independent: one call at the largest limit; a row that
+            # reached its own, smaller limit is decoded again with it (its score too).
+            longest = max(limits[i] for i in todo)
+            self._run(src, todo, longest, decode, out)
+            todo = [i for i in todo if limits[i] < longest and len(out[i][0].tokens) >= limits[i]]
+        for limit in sorted({limits[i] for i in todo}):
+            self._run(src, [i for i in todo if limits[i] == limit], limit, decode, out)
+        return out
 
     def translate(self, texts: Sequence[str], decode: DecodeOptions) -> list[list[str]]:
         """``decode.nbest`` translations per text, best first (see the module doc)."""
-        self.check_decode(decode)
-        src = self.source.ids(texts)
-        limits = [self.source.output_limit(s, decode.max_len_b) for s in src]
-        todo = [i for i, s in enumerate(src) if len(s) > 1]  # EOS alone: nothing to translate
-        hyps: list[list[list[str]]] = [[[]] * decode.nbest for _ in texts]
-        groups = [todo] if decode.beam == 1 else [
-            [i for i in todo if limits[i] == limit] for limit in sorted({limits[i] for i in todo})
-        ]  # fmt: skip
-        for group in filter(None, groups):
-            pieces = [[self._piece(t) for t in src[i][:-1]] for i in group]
-            results = self._call(pieces, max(limits[i] for i in group), decode)
-            for i, result in zip(group, results):
-                hyps[i] = [h[: limits[i]] for h in result.hypotheses]
-        decode_ids = self.source.tokenizer.decode
-        return [[decode_ids([self._ids[p] for p in h]) for h in row] for row in hyps]
+        detokenize = self.source.tokenizer.decode
+        hyps = self.decode_ids(self.source.ids(texts), decode)
+        return [[detokenize(h.tokens) for h in row] for row in hyps]

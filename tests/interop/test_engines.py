@@ -197,3 +197,23 @@ def test_evaluate_with_ctranslate2_scores_as_attnkit(capsys, checkpoint, tmp_pat
     code = main(["evaluate", "--checkpoint", str(checkpoint), "--src", str(src), "--ref",
                  str(ref), "--engine", "ctranslate2"])  # fmt: skip
     assert code == 2 and "--alpha 0.6" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("beam,nbest", [(1, 1), (3, 2)])
+def test_ctranslate2_ids_and_scores_equal_attnkit(checkpoint, beam, nbest):
+    from attnkit.decoding.static import stepper_for
+    from attnkit.decoding.text import decode_ids
+
+    loaded = _load(checkpoint)
+    decode = engines.DecodeOptions(beam=beam, alpha=0.0, nbest=nbest, max_len_b=3)
+    engine = engines.open_engine("ctranslate2", checkpoint, engines.RunOptions(threads=1),
+                                 decode, load=lambda d: loaded, say=lambda line: None)  # fmt: skip
+    src = engine.source.ids(TEXTS)
+    got = engine.decode_ids(src, decode)
+    with torch.no_grad():
+        expected = decode_ids(stepper_for(loaded.model), src, beam=beam, alpha=0.0, nbest=nbest,
+                              max_len_b=3, max_len=engine.source.limit)  # fmt: skip
+    for hyps, result in zip(got, expected):
+        assert [h.tokens for h in hyps] == [h.tokens for h in result.nbest[0][:nbest]]
+        assert [h.score for h in hyps] == pytest.approx([h.score for h in result.nbest[0]][:nbest],
+                                                        abs=1e-3)  # fmt: skip
