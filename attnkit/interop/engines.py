@@ -61,7 +61,7 @@ def open_engine(
     engine.check(run, decode)
     directory = resolve_checkpoint(checkpoint)
     model_dir = converted_model(directory, engine, lambda: load(directory), say)
-    return engine.open(model_dir, _source_side(directory), run)
+    return engine(model_dir, _source_side(directory), run)
 
 
 __all__ = ["ENGINES", "NAMES", "DecodeOptions", "Engine", "RunOptions", "open_engine"]

@@ -93,8 +93,8 @@ class EngineClass(Protocol):
         """Write the engine's model for ``loaded`` to the new directory ``out``."""
         ...
 
-    def open(self, directory: Path, source: SourceSide, run: RunOptions) -> Engine:
-        """Load the converted model in ``directory``."""
+    def __call__(self, directory: Path, source: SourceSide, run: RunOptions) -> Engine:
+        """Load the converted model in ``directory`` (the class's constructor)."""
         ...
 
 

@@ -96,10 +96,6 @@ class CTranslate2Engine:
 
         export_ctranslate2(loaded, out)
 
-    @classmethod
-    def open(cls, directory: Path, source: SourceSide, run: RunOptions) -> CTranslate2Engine:
-        return cls(directory, source, run)
-
     def __init__(self, directory: Path, source: SourceSide, run: RunOptions) -> None:
         ctranslate2 = _ctranslate2()
         self.source = source

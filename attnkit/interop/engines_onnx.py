@@ -66,10 +66,6 @@ class OnnxRuntimeEngine:
 
         export_onnx(loaded, out)
 
-    @classmethod
-    def open(cls, directory: Path, source: SourceSide, run: RunOptions) -> OnnxRuntimeEngine:
-        return cls(directory, source, run)
-
     def __init__(self, directory: Path, source: SourceSide, run: RunOptions) -> None:
         from attnkit.interop.onnx_runner import OnnxStepper
 
