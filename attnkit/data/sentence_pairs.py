@@ -4,12 +4,16 @@ A corpus is documents of sentences: one sentence per line, documents separated
 by blank lines (a file without blank lines is one document). A pair is
 ``[CLS] A [SEP] B [SEP]`` with segment ids 0 for ``[CLS] A [SEP]`` and 1 for
 ``B [SEP]`` (``attnkit.data.classification.encode_example``: cut to
-``max_len`` by trimming the longer sentence first). ``A`` is drawn among the
-sentences that have a next one in their document. Half of a batch's pairs
-(exactly ``n // 2``, the odd one by a coin) are NotNext: ``B`` is a random
-sentence from another document (label 1), or, in a one-document corpus, any
-sentence but ``A``'s next; the others are IsNext: ``B`` is the sentence that
-follows ``A`` (label 0, as in Hugging Face's ``next_sentence_label``).
+``max_len`` by trimming the longer segment first). As in BERT, A and B are
+segments, spans of whole consecutive sentences (joined by a newline's ids)
+that together fill the pair (§3.1: "a 'sentence' can be an arbitrary span of
+contiguous text"); short sentences make segments of several, long ones of
+one. A starts at a sentence that has a next one in its document. Half of a
+batch's pairs (exactly ``n // 2``, the odd one by a coin) are NotNext: B
+starts at a random sentence of another document (label 1), or, in a
+one-document corpus, anywhere but at A's next sentence; the others are
+IsNext: B is what follows A in its document (label 0, as in Hugging Face's
+``next_sentence_label``).
 
 Held out (``split_pairs``): the last ``valid_fraction`` of the documents (of
 the sentences, when there is one document), so no held-out pair shares a
@@ -47,13 +51,14 @@ def split_documents(text: str) -> list[list[str]]:
 @dataclass
 class PairBatch:
     """``n`` pairs: ``ids``/``types``, each pair's ``[CLS] A [SEP] B [SEP]`` ids and segment
-    ids; ``labels``, IS_NEXT (0) or NOT_NEXT (1); ``a``/``b``, the sentence indices."""
+    ids; ``labels``, IS_NEXT (0) or NOT_NEXT (1); ``a``/``b``, the sentence index ranges
+    (``range(first, end)``) that A and B are made of."""
 
     ids: list[list[int]]
     types: list[list[int]]
     labels: list[int]
-    a: list[int]
-    b: list[int]
+    a: list[range]
+    b: list[range]
 
 
 class SentencePairs:
@@ -62,12 +67,20 @@ class SentencePairs:
     Attributes:
         sentences: every sentence's token ids (no specials), documents in order.
         document: each sentence's document index.
-        firsts: the sentences that have a next one in their document (the possible A's).
+        firsts: the sentences that have a next one in their document (where A may start).
+        separator: the ids put between two sentences of one segment (a newline's).
     """
 
-    def __init__(self, documents: Sequence[Sequence[Sequence[int]]], *, name: str = "data"):
+    def __init__(
+        self,
+        documents: Sequence[Sequence[Sequence[int]]],
+        *,
+        separator: Sequence[int] = (),
+        name: str = "data",
+    ):
         self.sentences = [list(s) for doc in documents for s in doc]
         self.document = [d for d, doc in enumerate(documents) for _ in doc]
+        self.separator = list(separator)
         self.firsts = [
             i for i in range(len(self.sentences) - 1) if self.document[i] == self.document[i + 1]
         ]
@@ -82,16 +95,29 @@ class SentencePairs:
     def sample(
         self, n: int, generator: torch.Generator, *, bos_id: int, eos_id: int, max_len: int
     ) -> PairBatch:
-        """``n`` pairs, ``n // 2`` NotNext (plus a coin's for odd ``n``), from ``generator``."""
+        """``n`` pairs, ``n // 2`` NotNext (plus a coin's for odd ``n``), from ``generator``.
+
+        As BERT's ``create_pretraining_data``: from a random start, whole sentences of
+        A's document are taken until they fill the pair (``max_len - 3`` tokens, at
+        least two sentences); A is a random number of the first of them, and B the
+        rest (IsNext) or, from a random sentence of another document on, as much of it
+        as fills what A leaves (NotNext). The pair is then cut to ``max_len``.
+        """
+        budget = max_len - 3  # [CLS], [SEP], [SEP]
         draws = torch.rand(n, 3, generator=generator)
         not_next = n // 2 + int(n % 2 == 1 and bool(draws[0, 2] < 0.5))
         labels = (torch.randperm(n, generator=generator) < not_next).long().tolist()
         batch = PairBatch([], [], [], [], [])
-        for (pick_a, pick_b, _), label in zip(draws.tolist(), labels):
-            a = self.firsts[min(int(pick_a * len(self.firsts)), len(self.firsts) - 1)]
-            b = a + 1 if label == IS_NEXT else self._random_other(a, pick_b)
+        for (pick_a, split, pick_b), label in zip(draws.tolist(), labels):
+            start = self.firsts[min(int(pick_a * len(self.firsts)), len(self.firsts) - 1)]
+            chunk = self._fill(start, budget, at_least=2)
+            a = range(start, start + 1 + min(int(split * (len(chunk) - 1)), len(chunk) - 2))
+            if label == IS_NEXT:
+                b = range(a.stop, chunk.stop)
+            else:
+                b = self._fill(self._random_other(a.stop - 1, pick_b), budget - self._length(a))
             ids, types, _ = encode_example(
-                self.sentences[a], self.sentences[b], bos_id=bos_id, eos_id=eos_id, max_len=max_len
+                self._ids(a), self._ids(b), bos_id=bos_id, eos_id=eos_id, max_len=max_len
             )
             batch.ids.append(ids)
             batch.types.append(types)
@@ -99,6 +125,28 @@ class SentencePairs:
             batch.a.append(a)
             batch.b.append(b)
         return batch
+
+    def _length(self, sentences: range) -> int:
+        return sum(len(self.sentences[i]) for i in sentences) + len(self.separator) * (
+            len(sentences) - 1
+        )
+
+    def _fill(self, start: int, budget: int, *, at_least: int = 1) -> range:
+        """Sentences of ``start``'s document from ``start`` on, until they reach ``budget``
+        tokens (the one that crosses it included; at least ``at_least`` if the document has
+        them)."""
+        end = self.doc_start[self.document[start] + 1]
+        stop, length = start, -len(self.separator)
+        while stop < end and (length < budget or stop - start < at_least):
+            length += len(self.sentences[stop]) + len(self.separator)
+            stop += 1
+        return range(start, stop)
+
+    def _ids(self, sentences: range) -> list[int]:
+        ids: list[int] = []
+        for i in sentences:
+            ids += (self.separator if ids else []) + self.sentences[i]
+        return ids
 
     def _random_other(self, a: int, u: float) -> int:
         """A sentence from another document than ``a``'s (in one document: any but ``a + 1``)."""
@@ -124,12 +172,20 @@ def encode_documents(
     return grouped
 
 
+def newline_ids(tokenizer: Tokenizer) -> list[int]:
+    """What joins two sentences of a segment: the tokenizer's ids of a newline (as in the
+    text), or none when it has no token for it (a newline it maps to unknown)."""
+    ids = tokenizer.encode("\n")
+    return [] if tokenizer.unk_id is not None and tokenizer.unk_id in ids else ids
+
+
 def split_pairs(
     text: str, tokenizer: Tokenizer, valid_fraction: float, *, name: str
 ) -> tuple[SentencePairs, SentencePairs | None]:
     """``(train, held out)`` sentence pairs of ``text`` (held out ``None`` at fraction 0, or
     when the held-out part has no pair); ``DataError`` naming ``name`` when there are none."""
     documents = encode_documents(split_documents(text), tokenizer)
+    separator = newline_ids(tokenizer)
     if not documents:
         raise DataError(f"{name}: no sentences (one per line, blank lines between documents)")
     if len(documents) == 1:  # one document: hold out its last sentences
@@ -141,5 +197,5 @@ def split_pairs(
         train_docs, valid_docs = documents[:cut], documents[cut:]
     valid = None
     if valid_fraction > 0 and any(len(doc) > 1 for doc in valid_docs):
-        valid = SentencePairs(valid_docs, name=f"{name} (held out)")
-    return SentencePairs(train_docs, name=name), valid
+        valid = SentencePairs(valid_docs, separator=separator, name=f"{name} (held out)")
+    return SentencePairs(train_docs, separator=separator, name=name), valid

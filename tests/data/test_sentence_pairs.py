@@ -1,5 +1,6 @@
-"""NSP sentence pairs: documents from blank lines, half the B's true next sentences and half from
-another document, segments and lengths right, held-out documents apart, draws fixed by the seed."""
+"""NSP sentence pairs: documents from blank lines, segments of whole sentences, half the B's what
+follows A and half from another document, segment ids and lengths right, held-out documents
+apart, draws fixed by the seed."""
 
 from __future__ import annotations
 
@@ -42,9 +43,7 @@ def test_blank_lines_separate_documents_and_lines_are_sentences():
 
 def test_half_the_pairs_are_next_sentences_and_the_seed_fixes_them():
     pairs = _pairs()
-    draw = lambda n, seed: pairs.sample(  # noqa: E731
-        n, torch.Generator().manual_seed(seed), bos_id=BOS, eos_id=EOS, max_len=64
-    )
+    draw = lambda n, seed: _draw(pairs, n, seed, 64)  # noqa: E731
     for n in (2, 10, 64, 1000):
         assert draw(n, 0).labels.count(NOT_NEXT) == n // 2
     assert {draw(7, seed).labels.count(NOT_NEXT) for seed in range(20)} == {3, 4}
@@ -55,50 +54,77 @@ def test_half_the_pairs_are_next_sentences_and_the_seed_fixes_them():
     assert 0 < first.labels[:32].count(NOT_NEXT) < 32
 
 
-def test_next_is_the_following_sentence_and_random_comes_from_another_document():
+def _draw(pairs: SentencePairs, n: int, seed: int, max_len: int):
+    generator = torch.Generator().manual_seed(seed)
+    return pairs.sample(n, generator, bos_id=BOS, eos_id=EOS, max_len=max_len)
+
+
+def _join(pairs: SentencePairs, sentences: range) -> list[int]:
+    ids: list[int] = []
+    for i in sentences:
+        ids += (pairs.separator if ids else []) + pairs.sentences[i]
+    return ids
+
+
+@pytest.mark.parametrize("max_len", [20, 64, 400])
+def test_next_is_what_follows_and_random_comes_from_another_document(max_len):
     pairs = _pairs()
-    batch = pairs.sample(2000, torch.Generator().manual_seed(1), bos_id=BOS, eos_id=EOS,
-                         max_len=64)  # fmt: skip
+    batch = _draw(pairs, 2000, 1, max_len)
     seen_docs = set()
     for a, b, label in zip(batch.a, batch.b, batch.labels):
-        assert a in pairs.firsts
+        doc_a = {pairs.document[i] for i in a}
+        doc_b = {pairs.document[i] for i in b}
+        assert a.start in pairs.firsts and len(doc_a) == len(doc_b) == 1 and len(b) >= 1
         if label == IS_NEXT:
-            assert b == a + 1 and pairs.document[b] == pairs.document[a]
+            assert b.start == a.stop and doc_a == doc_b
         else:
-            assert b != a + 1 and pairs.document[b] != pairs.document[a]
-            seen_docs.add(pairs.document[b])
+            assert b.start != a.stop and doc_a != doc_b
+            seen_docs |= doc_b
     assert seen_docs == set(range(5))  # every document gives random B's
-    assert set(batch.a) == set(pairs.firsts)  # every A with a next one is drawn
+    assert {a.start for a in batch.a} == set(pairs.firsts)  # A starts at every possible place
+    if max_len == 20:  # one sentence fills the pair: segments of one sentence
+        assert {len(a) for a in batch.a} == {len(b) for b in batch.b} == {1}
+    if max_len == 400:  # everything fits: A and its true B are the rest of the document
+        ends = {pairs.doc_start[d + 1] for d in range(5)}
+        assert all(b.stop in ends for b, y in zip(batch.b, batch.labels) if y == IS_NEXT)
+        assert max(len(a) for a in batch.a) == 3  # up to all but the last of 4 sentences
 
 
-def test_one_document_random_b_is_never_the_next_sentence():
+def test_one_document_random_b_never_starts_at_the_next_sentence():
     text = "\n".join(f"line {i}" for i in range(6))
     pairs = _pairs(text)
     assert pairs.single_document and pairs.firsts == [0, 1, 2, 3, 4]
-    batch = pairs.sample(500, torch.Generator().manual_seed(2), bos_id=BOS, eos_id=EOS,
-                         max_len=64)  # fmt: skip
+    batch = _draw(pairs, 500, 2, 16)
     for a, b, label in zip(batch.a, batch.b, batch.labels):
-        assert (b == a + 1) == (label == IS_NEXT)
-        assert 0 <= b < 6
+        assert (b.start == a.stop) == (label == IS_NEXT)
+        assert 0 <= b.start < b.stop <= 6
 
 
 def test_pairs_are_cls_a_sep_b_sep_with_segments_and_fit_max_len():
     tok = _tokenizer()
     pairs = _pairs()
-    batch = pairs.sample(200, torch.Generator().manual_seed(3), bos_id=BOS, eos_id=EOS,
-                         max_len=64)  # fmt: skip
+    assert pairs.separator == tok.encode("\n")  # sentences of a segment: joined by a newline
+    batch = _draw(pairs, 200, 3, 400)
     for ids, types, a, b in zip(batch.ids, batch.types, batch.a, batch.b):
-        sa, sb = pairs.sentences[a], pairs.sentences[b]
+        sa, sb = _join(pairs, a), _join(pairs, b)
         assert ids == [BOS, *sa, EOS, *sb, EOS]  # short enough: nothing cut
         assert types == [0] * (len(sa) + 2) + [1] * (len(sb) + 1)
-        assert tok.decode(sa).startswith(f"doc {pairs.document[a]} ")
-    short = pairs.sample(200, torch.Generator().manual_seed(3), bos_id=BOS, eos_id=EOS,
-                         max_len=20)  # fmt: skip
-    for ids, types in zip(short.ids, short.types):
-        assert len(ids) == len(types) == 20  # every pair is longer: cut to exactly max_len
-        assert ids[0] == BOS and ids[-1] == EOS and ids.count(EOS) == 2
-        sep = ids.index(EOS)
-        assert types == [0] * (sep + 1) + [1] * (20 - sep - 1)
+        doc = pairs.document[a.start]
+        place = f"doc {doc} sentence {a.start - pairs.doc_start[doc]}"
+        assert tok.decode(sa).startswith(place)
+    for max_len in (20, 48):
+        short = _draw(pairs, 200, 3, max_len)
+        for ids, types in zip(short.ids, short.types):
+            # segments are filled past the budget (a document allowing), then cut
+            assert len(ids) == len(types) <= max_len
+            assert ids[0] == BOS and ids[-1] == EOS and ids.count(EOS) == 2
+            sep = ids.index(EOS)
+            assert types == [0] * (sep + 1) + [1] * (len(ids) - sep - 1)
+        lengths = [len(ids) for ids in short.ids]
+        if max_len == 20:
+            assert set(lengths) == {20}  # every pair is longer
+        else:
+            assert max(lengths) == max_len
 
 
 def test_the_last_documents_are_held_out():
