@@ -179,8 +179,9 @@ class NextSentenceTask:
         sums = with_moe_losses(mlm + self.cfg.nsp_weight * nsp * scale, mlm.detach(), scale,
                                out.moe, self.model_config)  # fmt: skip
         correct = (logits.detach().argmax(-1) == nsp_labels).float().mean()
-        sums.metrics.update({"mlm_loss": float(mlm.detach()) / scale, "nsp_loss": float(nsp.detach()),
-                             "nsp_accuracy": float(correct)})  # fmt: skip
+        sums.metrics["mlm_loss"] = float(mlm.detach()) / scale
+        sums.metrics["nsp_loss"] = float(nsp.detach())
+        sums.metrics["nsp_accuracy"] = float(correct)
         return sums
 
     @torch.no_grad()
@@ -193,8 +194,9 @@ class NextSentenceTask:
         mlm = nsp = correct = 0.0
         masked = pairs = 0
         for batch in self._valid_batches:
-            inputs, types, mlm_labels, nsp_labels = (t.to(device) for t in batch)
-            mlm_sum, logits, count, _ = self._forward(model, (inputs, types, mlm_labels, nsp_labels))
+            batch = tuple(t.to(device) for t in batch)  # type: ignore[assignment]
+            mlm_sum, logits, count, _ = self._forward(model, batch)
+            nsp_labels = batch[3]
             mlm += float(mlm_sum)
             masked += count
             nsp += float(F.cross_entropy(logits, nsp_labels, reduction="sum"))

@@ -4,8 +4,10 @@ exactly, and keys that do not apply are refused by name."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
+from pathlib import Path
 
 import pytest
 import torch
@@ -13,7 +15,7 @@ import torch.nn.functional as F
 
 from attnkit.errors import ConfigError
 from attnkit.training.loop import Trainer
-from attnkit.training.runconfig import RunConfig
+from attnkit.training.runconfig import RunConfig, load_run_config
 from attnkit.training.tasks import NextSentenceTask, task_from_run
 
 TINY = {"d_model": 32, "num_heads": 2, "d_ff": 64, "num_layers": 2, "max_len": 24,
@@ -147,3 +149,14 @@ def test_nsp_keys_apply_to_mlm_only_and_are_checked(tmp_path):
         task_from_run(_run(tmp_path, model={"type_vocab_size": 0}))
     with pytest.raises(ConfigError, match="model.pooling: train.nsp's head reads"):
         task_from_run(_run(tmp_path, model={"pooling": "mean"}))
+
+
+def test_the_shipped_config_is_mlm_with_nsp_on_speeches(tmp_path):
+    root = Path(__file__).resolve().parents[3]
+    run = load_run_config(root / "configs" / "tinyshakespeare_nsp.yaml",
+                          [f"data.dir={tmp_path}", "train.eval_blocks=8"])  # fmt: skip
+    assert run.task == "mlm" and run.train.nsp and run.train.nsp_weight == 1.0
+    (tmp_path / "input.txt").write_text("A:\nline one\nline two\n\nB:\nthree\n", encoding="utf-8")
+    task = task_from_run(dataclasses.replace(run, data=dataclasses.replace(
+        run.data, loading="memory", valid_fraction=0.0)))  # fmt: skip
+    assert isinstance(task, NextSentenceTask) and task.batch_size == 64
