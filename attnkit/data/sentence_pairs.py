@@ -3,8 +3,9 @@
 A corpus is documents of sentences: one sentence per line, documents separated
 by blank lines (a file without blank lines is one document). A pair is
 ``[CLS] A [SEP] B [SEP]`` with segment ids 0 for ``[CLS] A [SEP]`` and 1 for
-``B [SEP]`` (``attnkit.data.classification.encode_example``: cut to
-``max_len`` by trimming the longer segment first). As in BERT, A and B are
+``B [SEP]`` (``attnkit.data.classification.encode_example``), cut to
+``max_len`` by trimming the longer segment first, A at its start and B at its
+end, so the join stays whole (``cut_around_join``). As in BERT, A and B are
 segments, spans of whole consecutive sentences (joined by a newline's ids)
 that together fill the pair (§3.1: "a 'sentence' can be an arbitrary span of
 contiguous text"); short sentences make segments of several, long ones of
@@ -101,7 +102,8 @@ class SentencePairs:
         A's document are taken until they fill the pair (``max_len - 3`` tokens, at
         least two sentences); A is a random number of the first of them, and B the
         rest (IsNext) or, from a random sentence of another document on, as much of it
-        as fills what A leaves (NotNext). The pair is then cut to ``max_len``.
+        as fills what A leaves (NotNext). The pair is then cut to ``max_len`` around
+        the join.
         """
         budget = max_len - 3  # [CLS], [SEP], [SEP]
         draws = torch.rand(n, 3, generator=generator)
@@ -116,8 +118,9 @@ class SentencePairs:
                 b = range(a.stop, chunk.stop)
             else:
                 b = self._fill(self._random_other(a.stop - 1, pick_b), budget - self._length(a))
+            first, second = cut_around_join(self._ids(a), self._ids(b), budget)
             ids, types, _ = encode_example(
-                self._ids(a), self._ids(b), bos_id=bos_id, eos_id=eos_id, max_len=max_len
+                first, second, bos_id=bos_id, eos_id=eos_id, max_len=max_len
             )
             batch.ids.append(ids)
             batch.types.append(types)
@@ -158,6 +161,19 @@ class SentencePairs:
         others = len(self.sentences) - size
         b = min(int(u * others), others - 1)
         return b if b < first else b + size  # skip a's document (its sentences are contiguous)
+
+
+def cut_around_join(a: list[int], b: list[int], room: int) -> tuple[list[int], list[int]]:
+    """``a`` and ``b`` cut to ``room`` tokens together, the longer first, keeping what is
+    next to the join: ``a`` loses its first tokens, ``b`` its last (where A ends and B
+    begins is what tells a next sentence from a random one)."""
+    keep_a, keep_b = len(a), len(b)
+    while keep_a + keep_b > max(room, 0):
+        if keep_a > keep_b:
+            keep_a -= 1
+        else:
+            keep_b -= 1
+    return a[len(a) - keep_a :], b[:keep_b]
 
 
 def encode_documents(

@@ -11,6 +11,7 @@ from attnkit.data.sentence_pairs import (
     IS_NEXT,
     NOT_NEXT,
     SentencePairs,
+    cut_around_join,
     split_documents,
     split_pairs,
 )
@@ -114,17 +115,30 @@ def test_pairs_are_cls_a_sep_b_sep_with_segments_and_fit_max_len():
         assert tok.decode(sa).startswith(place)
     for max_len in (20, 48):
         short = _draw(pairs, 200, 3, max_len)
-        for ids, types in zip(short.ids, short.types):
+        for ids, types, a, b in zip(short.ids, short.types, short.a, short.b):
             # segments are filled past the budget (a document allowing), then cut
             assert len(ids) == len(types) <= max_len
             assert ids[0] == BOS and ids[-1] == EOS and ids.count(EOS) == 2
             sep = ids.index(EOS)
             assert types == [0] * (sep + 1) + [1] * (len(ids) - sep - 1)
+            # around the join: A keeps its end, B its start
+            kept_a, kept_b = ids[1:sep], ids[sep + 1 : -1]
+            assert _join(pairs, a)[-len(kept_a) :] == kept_a
+            assert _join(pairs, b)[: len(kept_b)] == kept_b
         lengths = [len(ids) for ids in short.ids]
         if max_len == 20:
             assert set(lengths) == {20}  # every pair is longer
         else:
             assert max(lengths) == max_len
+
+
+def test_a_pair_is_cut_around_its_join_longer_segment_first():
+    a, b = list(range(10)), list(range(100, 104))
+    assert cut_around_join(a, b, 20) == (a, b)
+    assert cut_around_join(a, b, 10) == (list(range(4, 10)), b)
+    assert cut_around_join(a, b, 6) == (list(range(7, 10)), [100, 101, 102])
+    assert cut_around_join(b, a, 6) == ([101, 102, 103], [0, 1, 2])
+    assert cut_around_join(a, b, 0) == ([], [])
 
 
 def test_the_last_documents_are_held_out():

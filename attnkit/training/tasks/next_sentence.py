@@ -17,7 +17,8 @@ documents separated by blank lines; the last ``data.valid_fraction`` of the
 documents are held out. The tokenizer is the resumed run's, ``tokenizer.path``,
 or one trained (and, with ``data.loading: prepared``, cached) as for ``mlm``.
 Batches: ``train.max_tokens // model.max_len`` pairs of at most
-``model.max_len`` tokens (the longer sentence of a pair loses tokens first),
+``model.max_len`` tokens (the longer segment of a pair loses tokens first, away
+from the join),
 drawn from generators saved for resume; under torchrun every rank draws the
 same global batch and keeps rows ``rank, rank + N, ...``.
 Validation: ``train.eval_blocks`` held-out pairs (a pair is one block of up to
@@ -96,6 +97,9 @@ class NextSentenceTask:
         if c.pooling != "first":
             raise ConfigError(f"model.pooling: train.nsp's head reads [CLS] (pooling: first), "
                               f"got {c.pooling}")  # fmt: skip
+        if c.max_len < 5:
+            raise ConfigError(f"model.max_len: {c.max_len} positions leave no room for a pair "
+                              "[CLS] A [SEP] B [SEP]")  # fmt: skip
         self.max_len = c.max_len  # a pair is cut to the model's positions
         self.batch_size = max(1, self.cfg.max_tokens // self.max_len)  # pairs per batch and rank
         self.special_ids = tokenizer.special_ids
@@ -139,9 +143,9 @@ class NextSentenceTask:
 
     def next_batch(self) -> tuple[Batch, bool]:
         dist = self.context.dist
-        world = self.batch_size * dist.world_size
-        batch = self.make_batch(self.train, world, self.batch_rng, self.mask_rng)
-        rows = torch.tensor(dist.shard(range(world)), dtype=torch.long)
+        pairs = self.batch_size * dist.world_size  # the global batch, shared out by rows
+        batch = self.make_batch(self.train, pairs, self.batch_rng, self.mask_rng)
+        rows = torch.tensor(dist.shard(range(pairs)), dtype=torch.long)
         inputs, types, mlm_labels, nsp_labels = (
             t.index_select(0, rows).to(self.context.device) for t in batch
         )

@@ -16,7 +16,8 @@ import torch.nn.functional as F
 from attnkit.errors import ConfigError
 from attnkit.training.loop import Trainer
 from attnkit.training.runconfig import RunConfig, load_run_config
-from attnkit.training.tasks import NextSentenceTask, task_from_run
+from attnkit.training.distributed import DistContext
+from attnkit.training.tasks import NextSentenceTask, TaskContext, task_from_run
 
 TINY = {"d_model": 32, "num_heads": 2, "d_ff": 64, "num_layers": 2, "max_len": 24,
         "dropout": 0.0}  # fmt: skip
@@ -160,3 +161,19 @@ def test_the_shipped_config_is_mlm_with_nsp_on_speeches(tmp_path):
     task = task_from_run(dataclasses.replace(run, data=dataclasses.replace(
         run.data, loading="memory", valid_fraction=0.0)))  # fmt: skip
     assert isinstance(task, NextSentenceTask) and task.batch_size == 64
+
+
+def test_ranks_share_out_one_global_batch(tmp_path):
+    # Two ranks draw the same global batch (pairs and masks) and keep rows r, r + 2, ...;
+    # together they hold the batch one process would draw for twice the pairs.
+    single = task_from_run(_run(tmp_path, max_tokens=2 * 32 * 24))
+    whole, _ = single.next_batch()
+    for rank in (0, 1):
+        task = task_from_run(_run(tmp_path))
+        task.setup(TaskContext(dist=DistContext(rank=rank, world_size=2)))
+        share, real = task.next_batch()
+        assert real
+        for part, full in zip(share, whole):
+            width = part.size(-1) if part.dim() > 1 else None
+            expected = full[rank::2] if width is None else full[rank::2, :width]
+            assert torch.equal(part, expected)
