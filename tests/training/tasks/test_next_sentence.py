@@ -14,9 +14,9 @@ import torch
 import torch.nn.functional as F
 
 from attnkit.errors import ConfigError
+from attnkit.training.distributed import DistContext
 from attnkit.training.loop import Trainer
 from attnkit.training.runconfig import RunConfig, load_run_config
-from attnkit.training.distributed import DistContext
 from attnkit.training.tasks import NextSentenceTask, TaskContext, task_from_run
 
 TINY = {"d_model": 32, "num_heads": 2, "d_ff": 64, "num_layers": 2, "max_len": 24,
