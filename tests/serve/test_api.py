@@ -54,7 +54,7 @@ def test_health_and_model(client, family):
     info = c.get("/v1/model").json()
     engine = _engine(c)
     assert info["family"] == family and info["kind"] == engine.kind
-    assert info["config"] == engine.model.config.to_dict()
+    assert info["config"] == json.loads(json.dumps(engine.model.config.to_dict()))  # tuples
     assert info["vocab_size"] == engine.tokenizer.vocab_size
     assert info["parameters"] == sum(p.numel() for p in engine.model.parameters())
     assert "/" not in info["checkpoint"]  # the directory's name, not the server's paths
