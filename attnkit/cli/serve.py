@@ -2,7 +2,9 @@
 
 Endpoints: POST /v1/translate, /v1/generate or /v1/fill-mask (whichever fits the
 checkpoint), POST /v1/explore, GET /v1/health, GET /v1/model, the explorer page
-at / and the OpenAPI docs at /docs. Binds to 127.0.0.1 unless --host says
+at / and the API's description at /docs (no CDN). A decoder-only checkpoint also
+answers OpenAI's API: POST /v1/chat/completions, /v1/completions (streaming with
+"stream": true), GET /v1/models. Binds to 127.0.0.1 unless --host says
 otherwise. Concurrent translation requests with the same beam/alpha/nbest are
 decoded as one batch of at most --max-batch-tokens (source tokens x beam),
 waiting at most --max-wait-ms for company. A request whose client disconnects

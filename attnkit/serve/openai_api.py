@@ -7,7 +7,8 @@
   --chat``), ending with the assistant's header, then continued;
 * ``POST /v1/completions``: each prompt continued (``echo`` puts it first);
 * ``GET /v1/models`` and ``GET /v1/models/{id}``: the one model, named after
-  its checkpoint directory (requests may name any model: the server has one).
+  its run (or checkpoint) directory; requests may name any model: the server
+  has one.
 
 Answers are OpenAI's objects (``chat.completion``, ``text_completion``) with
 ``usage`` token counts; ``"stream": true`` answers server-sent events, one
@@ -32,6 +33,7 @@ import secrets
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -97,6 +99,13 @@ class _Answer:
         return {**self.body(choices, chunk=False), "usage": usage(completions)}
 
 
+def model_name(directory: Path) -> str:
+    """The model's name in ``/v1/models``: the run's directory, or the checkpoint's own."""
+    if directory.parent.name == "checkpoints" and directory.parent.parent.name:
+        return directory.parent.parent.name  # RUN/checkpoints/step_N: the run
+    return directory.name
+
+
 def usage(completions: Sequence[Completion]) -> dict[str, int]:
     """OpenAI's usage: each prompt counted once (whatever ``n``), every drawn token."""
     prompt = sum(c.prompt_tokens for c in completions)
@@ -115,7 +124,7 @@ def add_openai_routes(
 ) -> None:
     """Add the OpenAI-compatible routes (module doc); ``needs(endpoint)`` refuses the
     completions on a model that is no causal LM (400 naming the endpoint that fits)."""
-    model_id = engine.loaded.directory.name
+    model_id = model_name(engine.loaded.directory)
     created = int(time.time())
     templates: dict[str, Any] = {}
 
