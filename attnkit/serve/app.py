@@ -22,6 +22,7 @@ from fastapi import Depends, FastAPI, Request
 from fastapi.responses import HTMLResponse
 
 from attnkit.serve.batcher import BatchInfo, DynamicBatcher
+from attnkit.serve.continuous import GENERATE, ContinuousGenerator, supports
 from attnkit.serve.docs_page import CSP as DOCS_CSP
 from attnkit.serve.docs_page import render_docs
 from attnkit.serve.engine import KIND_ENDPOINTS, Engine, RequestError
@@ -108,8 +109,15 @@ def create_app(engine: Engine, settings: ServeSettings | None = None) -> Request
         if settings.threads:
             torch.set_num_threads(settings.threads)
 
+    # Generation joins and leaves one running batch per token where the model allows it.
+    generator = (
+        ContinuousGenerator(engine, max_rows=settings.max_generation_rows)
+        if supports(engine)
+        else None
+    )
     batcher = DynamicBatcher(
         run_batch,
+        continuous={GENERATE: generator} if generator is not None else None,
         max_tokens=settings.max_batch_tokens,
         max_wait_ms=settings.max_wait_ms,
         max_sentences=settings.max_batch_sentences,
@@ -207,6 +215,9 @@ def create_app(engine: Engine, settings: ServeSettings | None = None) -> Request
                 "max_batch_tokens": settings.max_batch_tokens,
                 "max_wait_ms": settings.max_wait_ms,
                 "max_batch_sentences": settings.max_batch_sentences,
+                # OpenAI-compatible generation: one running batch that requests join per token
+                "continuous_generation": generator is not None,
+                "max_generation_rows": settings.max_generation_rows,
             },
         }
 
@@ -321,7 +332,9 @@ def create_app(engine: Engine, settings: ServeSettings | None = None) -> Request
         answer: dict[str, Any] = result
         return answer
 
-    add_openai_routes(app, engine, batcher, settings, needs=lambda e: needs("causal_lm", e))
+    add_openai_routes(
+        app, engine, batcher, settings, generator, needs=lambda e: needs("causal_lm", e)
+    )
 
     _ENDPOINTS = sorted(
         {"GET /", "GET /v1/health", "GET /v1/model", "POST /v1/explore", "GET /docs"}

@@ -33,7 +33,7 @@ from attnkit.serve.cancellable import CancellableStepper, Owners
 from attnkit.serve.engine import Engine
 from attnkit.serve.handles import RequestHandle
 
-__all__ = ["ChoiceText", "Completion", "OnDelta", "generate_choices"]
+__all__ = ["ChoiceText", "Completion", "OnDelta", "context_of", "feed", "generate_choices"]
 
 _CONTEXT_TOKENS = 8  # prompt tokens decoded before a choice's own, for word boundaries
 
@@ -107,6 +107,19 @@ class ChoiceText:
         return delta
 
 
+def context_of(prompt: Sequence[int]) -> list[int]:
+    """The prompt tokens a choice's text is decoded after (for word boundaries)."""
+    return list(prompt[-_CONTEXT_TOKENS:])
+
+
+def feed(choice: ChoiceText, token: int, *, eos: int, last: bool) -> str:
+    """Give ``choice`` its next drawn token (``last``: the ``max_tokens``-th); the new text."""
+    text = choice.finish("eos") if token == eos else choice.add(token)
+    if choice.finish_reason is None and last:
+        text += choice.finish("length")
+    return text
+
+
 @dataclass
 class Completion:
     """The choices of one prompt and the token counts the usage reports."""
@@ -146,32 +159,21 @@ def generate_choices(
     if handle is not None:
         stepper = CancellableStepper(stepper, Owners.single(handle))
     eos = int(model.eos_id)
-    context = list(prompt[-_CONTEXT_TOKENS:])
+    context = context_of(prompt)
     choices = [ChoiceText(engine.tokenizer, context, stops) for _ in range(n)]
     generator = torch.Generator(device=engine.device).manual_seed(seed)
     prompt_ids = torch.tensor([list(prompt)] * n, dtype=torch.long, device=engine.device)
-
-    def emit(i: int, text: str) -> None:
-        if on_delta is not None and (text or choices[i].finish_reason is not None):
-            on_delta(first_index + i, text, choices[i].openai_reason)
-
-    for tokens in stream(
-        model,
-        prompt_ids,
-        max_tokens,
-        temperature=temperature,
-        top_p=top_p,
-        generator=generator,
-        stepper=stepper,
-    ):
+    for step, tokens in enumerate(stream(
+        model, prompt_ids, max_tokens, temperature=temperature, top_p=top_p,
+        generator=generator, stepper=stepper,
+    )):  # fmt: skip
         for i, token in enumerate(tokens.tolist()):
             choice = choices[i]
             if choice.finish_reason is not None:
                 continue  # its row runs on with the others; nobody reads it
-            emit(i, choice.finish("eos") if token == eos else choice.add(int(token)))
+            text = feed(choice, int(token), eos=eos, last=step + 1 == max_tokens)
+            if on_delta is not None and (text or choice.finish_reason is not None):
+                on_delta(first_index + i, text, choice.openai_reason)
         if all(c.finish_reason is not None for c in choices):
             break
-    for i, choice in enumerate(choices):
-        if choice.finish_reason is None:
-            emit(i, choice.finish("length"))
     return Completion(len(prompt), choices)

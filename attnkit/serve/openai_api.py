@@ -32,7 +32,7 @@ import json
 import secrets
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +42,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 
 from attnkit.serve.batcher import BatcherClosed, DynamicBatcher
 from attnkit.serve.completion import Completion, OnDelta, generate_choices
+from attnkit.serve.continuous import GENERATE, ContinuousGenerator, GenerationJob
 from attnkit.serve.engine import Engine, RequestError
 from attnkit.serve.error_shape import error_body
 from attnkit.serve.handles import CLIENT_GONE, RequestCancelled, RequestHandle, watch_disconnect
@@ -119,11 +120,14 @@ def add_openai_routes(
     engine: Engine,
     batcher: DynamicBatcher,
     settings: ServeSettings,
+    generator: ContinuousGenerator | None,
     *,
     needs: Callable[[str], Depends],
 ) -> None:
     """Add the OpenAI-compatible routes (module doc); ``needs(endpoint)`` refuses the
-    completions on a model that is no causal LM (400 naming the endpoint that fits)."""
+    completions on a model that is no causal LM (400 naming the endpoint that fits).
+    With a ``generator`` the requests join its running batch (``attnkit.serve.continuous``);
+    without one (or for a request past the model's context) each is decoded alone."""
     model_id = model_name(engine.loaded.directory)
     created = int(time.time())
     templates: dict[str, Any] = {}
@@ -178,33 +182,39 @@ def add_openai_routes(
         seed = req.seed if req.seed is not None else secrets.randbits(63)
         handle = RequestHandle(timeout=settings.request_timeout, max_new_tokens=max_tokens)
 
-        def job(on_delta: OnDelta | None) -> Callable[[], list[Completion]]:
-            return lambda: [
-                generate_choices(
-                    engine,
-                    prompt,
-                    n=req.n,
-                    max_tokens=max_tokens,
-                    temperature=req.temperature,
-                    top_p=req.top_p,
-                    seed=seed,
-                    stops=req.stops(),
-                    handle=handle,
-                    on_delta=on_delta,
-                    first_index=k * req.n,
-                )  # fmt: skip
-                for k, prompt in enumerate(prompts)
-            ]
+        jobs = [
+            GenerationJob(prompt, req.n, max_tokens, req.temperature, req.top_p, seed,
+                          req.stops(), first_index=k * req.n)
+            for k, prompt in enumerate(prompts)
+        ]  # fmt: skip
+
+        async def execute(on_delta: OnDelta | None) -> list[Completion]:
+            for job in jobs:
+                job.on_delta = on_delta
+            if generator is not None and all(generator.fits_alone(j) for j in jobs):
+                answers = await asyncio.gather(
+                    *(batcher.submit(GENERATE, j, cost=j.n, handle=handle) for j in jobs)
+                )
+                return [completion for completion, _ in answers]
+            alone, _ = await batcher.call(lambda: [decode_alone(j) for j in jobs], handle=handle)
+            return list(alone)
+
+        def decode_alone(job: GenerationJob) -> Completion:
+            return generate_choices(
+                engine, job.prompt, n=job.n, max_tokens=job.max_tokens,
+                temperature=job.temperature, top_p=job.top_p, seed=job.seed, stops=job.stops,
+                handle=handle, on_delta=job.on_delta, first_index=job.first_index,
+            )  # fmt: skip
 
         if not req.stream:
             watcher = watch_disconnect(request.receive, handle)
             try:
-                completions, _ = await batcher.call(job(None), handle=handle)
+                completions = await execute(None)
             finally:
                 watcher.cancel()
             return JSONResponse(answer.whole(completions))
         include_usage = req.stream_options is not None and req.stream_options.include_usage
-        events = _stream(request, batcher, job, handle, answer, len(prompts) * req.n, include_usage)
+        events = _stream(request, execute, handle, answer, len(prompts) * req.n, include_usage)
         return StreamingResponse(
             events, media_type="text/event-stream",
             headers={"cache-control": "no-cache", "x-accel-buffering": "no"},
@@ -244,8 +254,7 @@ def add_openai_routes(
 
 async def _stream(
     request: Request,
-    batcher: DynamicBatcher,
-    job: Callable[[OnDelta | None], Callable[[], list[Completion]]],
+    execute: Callable[[OnDelta | None], Awaitable[list[Completion]]],
     handle: RequestHandle,
     answer: _Answer,
     total: int,
@@ -262,7 +271,7 @@ async def _stream(
         return answer.body([answer.choice(index, text, reason, chunk=True)], chunk=True)
 
     watcher = watch_disconnect(request.receive, handle)
-    task = asyncio.ensure_future(batcher.call(job(on_delta), handle=handle))
+    task = asyncio.ensure_future(execute(on_delta))
     last: dict[str, Any] | None = None  # the last finish chunk waits for the usage
     try:
         for index in range(total):
@@ -292,7 +301,7 @@ async def _stream(
                 else:
                     yield _sse(chunk(*event))
         try:
-            completions, _ = task.result()
+            completions = task.result()
         except (RequestCancelled, BatcherClosed) as e:
             status = e.status if isinstance(e, RequestCancelled) else 503
             yield _sse(error_body(request.url.path, str(e), status))

@@ -17,4 +17,5 @@ class ServeSettings:
     threads: int | None = None  # torch intra-op threads in the worker (None: torch's default)
     request_timeout: float | None = 120.0  # time budget of a request, queue included
     max_new_tokens: int = 1024  # token budget of a generation request (<= schemas.MAX_NEW_TOKENS)
+    max_generation_rows: int = 16  # rows (choices) in the continuous generation batch
     max_connections: int | None = None  # what uvicorn allows (shown in /v1/model; set there)
