@@ -72,7 +72,9 @@ class ModelConfig:
         return dataclasses.replace(self, **changes)  # type: ignore[type-var]
 
     def to_dict(self) -> dict[str, Any]:
-        return {"family": self.family, **dataclasses.asdict(self)}  # type: ignore[call-overload]
+        """The fields as JSON has them (tuples as lists), with the family."""
+        fields = dataclasses.asdict(self)  # type: ignore[call-overload]
+        return {"family": self.family, **{k: _as_json(v) for k, v in fields.items()}}
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2)
@@ -243,3 +245,10 @@ class AttentionStackConfig(ModelConfig):
     def relative_positions(self) -> bool:
         """Whether self-attention has Shaw-style relative position terms."""
         return self.positions.endswith("relative")
+
+
+def _as_json(value: Any) -> Any:
+    """``value`` with tuples as lists, as a JSON round trip gives it back."""
+    if isinstance(value, tuple | list):
+        return [_as_json(v) for v in value]
+    return value

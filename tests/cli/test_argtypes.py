@@ -44,4 +44,4 @@ def test_help_epilogs_keep_their_line_breaks(capsys):
         main(["evaluate", "--help"])
     out = capsys.readouterr().out
     examples = [line for line in out.splitlines() if line.startswith("  attnkit evaluate")]
-    assert len(examples) == 4, out
+    assert len(examples) == 5, out  # one per line, as the epilog writes them

@@ -15,6 +15,8 @@ OVERRIDES = {
     "encoder_only": dict(SIZES, vocab_size=31, mask_id=30, num_layers=1),
     "rnn": dict(src_vocab_size=30, tgt_vocab_size=30, embed_dim=8, hidden_size=8),
     "vit": dict(SIZES, num_layers=1, image_size=8, patch_size=4, channels=1, num_classes=3),
+    "swin": dict(image_size=8, patch_size=2, channels=1, num_classes=3, embed_dim=16,
+                 depths=(1, 1), num_heads=(2, 2), window_size=2),
 }  # fmt: skip
 
 
@@ -24,7 +26,7 @@ def test_every_family_is_covered():
 
 @pytest.mark.parametrize("family", sorted(OVERRIDES))
 def test_frozen_parameters_are_not_counted(family):
-    preset = "digits" if family == "vit" else "small"
+    preset = "digits" if family in ("vit", "swin") else "small"
     model = FAMILIES[family].model_class(config_from_preset(family, preset, **OVERRIDES[family]))
     params = list(model.parameters())  # each shared (tied) tensor once
     assert model.num_parameters() == sum(p.numel() for p in params)

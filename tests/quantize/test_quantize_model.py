@@ -94,6 +94,9 @@ def test_fp32_decodes_the_reference_tokens(batch):
         assert search(stepper_for(packed)).tokens == search(stepper_for(model, "reference")).tokens
 
 
+IMAGES = ("vit", "swin")
+
+
 def _families() -> dict[str, torch.nn.Module]:
     from attnkit.models import FAMILIES
     from attnkit.models.registry import config_from_preset
@@ -123,22 +126,34 @@ def _families() -> dict[str, torch.nn.Module]:
         ),
         "rnn": dict(src_vocab_size=50, tgt_vocab_size=50),
         "vit": dict(sizes, num_layers=1, image_size=8, patch_size=4, channels=1, num_classes=3),
+        "swin": dict(
+            image_size=8,
+            patch_size=2,
+            channels=1,
+            num_classes=3,
+            embed_dim=16,
+            depths=(1, 1),
+            num_heads=(2, 2),
+            window_size=2,
+            dropout=0.0,
+        ),
     }
     assert set(overrides) == set(FAMILIES)  # a new family is tested here too
     torch.manual_seed(0)
     models = {
         name: FAMILIES[name]
-        .model_class(config_from_preset(name, "digits" if name == "vit" else "small", **kw))
+        .model_class(config_from_preset(name, "digits" if name in IMAGES else "small", **kw))
         .eval()
         for name, kw in overrides.items()
     }
-    torch.nn.init.normal_(models["vit"].head.weight)  # a zero head would hide any difference
+    for name in IMAGES:  # a zero head would hide any difference
+        torch.nn.init.normal_(models[name].head.weight)
     return models
 
 
 def _inputs(name: str) -> tuple[torch.Tensor, ...]:
     g = torch.Generator().manual_seed(0)
-    if name == "vit":
+    if name in IMAGES:
         return (torch.rand(2, 1, 8, 8, generator=g),)
     ids = torch.randint(3, 50, (2, 7), generator=g)
     return (ids, ids[:, :5]) if name in ("transformer", "rnn") else (ids,)

@@ -5,6 +5,7 @@ Also: ``--debug`` turns the one-line errors back into tracebacks.
 
 from __future__ import annotations
 
+import builtins
 import json
 from pathlib import Path
 
@@ -93,13 +94,21 @@ def test_an_unreadable_data_file_is_one_line_and_changes_nothing(
     denied = data / "train.en"
     real = Path.read_bytes
 
+    real_open = builtins.open
+
     def read_bytes(self):
         if self == denied:
             raise PermissionError(13, "Permission denied", str(self))
         return real(self)
 
+    def open_file(file, *args, **kwargs):  # the prepared-data readers open files themselves
+        if isinstance(file, str | Path) and Path(file) == denied:
+            raise PermissionError(13, "Permission denied", str(file))
+        return real_open(file, *args, **kwargs)
+
     before = snapshot(tmp_path)
     monkeypatch.setattr(Path, "read_bytes", read_bytes)
+    monkeypatch.setattr(builtins, "open", open_file)
     code = main(["train", "--config", str(config), "--out", str(tmp_path / "out"), "--no-progress"])
     monkeypatch.undo()
     err = capsys.readouterr().err

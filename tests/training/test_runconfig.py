@@ -62,9 +62,10 @@ def test_unusable_numbers_are_refused_by_name(override, words):
     with pytest.raises(ConfigError) as e:
         config = RunConfig.from_dict(apply_overrides({}, [override]))
         if override.startswith("model."):  # the model section is validated by its builder
+            from attnkit.models import TransformerConfig
             from attnkit.training.tasks.base import model_config_from_run
 
-            model_config_from_run(config, families=("transformer",), defaults={})
+            model_config_from_run(config, families=(TransformerConfig,), defaults={})
     assert words in str(e.value)
 
 
