@@ -67,6 +67,8 @@ TASK_KEYS: dict[str, tuple[str, ...]] = {
     "train.valid_bleu_sentences": SEQ2SEQ_TEXT,
     "train.eval_blocks": (*LM_TASKS, "instruction"),
     "train.mask_prob": ("mlm", "span_corruption"),  # span_corruption: the noise density
+    "train.nsp": ("mlm",),
+    "train.nsp_weight": ("mlm",),
     "train.batch_size": TEXT_CLASSIFICATION,
     "train.group_by_length": TEXT_CLASSIFICATION,
     "decode": SEQ2SEQ_TEXT,
@@ -274,6 +276,10 @@ class TrainConfig:
     valid_bleu_sentences: int = 500  # translation: 0 = no BLEU during training
     eval_blocks: int = 200  # lm/mlm: validation blocks per evaluation
     mask_prob: float = 0.15  # mlm: the share of tokens selected for prediction
+    # mlm: BERT's next-sentence prediction beside the masked LM, on sentence pairs (one
+    # sentence per line, blank lines between documents), its loss weighted by nsp_weight
+    nsp: bool = False
+    nsp_weight: float = 1.0
     batch_size: int = 32  # text_classification: examples per batch and rank
     # text_classification: examples of similar length share a batch (less padding)
     group_by_length: bool = True
@@ -345,6 +351,7 @@ class TrainConfig:
         if self.eps is not None:
             require("eps", self.eps > 0, f"must be > 0, got {self.eps}")
         require("mask_prob", 0.0 < self.mask_prob < 1.0, f"must be in (0, 1), got {self.mask_prob}")
+        require("nsp_weight", self.nsp_weight >= 0.0, f"must be >= 0, got {self.nsp_weight}")
         for entry in self.freeze:
             check_freeze_entry(entry)
 

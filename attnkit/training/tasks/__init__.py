@@ -7,6 +7,7 @@ encoder-only model on labelled sentences or pairs), ``span_corruption`` (T5's
 pre-training of an encoder-decoder on one text file) and ``text_to_text``
 (an encoder-decoder on several prefixed corpora) each implement the protocol in
 ``tasks/base.py``; ``attnkit.training.loop.Trainer`` trains any of them.
+``mlm`` with ``train.nsp`` adds BERT's next-sentence prediction (``tasks/next_sentence.py``).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from attnkit.training.tasks.corpus import lm_corpus, translation_data
 from attnkit.training.tasks.image import ImageClassificationTask, load_images
 from attnkit.training.tasks.instruction import InstructionTask, instruction_task
 from attnkit.training.tasks.language_model import CausalLMTask, MaskedLMTask
+from attnkit.training.tasks.next_sentence import NextSentenceTask, next_sentence_task
 from attnkit.training.tasks.span_corruption import SpanCorruptionTask
 from attnkit.training.tasks.text_classification import (
     TextClassificationTask,
@@ -82,6 +84,8 @@ def task_from_run(
         return TranslationTask(
             run, **translation_data(run, tokenizer, log=log), initial=initial
         )  # fmt: skip
+    if run.task == "mlm" and run.train.nsp:
+        return next_sentence_task(run, tokenizer, initial, log=log)
     corpus, release = lm_corpus(run, tokenizer, log=log)
     return TEXT_TASKS[run.task](run, corpus, release, initial=initial)
 
@@ -93,6 +97,7 @@ __all__ = [
     "InstructionTask",
     "LossSums",
     "MaskedLMTask",
+    "NextSentenceTask",
     "Task",
     "TaskContext",
     "SpanCorruptionTask",
