@@ -82,11 +82,27 @@ def start_server(checkpoint: str, extra: list[str]) -> tuple[subprocess.Popen[st
         line = proc.stdout.readline()
         m = re.search(r"on (http://127\.0\.0\.1:\d+)", line)
         if m:
+            # The line is printed once the socket is bound, before uvicorn listens on it:
+            # a connection made at once can be refused (seen with SmolLM2). Wait for health.
+            _wait_healthy(m.group(1), deadline)
             return proc, m.group(1)
         if not line and proc.poll() is not None:
             break
     proc.kill()
     raise SystemExit(f"attnkit serve did not start: {line!r}")
+
+
+def _wait_healthy(url: str, deadline: float) -> None:
+    import httpx
+
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(url + "/v1/health", timeout=5).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.2)
+    raise SystemExit(f"attnkit serve at {url} did not answer /v1/health")
 
 
 def rss_mb(pid: int) -> float:

@@ -10,6 +10,7 @@ sliced by the module and as separate ``q_proj`` (``D -> D``) and ``kv_proj``
 
 Per family:
 
+* Swin: every window attention's ``qkv_proj`` and ``out_proj``, and its FFNs.
 * Transformer, decoder-only, encoder-only, ViT: every ``MultiHeadAttention``
   (self- and cross-attention) and every feed-forward network (``FeedForward``,
   ``SwiGLU``, the experts of a mixture of experts; never its router). An
@@ -33,6 +34,7 @@ from torch import nn
 
 from attnkit.attention.multihead import MultiHeadAttention
 from attnkit.attention.scores import AdditiveScore, Score
+from attnkit.attention.windows import WindowAttention
 from attnkit.blocks.feedforward import FeedForward
 from attnkit.blocks.swiglu import SwiGLU
 from attnkit.models.rnn_seq2seq import RNNSeq2Seq
@@ -41,6 +43,8 @@ ATTENTION = {"qkv_proj": ("q", "k", "v"), "q_proj": ("q",), "kv_proj": ("k", "v"
              "out_proj": ("o",)}  # fmt: skip
 ROLE_MAP: dict[tuple[type[nn.Module], str], tuple[str, ...]] = {
     **{(MultiHeadAttention, name): roles for name, roles in ATTENTION.items()},
+    (WindowAttention, "qkv_proj"): ("q", "k", "v"),  # Swin: D rows each
+    (WindowAttention, "out_proj"): ("o",),
     (FeedForward, "w1"): ("ffn",),
     (FeedForward, "w2"): ("ffn",),
     (SwiGLU, "gate_proj"): ("ffn",),

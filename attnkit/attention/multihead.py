@@ -17,6 +17,9 @@ What a module receives beside its projections (composition: parts, not flags):
   rotated by their positions before the cache stores the keys.
 * ``alibi`` (``ALiBi``; Press et al., 2022): a per-head linear penalty
   ``-m_h |i - j|`` added to the scores (``attnkit.positions.alibi.alibi_bias``).
+* ``position_bias`` (``T5RelativeBias``; Raffel et al., 2020): a learned scalar
+  per head and bucket of ``key - query``, added to the scores; one table is
+  shared by every layer of a stack.
 * ``window`` (``LocalWindow``): each query sees the keys of a sliding window
   plus global tokens; a whole sequence runs through ``local_attention`` (chunked
   when it is long, unless another term shapes the scores), a cached step
@@ -49,6 +52,7 @@ from attnkit.errors import ConfigError
 from attnkit.positions.alibi import ALiBi
 from attnkit.positions.relative import RelativePositions
 from attnkit.positions.rotary import RotaryEmbedding, apply_rotary
+from attnkit.positions.t5_relative import T5RelativeBias
 
 
 class MultiHeadAttention(nn.Module):
@@ -60,7 +64,7 @@ class MultiHeadAttention(nn.Module):
         dropout: dropout on the attention weights.
         bias: use biases in the projections.
         num_kv_heads: key/value heads (divides h; default h).
-        relative_positions, rotary, alibi, window: position terms and reach.
+        relative_positions, rotary, alibi, position_bias, window: position terms and reach.
         score: ``"scaled_dot"`` (default), ``"dot"``, ``"general"`` or ``"additive"``.
         backend: how attention is computed (default ``REFERENCE``).
     """
@@ -76,6 +80,7 @@ class MultiHeadAttention(nn.Module):
         relative_positions: RelativePositions | None = None,
         rotary: RotaryEmbedding | None = None,
         alibi: ALiBi | None = None,
+        position_bias: T5RelativeBias | None = None,
         window: LocalWindow | None = None,
         score: str = "scaled_dot",
         backend: AttentionBackend = REFERENCE,
@@ -97,15 +102,21 @@ class MultiHeadAttention(nn.Module):
             raise ValueError(f"alibi: {alibi.slopes.numel()} slopes for {num_heads} heads")
         self.relative_positions = relative_positions
         self.rotary = rotary
+        if position_bias is not None and position_bias.table.embedding_dim != num_heads:
+            raise ValueError(
+                f"position_bias: {position_bias.table.embedding_dim} heads for {num_heads} heads"
+            )
         self.alibi = alibi
+        self.position_bias = position_bias
         self.window = window
-        positional = relative_positions is not None or alibi is not None or rotary is not None
+        biased = alibi is not None or position_bias is not None
+        positional = relative_positions is not None or biased or rotary is not None
         if positional and score not in ("dot", "scaled_dot"):
             raise ConfigError(f"score: position terms need a dot-product score, got {score!r}")
         self.score = head_score(score, self.head_dim)
         # Whole sequences of a local layer go through local_attention, which adds
         # nothing to the scores: only when no other term does.
-        plain = self.score is None and relative_positions is None and alibi is None
+        plain = self.score is None and relative_positions is None and not biased
         self.local_sequences = window is not None and plain
         self.backend = backend
 
@@ -137,7 +148,7 @@ class MultiHeadAttention(nn.Module):
         k = split_heads(k_, self.num_kv_heads, self.head_dim)
         v = split_heads(v_, self.num_kv_heads, self.head_dim)
         positions = None  # of the queries, for the parts that need them
-        if self.rotary is not None or self.alibi is not None or self.window is not None:
+        if any(p is not None for p in (self.rotary, self.alibi, self.position_bias, self.window)):
             positions = (
                 cache.query_positions(t) if cache is not None else torch.arange(t, device=x.device)
             )
@@ -158,6 +169,10 @@ class MultiHeadAttention(nn.Module):
         if self.alibi is not None:
             assert positions is not None
             bias = self.alibi(positions, tk, q.dtype)
+        if self.position_bias is not None:
+            assert positions is not None
+            t5 = self.position_bias(positions, tk).to(q.dtype)
+            bias = t5 if bias is None else bias + t5
         if self.window is not None:
             assert positions is not None
             band = self.window.mask(positions, tk)

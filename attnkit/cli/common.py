@@ -119,7 +119,7 @@ RUN_ENTRIES = frozenset(
      "checkpoints", "tensorboard", "quickstart.json", "metrics.json", "attention.png",
      "import.json", "config.json", "model.safetensors", "tokenizer.json",
      "trainer_state.json", "trainer_state.safetensors", "optimizer.json",
-     "optimizer.safetensors"}
+     "optimizer.safetensors", "engines"}
 )  # fmt: skip
 
 

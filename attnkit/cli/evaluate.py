@@ -45,7 +45,12 @@ from attnkit.cli.common import (
     checkpoint_inputs,
     load_for,
 )
-from attnkit.cli.translate import add_decoding_arguments, check_decoding_arguments, decode_path
+from attnkit.cli.translate import (
+    add_decoding_arguments,
+    check_decoding_arguments,
+    decode_path,
+    engine_options,
+)
 from attnkit.errors import UsageError
 from attnkit.outputs import check_output_file, write_text
 
@@ -221,7 +226,7 @@ def with_context(model: Any, context: int) -> Any:
 
 
 def _score_translation(loaded: Any, args: argparse.Namespace, corpus: Any) -> dict[str, Any]:
-    from attnkit.cli.translate import stepper_from_args
+    from attnkit.cli.translate import decode_options, engine_from_args, stepper_from_args
     from attnkit.decoding.text import translate_texts
     from attnkit.errors import DataError
     from attnkit.evaluation.bleu import corpus_scores
@@ -237,15 +242,22 @@ def _score_translation(loaded: Any, args: argparse.Namespace, corpus: Any) -> di
         raise DataError(f"{args.src}: no sentence pairs left to score")
     model, tokenizer = loaded.model, loaded.tokenizer
     beam = 1 if args.greedy else args.beam
-    rows = beam * min(args.batch_size, len(pairs))
-    check_decode_fits(model.config, rows, next(model.parameters()).device,
-                      f"--beam {beam} with --batch-size {args.batch_size}")  # fmt: skip
-    stepper = stepper_from_args(model, args)
-    start = time.perf_counter()
-    hyps = translate_texts(model, tokenizer, [s for s, _ in pairs], beam=beam, alpha=args.alpha,
-                           batch_size=args.batch_size, max_len_b=args.max_len_b,
-                           stepper=stepper)  # fmt: skip
-    seconds = time.perf_counter() - start
+    sources = [s for s, _ in pairs]
+    if args.engine != "attnkit":
+        engine = engine_from_args(args, "evaluate", loaded)
+        start = time.perf_counter()
+        hyps = [best for best, *_ in engine.translate(sources, decode_options(args))]
+        seconds = time.perf_counter() - start
+    else:
+        rows = beam * min(args.batch_size, len(pairs))
+        check_decode_fits(model.config, rows, next(model.parameters()).device,
+                          f"--beam {beam} with --batch-size {args.batch_size}")  # fmt: skip
+        stepper = stepper_from_args(model, args)
+        start = time.perf_counter()
+        hyps = translate_texts(model, tokenizer, sources, beam=beam, alpha=args.alpha,
+                               batch_size=args.batch_size, max_len_b=args.max_len_b,
+                               stepper=stepper)  # fmt: skip
+        seconds = time.perf_counter() - start
     if args.hyp_out:
         write_text(args.hyp_out, "".join(h + "\n" for h in hyps), option="--hyp-out",
                    inputs=_inputs(args))  # fmt: skip
@@ -255,6 +267,7 @@ def _score_translation(loaded: Any, args: argparse.Namespace, corpus: Any) -> di
         "perplexity": perplexity(nll, max(n_tokens, 1)),
         "sentences": len(pairs),
         "decode": {
+            "engine": args.engine,
             "beam": beam,
             "alpha": args.alpha,
             "path": decode_path(args),
@@ -266,6 +279,8 @@ def _score_translation(loaded: Any, args: argparse.Namespace, corpus: Any) -> di
 
 def run(args: argparse.Namespace) -> int:
     check_decoding_arguments(args)
+    if args.engine != "attnkit":  # a refused option fails before anything loads
+        engine_options(args)
     if args.hyp_out:  # before any work: never a device, a directory or an input
         check_output_file(args.hyp_out, option="--hyp-out", inputs=_inputs(args))
     for option in ("src", "ref", "text"):
@@ -275,8 +290,12 @@ def run(args: argparse.Namespace) -> int:
         from attnkit.data.readers import read_parallel
 
         corpus = read_parallel(args.src, args.ref, skip_empty=args.skip_empty)
-    loaded = load_for("evaluate", args.checkpoint, args.device)
+    # Another engine runs on the CPU, and converts (on a cache miss) from a CPU model.
+    device = args.device if args.engine == "attnkit" else "cpu"
+    loaded = load_for("evaluate", args.checkpoint, device)
     _check_inputs(args, loaded.family.kind, loaded.config)
+    if args.engine != "attnkit" and loaded.family.kind != "seq2seq":
+        raise UsageError(f"--engine {args.engine}: for translation checkpoints (--src/--ref)")
     if args.labelled:
         from attnkit.cli.common import apply_precision
 
@@ -318,5 +337,5 @@ def run(args: argparse.Namespace) -> int:
     print(f"tokenized lowercased BLEU {result['bleu_lc']:.2f}")
     speed, beam = result["sentences_per_s"], result["decode"]["beam"]
     print(f"perplexity {result['perplexity']:.2f}   {result['sentences']} sentences, "
-          f"{speed:.1f} sentences/s (beam {beam}, {args.precision})")  # fmt: skip
+          f"{speed:.1f} sentences/s (beam {beam}, {args.precision}, {args.engine})")  # fmt: skip
     return 0

@@ -2,7 +2,9 @@
 
 Endpoints: POST /v1/translate, /v1/generate or /v1/fill-mask (whichever fits the
 checkpoint), POST /v1/explore, GET /v1/health, GET /v1/model, the explorer page
-at / and the OpenAPI docs at /docs. Binds to 127.0.0.1 unless --host says
+at / and the API's description at /docs (no CDN). A decoder-only checkpoint also
+answers OpenAI's API: POST /v1/chat/completions, /v1/completions (streaming with
+"stream": true), GET /v1/models. Binds to 127.0.0.1 unless --host says
 otherwise. Concurrent translation requests with the same beam/alpha/nbest are
 decoded as one batch of at most --max-batch-tokens (source tokens x beam),
 waiting at most --max-wait-ms for company. A request whose client disconnects
@@ -83,6 +85,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         f"refused with 422 (default and most: {MAX_NEW_TOKENS})",
     )
     parser.add_argument(
+        "--max-generation-rows",
+        type=int,
+        default=16,
+        help="rows (choices) in the running generation batch that OpenAI-compatible requests "
+        "join and leave token by token (models with rotary, ALiBi or no positions; default: 16)",
+    )
+    parser.add_argument(
         "--threads",
         type=int,
         default=None,
@@ -96,7 +105,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _check(args: argparse.Namespace) -> None:
-    for name in ("max_batch_tokens", "max_batch_sentences", "max_body_bytes", "max_connections"):
+    for name in ("max_batch_tokens", "max_batch_sentences", "max_body_bytes", "max_connections",
+                 "max_generation_rows"):  # fmt: skip
         if getattr(args, name) is not None and getattr(args, name) < 1:
             raise UsageError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
     if not args.max_wait_ms >= 0:
@@ -142,6 +152,7 @@ def run(args: argparse.Namespace) -> int:
         threads=args.threads or max(1, (os.cpu_count() or 2) // 2),
         request_timeout=args.request_timeout or None,
         max_new_tokens=args.max_new_tokens,
+        max_generation_rows=args.max_generation_rows,
         max_connections=args.max_connections,
     )
     app = create_app(engine, settings)

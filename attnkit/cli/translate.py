@@ -4,12 +4,17 @@ Reads --input FILE, or standard input when no --input is given. Beam search
 (--beam 4 --alpha 0.6, the paper's) by default; --greedy, or --sample with
 --temperature/--top-k/--top-p/--seed. With --nbest N > 1, each output line
 holds the N best hypotheses separated by tabs.
+
+--engine ctranslate2 or onnxruntime decodes a Transformer checkpoint on that
+engine instead (converted on first use into CHECKPOINT/engines/, reused
+afterwards; see attnkit.interop.engines).
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+from typing import Any
 
 from attnkit.cli.argtypes import finite_float, integer, seed
 from attnkit.cli.common import add_device_argument, add_precision_argument
@@ -18,6 +23,8 @@ from attnkit.errors import UsageError
 # GNMT's length penalty ((5 + |Y|) / 6) ** alpha overflows a float past alpha ~ 130
 # on long outputs; useful values are 0..2.
 MAX_ALPHA = 10.0
+# attnkit.interop.engines.NAMES, spelled out so that parsing imports no engine.
+ENGINES = ("attnkit", "ctranslate2", "onnxruntime")
 
 
 def add_decoding_arguments(parser: argparse.ArgumentParser) -> None:
@@ -47,6 +54,15 @@ def add_decoding_arguments(parser: argparse.ArgumentParser) -> None:
         "fp32 linear layers (on a GPU the fast path is a static cache)",
     )
     add_precision_argument(parser)
+    parser.add_argument(
+        "--engine",
+        choices=ENGINES,
+        default="attnkit",
+        help="Transformer checkpoints: decode with attnkit (default), CTranslate2 or "
+        "onnxruntime; the first use converts the checkpoint into CHECKPOINT/engines/ "
+        "(an option the engine cannot honour is refused; ctranslate2 beam search "
+        "needs --alpha 0)",
+    )
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -94,6 +110,50 @@ def stepper_from_args(model, args: argparse.Namespace):
     return stepper_for(apply_precision(model, args.precision, path=path), path)
 
 
+def engine_from_args(args: argparse.Namespace, command: str, loaded: Any = None) -> Any:
+    """The ``attnkit.interop.engines`` engine ``--engine`` names, converted on first use.
+
+    ``loaded``: the checkpoint already loaded on the CPU (else it is loaded
+    for a conversion only, on a cache miss).
+    """
+    from attnkit.cli.common import load_for
+    from attnkit.interop.engines import open_engine
+
+    def load(directory: Any) -> Any:
+        return loaded if loaded is not None else load_for(command, directory, "cpu")
+
+    def say(line: str) -> None:
+        print(f"attnkit {command}: {line}", file=sys.stderr, flush=True)
+
+    run, decode = engine_options(args)
+    return open_engine(args.engine, args.checkpoint, run, decode, load=load, say=say)
+
+
+def engine_options(args: argparse.Namespace) -> tuple[Any, Any]:
+    """``args`` as the engines' ``RunOptions`` and ``DecodeOptions``, checked by the engine
+    (a ``UsageError`` naming the first option ``--engine`` cannot honour)."""
+    import torch
+
+    from attnkit.interop.engines import ENGINES, RunOptions
+
+    run = RunOptions(precision=args.precision, device=args.device,
+                     threads=torch.get_num_threads(), path=decode_path(args))  # fmt: skip
+    decode = decode_options(args)
+    ENGINES[args.engine].check(run, decode)
+    return run, decode
+
+
+def decode_options(args: argparse.Namespace) -> Any:
+    """The search options of ``args`` as ``attnkit.interop.engines.DecodeOptions``."""
+    from attnkit.interop.engines import DecodeOptions
+
+    beam = 1 if args.greedy else args.beam
+    nbest = getattr(args, "nbest", 1) if beam > 1 else 1
+    sample = getattr(args, "sample", False)
+    return DecodeOptions(beam=beam, alpha=args.alpha, nbest=nbest, max_len_b=args.max_len_b,
+                         batch_size=args.batch_size, sample=sample)  # fmt: skip
+
+
 def truncate_sources(
     sources: list[list[int]], limit: int, input_name: str | None
 ) -> list[list[int]]:
@@ -133,6 +193,11 @@ def run(args: argparse.Namespace) -> int:
     # A bad --input fails before the model loads; stdin is read once the model is ready.
     check_input_file(args.input, "--input")  # never /dev/zero: it would fill memory
     lines = read_input_lines(args.input) if args.input is not None else None
+    if args.engine != "attnkit":
+        engine = engine_from_args(args, "translate")
+        lines = read_input_lines(None) if lines is None else lines
+        _write_lines(engine.translate(lines, decode_options(args)))
+        return 0
     loaded = load_for("translate", args.checkpoint, args.device)
     model, tokenizer = loaded.model, loaded.tokenizer
     device = next(model.parameters()).device
@@ -169,9 +234,14 @@ def run(args: argparse.Namespace) -> int:
             max_len=max_positions - 1,
             device=device,
         )
-    out = sys.stdout
-    for r in results:
-        hyps = r.nbest[0][: args.nbest] if args.nbest > 1 else [r.nbest[0][0]]
-        out.write("\t".join(tokenizer.decode(h.tokens) for h in hyps) + "\n")
-    out.flush()
+    nbest = [r.nbest[0][: args.nbest] if args.nbest > 1 else [r.nbest[0][0]] for r in results]
+    _write_lines([[tokenizer.decode(h.tokens) for h in hyps] for hyps in nbest])
     return 0
+
+
+def _write_lines(hypotheses: list[list[str]]) -> None:
+    """One line per input: its hypotheses, best first, separated by tabs."""
+    out = sys.stdout
+    for hyps in hypotheses:
+        out.write("\t".join(hyps) + "\n")
+    out.flush()

@@ -31,15 +31,21 @@ def _random_segmentation(items: int, segments: int, generator: torch.Generator) 
     return [b - a for a, b in zip(edges, edges[1:])]
 
 
+def noise_counts(length: int, noise_density: float, mean_span: float) -> tuple[int, int]:
+    """``(dropped tokens, spans)`` of a sequence of ``length >= 2`` tokens: both fixed by
+    the length (the spans are how many sentinels a sequence needs)."""
+    noise = min(max(round(length * noise_density), 1), length - 1)
+    spans = max(round(noise / mean_span), 1)
+    return noise, min(spans, noise, length - noise)  # each span needs >= 1 token of each kind
+
+
 def noise_mask(
     length: int, generator: torch.Generator, noise_density: float = 0.15, mean_span: float = 3.0
 ) -> list[bool]:
     """Which of ``length`` tokens are dropped (True), in spans as in T5."""
     if length < 2:
         return [False] * length  # nothing to corrupt in a one-token sequence
-    noise = min(max(round(length * noise_density), 1), length - 1)
-    spans = max(round(noise / mean_span), 1)
-    spans = min(spans, noise, length - noise)  # every span needs >= 1 token of each kind
+    noise, spans = noise_counts(length, noise_density, mean_span)
     noise_lengths = _random_segmentation(noise, spans, generator)
     kept_lengths = _random_segmentation(length - noise, spans, generator)
     mask: list[bool] = []

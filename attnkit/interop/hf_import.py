@@ -6,7 +6,8 @@ Dispatch on ``config.json``'s ``model_type``:
   the directories ``attnkit export --to hf`` writes (bit-exact round trip);
 * ``bert`` -> ``EncoderOnlyModel`` (``attnkit.interop.hf_bert``);
 * ``gpt2`` -> ``DecoderOnlyLM`` (``attnkit.interop.hf_gpt2``);
-* ``llama`` -> ``DecoderOnlyLM`` (``attnkit.interop.hf_llama``), the GGUF import's path.
+* ``llama`` -> ``DecoderOnlyLM`` (``attnkit.interop.hf_llama``), the GGUF import's path;
+* ``t5`` -> ``EncoderDecoder`` with T5's options (``attnkit.interop.hf_t5_import``).
 
 The directory is read without ``transformers`` and without unpickling:
 ``config.json``, ``tokenizer.json`` (+ ``tokenizer_config.json``) and
@@ -31,6 +32,7 @@ from attnkit.interop.hf_files import CONFIG, HFDirectory, open_directory
 from attnkit.interop.hf_gpt2 import import_gpt2
 from attnkit.interop.hf_llama import import_llama
 from attnkit.interop.hf_marian_import import import_marian
+from attnkit.interop.hf_t5_import import import_t5
 from attnkit.interop.import_writer import Imported, write_import
 from attnkit.interop.outdir import check_target
 
@@ -39,6 +41,7 @@ IMPORTERS: dict[str, Callable[[HFDirectory], Imported]] = {
     "bert": import_bert,
     "gpt2": import_gpt2,
     "llama": import_llama,
+    "t5": import_t5,
 }
 
 

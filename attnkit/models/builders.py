@@ -32,6 +32,7 @@ from attnkit.blocks import (
     FeedForward,
     Residual,
 )
+from attnkit.blocks.feedforward import ACTIVATIONS
 from attnkit.blocks.moe import MoEFeedForward
 from attnkit.blocks.norms import build_norm
 from attnkit.blocks.swiglu import SwiGLU
@@ -40,6 +41,7 @@ from attnkit.models.embeddings import InputEmbedding, TokenEmbedding
 from attnkit.positions import RelativePositions, build_positions
 from attnkit.positions.alibi import ALiBi
 from attnkit.positions.rotary import RotaryEmbedding
+from attnkit.positions.t5_relative import T5RelativeBias
 
 
 def rotary(c: AttentionStackConfig) -> RotaryEmbedding | None:
@@ -49,15 +51,28 @@ def rotary(c: AttentionStackConfig) -> RotaryEmbedding | None:
     return RotaryEmbedding(c.head_dim, c.rope_theta, c.max_len)
 
 
+def t5_bias(c: AttentionStackConfig, *, causal: bool) -> T5RelativeBias | None:
+    """One T5 bias table per stack (shared by its layers), when positions are ``t5_relative``:
+    bidirectional buckets for an encoder, causal ones for a decoder."""
+    if c.positions != "t5_relative":
+        return None
+    return T5RelativeBias(
+        c.num_heads, bidirectional=not causal, num_buckets=c.relative_buckets,
+        max_distance=c.relative_max_distance,
+    )  # fmt: skip
+
+
 def attention(
     c: AttentionStackConfig,
     *,
     causal: bool = False,
     rope: RotaryEmbedding | None = None,
+    position_bias: T5RelativeBias | None = None,
 ) -> MultiHeadAttention | LinearSelfAttention:
     """One self-attention sublayer, with the config's position terms and reach.
 
     ``causal``: a decoder's self-attention (its local window looks back only).
+    ``rope``, ``position_bias``: the stack's shared rotary table or T5 bias.
     Cross-attention (``cross_attention``) has none of these: plain softmax
     attention over the encoder output, as in the paper.
     """
@@ -78,6 +93,7 @@ def attention(
         relative_positions=relative,
         rotary=rope,
         alibi=ALiBi(c.num_heads) if c.positions == "alibi" else None,
+        position_bias=position_bias,
         window=window,
         score=c.attention_score,
     )
@@ -94,6 +110,8 @@ def cross_attention(c: AttentionStackConfig) -> CrossAttention:
 def dense_ffn(c: AttentionStackConfig) -> nn.Module:
     if c.activation == "swiglu":
         return SwiGLU(c.d_model, c.d_ff, bias=c.bias)
+    if c.activation == "gated_gelu":  # GEGLU with the tanh GELU, as T5 v1.1
+        return SwiGLU(c.d_model, c.d_ff, bias=c.bias, activation=ACTIVATIONS["gelu_tanh"])
     return FeedForward(c.d_model, c.d_ff, c.activation, bias=c.bias)
 
 
@@ -133,10 +151,10 @@ def input_embedding(c: AttentionStackConfig, tokens: TokenEmbedding) -> InputEmb
 
 
 def encoder(c: AttentionStackConfig, num_layers: int) -> Encoder:
-    rope = rotary(c)
+    rope, bias = rotary(c), t5_bias(c, causal=False)
     layers = [
         EncoderLayer(
-            self_attn=attention(c, rope=rope),
+            self_attn=attention(c, rope=rope, position_bias=bias),
             ffn=feed_forward(c, i),
             self_attn_residual=residual(c),
             ffn_residual=residual(c),
@@ -147,10 +165,10 @@ def encoder(c: AttentionStackConfig, num_layers: int) -> Encoder:
 
 
 def decoder(c: AttentionStackConfig, num_layers: int) -> Decoder:
-    rope = rotary(c)
+    rope, bias = rotary(c), t5_bias(c, causal=True)
     layers = [
         DecoderLayer(
-            self_attn=attention(c, causal=True, rope=rope),
+            self_attn=attention(c, causal=True, rope=rope, position_bias=bias),
             cross_attn=cross_attention(c),
             ffn=feed_forward(c, i),
             self_attn_residual=residual(c),
@@ -164,10 +182,10 @@ def decoder(c: AttentionStackConfig, num_layers: int) -> Decoder:
 
 def causal_layers(c: AttentionStackConfig, num_layers: int) -> list[CausalLayer]:
     """Decoder-only layers: masked self-attention and the FFN."""
-    rope = rotary(c)
+    rope, bias = rotary(c), t5_bias(c, causal=True)
     return [
         CausalLayer(
-            self_attn=attention(c, causal=True, rope=rope),
+            self_attn=attention(c, causal=True, rope=rope, position_bias=bias),
             ffn=feed_forward(c, i),
             self_attn_residual=residual(c),
             ffn_residual=residual(c),
@@ -176,12 +194,21 @@ def causal_layers(c: AttentionStackConfig, num_layers: int) -> list[CausalLayer]
     ]
 
 
-def init_weights(model: nn.Module, output_proj: nn.Linear, *, tied: bool, d_model: int) -> None:
+def init_weights(
+    model: nn.Module,
+    output_proj: nn.Linear,
+    *,
+    tied: bool,
+    d_model: int,
+    query_scale: float = 1.0,
+) -> None:
     """Xavier-uniform projections, zero biases; the output projection keeps its own init.
 
     A tied ``output_proj`` is the token embedding (already ``N(0, D^-0.5)``);
     an untied one gets that same init, so the first logits have the scale a
-    tied model's have.
+    tied model's have. ``query_scale`` multiplies every attention's query
+    weights after their draw: ``d_k**-0.5`` makes an unscaled dot-product model
+    (T5) start as the scaled one would (T5 puts the scale in the init).
     """
     done = {id(output_proj)}
     for module in model.modules():
@@ -194,6 +221,18 @@ def init_weights(model: nn.Module, output_proj: nn.Linear, *, tied: bool, d_mode
                 nn.init.zeros_(module.bias)
     if not tied:
         nn.init.normal_(output_proj.weight, std=d_model**-0.5)
+    if query_scale != 1.0:
+        _scale_queries(model, query_scale)
+
+
+def _scale_queries(model: nn.Module, factor: float) -> None:
+    """Multiply the query rows of every attention module's projections by ``factor``."""
+    with torch.no_grad():
+        for module in model.modules():
+            if isinstance(module, MultiHeadAttention):
+                module.qkv_proj.weight[: module.d_model].mul_(factor)
+            elif isinstance(module, CrossAttention):
+                module.q_proj.weight.mul_(factor)
 
 
 def _init_as_fused(q_proj: nn.Linear, kv_proj: nn.Linear) -> None:

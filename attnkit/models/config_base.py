@@ -26,17 +26,22 @@ from attnkit.errors import ConfigError
 from attnkit.validation import at_least, check_fields, choices, from_mapping, in_range, require
 
 # Variant names (strings, not class flags), shared by the attention-stack families.
-# "gelu_tanh" is GPT-2's tanh approximation; "swiglu" a gated FFN (gate, up, down).
-Activation = Literal["relu", "gelu", "gelu_tanh", "swiglu"]
+# "gelu_tanh" is GPT-2's tanh approximation; "swiglu" a gated FFN (gate, up, down);
+# "gated_gelu" the same gated FFN with the tanh GELU (GEGLU, T5 v1.1's "gated-gelu").
+Activation = Literal["relu", "gelu", "gelu_tanh", "swiglu", "gated_gelu"]
+GATED_ACTIVATIONS = ("swiglu", "gated_gelu")
 NormPosition = Literal["post", "pre"]
 Norm = Literal["layernorm", "rmsnorm"]
 # Absolute: sinusoidal (the paper's), learned; "relative" is Shaw et al. (2018) alone,
 # "<absolute>+relative" adds both; "rotary" (RoPE, Su et al. 2021) and "alibi"
-# (Press et al. 2022) live inside self-attention; "none": no positions at all.
+# (Press et al. 2022) live inside self-attention, and so does "t5_relative" (T5's
+# bucketed scalar bias, Raffel et al. 2020, one table per stack); "none": no positions.
 Positions = Literal[
     "sinusoidal", "learned", "relative", "sinusoidal+relative", "learned+relative",
-    "rotary", "alibi", "none",
+    "rotary", "alibi", "t5_relative", "none",
 ]  # fmt: skip
+# Positions that live inside self-attention only (no absolute table, no Shaw terms).
+ATTENTION_POSITIONS = ("rotary", "alibi", "t5_relative")
 # Score functions that fit multi-head attention (attnkit.attention.scores.KEY_SCORES).
 AttentionScore = Literal["scaled_dot", "dot", "general", "additive"]
 # Self-attention over: every key ("dense"), a sliding window plus global tokens
@@ -140,6 +145,8 @@ class AttentionStackConfig(ModelConfig):
     positions: Positions = "sinusoidal"
     max_relative_position: int = 16  # k of Shaw et al.; used by the "relative" variants
     rope_theta: float = 10000.0  # the base of the rotary frequencies
+    relative_buckets: int = 32  # "t5_relative": buckets of key - query offsets
+    relative_max_distance: int = 128  # "t5_relative": offsets past it share the last bucket
     attention_score: AttentionScore = "scaled_dot"  # every attention sublayer's score
     num_kv_heads: int | None = None  # grouped-query attention; None: = num_heads
     bias: bool = True  # biases in the attention and FFN projections
@@ -161,6 +168,7 @@ class AttentionStackConfig(ModelConfig):
         check_fields(self)
         at_least(self, ("d_model", "num_heads", "d_ff", "max_len", "max_relative_position"), 1)
         at_least(self, ("attention_window", "num_experts", "moe_top_k", "moe_every"), 1)
+        at_least(self, ("relative_buckets",), 2)
         at_least(self, ("global_tokens",), 0)
         require(
             "d_model",
@@ -196,10 +204,20 @@ class AttentionStackConfig(ModelConfig):
         )
         require(
             "attention_score",
-            self.positions not in ("rotary", "alibi")
+            self.positions not in ATTENTION_POSITIONS
             or self.attention_score in ("scaled_dot", "dot"),
             f"{self.positions} positions need a dot-product score, got {self.attention_score!r}",
         )
+        if self.positions == "t5_relative":
+            require("relative_max_distance",
+                    self.relative_max_distance >= self.relative_buckets // 2,
+                    f"{self.relative_max_distance} is less than half of "
+                    f"relative_buckets={self.relative_buckets}")  # fmt: skip
+            require(
+                "attention",
+                self.attention == "dense",
+                f"t5_relative positions need dense attention, got {self.attention!r}",
+            )
         if self.attention == "linear":
             plain = self.attention_score == "scaled_dot" and self.kv_heads == self.num_heads
             require("attention", plain and self.positions in ("sinusoidal", "learned"),
@@ -236,7 +254,7 @@ class AttentionStackConfig(ModelConfig):
     @property
     def absolute_positions(self) -> str:
         """``"sinusoidal"``, ``"learned"`` or ``"none"`` (relative, rotary, alibi)."""
-        if self.positions in ("rotary", "alibi", "none"):
+        if self.positions in (*ATTENTION_POSITIONS, "none"):
             return "none"
         absolute = self.positions.removesuffix("relative").removesuffix("+")
         return absolute or "none"
@@ -244,7 +262,7 @@ class AttentionStackConfig(ModelConfig):
     @property
     def relative_positions(self) -> bool:
         """Whether self-attention has Shaw-style relative position terms."""
-        return self.positions.endswith("relative")
+        return self.positions.endswith("relative") and self.positions != "t5_relative"
 
 
 def _as_json(value: Any) -> Any:

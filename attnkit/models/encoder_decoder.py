@@ -45,7 +45,7 @@ class EncoderDecoder(nn.Module):
         src_tokens = builders.token_embedding(c, c.src_vocab_size)
         tgt_tokens = (
             src_tokens
-            if c.share_embeddings == "all"
+            if c.share_embeddings in ("all", "inputs")
             else builders.token_embedding(c, c.tgt_vocab_size)
         )
         self.src_embed = builders.input_embedding(c, src_tokens)
@@ -57,7 +57,14 @@ class EncoderDecoder(nn.Module):
         if tied:
             # §3.4: the pre-softmax projection shares the target embedding matrix.
             self.output_proj.weight = tgt_tokens.weight
-        builders.init_weights(self, self.output_proj, tied=tied, d_model=c.d_model)
+        # T5's unscaled dot product folds 1/sqrt(d_k) into the queries' init instead.
+        query_scale = c.head_dim**-0.5 if c.attention_score == "dot" else 1.0
+        builders.init_weights(
+            self, self.output_proj, tied=tied, d_model=c.d_model, query_scale=query_scale
+        )
+        # T5 rescales what meets its tied (unscaled) embedding matrix; part of ``hidden``,
+        # so ``logits == hidden @ logits_weight().T`` still holds.
+        self.output_scale = c.d_model**-0.5 if c.scale_output else 1.0
 
     def logits_weight(self) -> Tensor:
         """``W`` ``(V, D)`` with ``logits == hidden @ W.T`` exactly (``LinearLogits``), so a
@@ -88,6 +95,8 @@ class EncoderDecoder(nn.Module):
         if need_weights:
             # Explicit mask so the returned maps never show attention to padding.
             self_mask, is_causal = causal_padding_mask(tgt_ids, self.pad_id), False
+            if self.bos_id == self.pad_id:  # T5: the start token is <pad>, and real
+                self_mask[..., 0] = True
         else:
             # With right padding, a real query only ever sees earlier real keys,
             # so the causal mask alone is exact at every real position, and it
@@ -101,7 +110,7 @@ class EncoderDecoder(nn.Module):
             memory_mask=src_mask,
             need_weights=need_weights,
         )
-        hidden = decoded.hidden
+        hidden = self._scaled(decoded.hidden)
         return Seq2SeqOutput(
             logits=self.output_proj(hidden) if compute_logits else None,
             hidden=hidden,
@@ -110,6 +119,9 @@ class EncoderDecoder(nn.Module):
             cross_attentions=decoded.cross_attentions,
             moe=merge_aux(encoded.aux + decoded.aux),
         )
+
+    def _scaled(self, hidden: Tensor) -> Tensor:
+        return hidden * self.output_scale if self.output_scale != 1.0 else hidden
 
     def _encode(self, src_ids: Tensor, *, need_weights: bool = False) -> tuple[StackOutput, Tensor]:
         src_mask = padding_mask(src_ids, self.pad_id)
@@ -190,7 +202,7 @@ class EncoderDecoder(nn.Module):
             memory_mask=memory_mask,
             cache=cache,
         )
-        logits: Tensor = self.output_proj(decoded.hidden[:, -1])
+        logits: Tensor = self.output_proj(self._scaled(decoded.hidden[:, -1]))
         return logits
 
     def step(self, tokens: Tensor, state: DecoderState) -> tuple[Tensor, DecoderState]:

@@ -27,6 +27,39 @@ TRANSFORMER_PRESETS: dict[str, dict[str, Any]] = {
     },
 }
 
+# T5 (Raffel et al., 2020) as options of the encoder-decoder: its relative position
+# bias (no absolute positions), pre-norm RMSNorm without bias, bias-free projections,
+# the unscaled dot product (the 1/sqrt(d_k) goes into the init), unscaled embeddings;
+# T5 v1.1's gated-GELU FFN. "t5" is these options alone; "t5_small_cpu" adds a CPU
+# size, with one matrix for both embeddings and the output (the original T5's tying,
+# hence T5's d_model**-0.5 rescale of the decoder output).
+T5_OPTIONS: dict[str, Any] = {
+    "positions": "t5_relative",
+    "relative_buckets": 32,
+    "relative_max_distance": 128,
+    "norm": "rmsnorm",
+    "norm_position": "pre",
+    "norm_eps": 1e-6,
+    "bias": False,
+    "activation": "gated_gelu",
+    "attention_score": "dot",
+    "scale_embeddings": False,
+}
+TRANSFORMER_PRESETS["t5"] = dict(T5_OPTIONS)
+TRANSFORMER_PRESETS["t5_small_cpu"] = {
+    **T5_OPTIONS,
+    "d_model": 256,
+    "num_heads": 4,
+    "d_ff": 640,  # three matrices: ~2/3 of the 1024 a two-matrix FFN would have
+    "num_encoder_layers": 3,
+    "num_decoder_layers": 3,
+    "max_len": 512,
+    "src_vocab_size": 8000,
+    "tgt_vocab_size": 8000,
+    "share_embeddings": "all",
+    "scale_output": True,
+}
+
 # nanoGPT's config/train_shakespeare_char.py and GPT-2 small (124M). The
 # vocabulary is left to the tokenizer: pass vocab_size=tokenizer.vocab_size.
 DECODER_ONLY_PRESETS: dict[str, dict[str, Any]] = {

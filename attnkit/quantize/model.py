@@ -71,12 +71,22 @@ class QuantizedTokenEmbedding(nn.Module):
         return nn.functional.embedding(ids, self.weight_bf16).float() * self.scale
 
 
+# The input widths torch 2.13's CPU weight-only int8 kernel handles (measured: 16, 32,
+# 48, 64 work; 4, 8, 12, 20, 24 end the process).
+INT8PACK_K_MULTIPLE = 16
+
+
 def _convert(
     weight: Tensor, bias: Tensor | None, precision: str, activation: str = "none"
 ) -> nn.Module:
     if precision == "int8":
         return Int8Linear(weight, bias, activation=activation)
     if precision == "int8w":
+        if weight.size(1) % INT8PACK_K_MULTIPLE:
+            # torch's _weight_int8pack_mm crashes the process (SIGSEGV) on other widths
+            # (a Swin patch projection of 2x2x1 pixels has 4): the same int8 weights,
+            # with per-call int8 activations, instead.
+            return Int8Linear(weight, bias, activation=activation)
         return Int8WeightOnlyLinear(weight, bias, activation=activation)
     return PackedLinear(weight, bias, precision=precision, activation=activation)
 

@@ -12,21 +12,24 @@ client disconnects, and the batcher and the decoding steps obey it.
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import AsyncIterator, Callable, Hashable
 from contextlib import asynccontextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from typing import Annotated, Any, cast
 
 from fastapi import Depends, FastAPI, Request
 from fastapi.responses import HTMLResponse
 
 from attnkit.serve.batcher import BatchInfo, DynamicBatcher
+from attnkit.serve.continuous import GENERATE, ContinuousGenerator, supports
+from attnkit.serve.docs_page import CSP as DOCS_CSP
+from attnkit.serve.docs_page import render_docs
 from attnkit.serve.engine import KIND_ENDPOINTS, Engine, RequestError
 from attnkit.serve.errors import install_error_handlers
-from attnkit.serve.handles import CLIENT_GONE, RequestHandle
-from attnkit.serve.limits import Receive, RequestGuard
+from attnkit.serve.handles import RequestHandle, watch_disconnect
+from attnkit.serve.limits import RequestGuard
+from attnkit.serve.openai_api import OPENAI_ENDPOINTS, add_openai_routes
 from attnkit.serve.schemas import (
     ErrorResponse,
     ExploreRequest,
@@ -38,29 +41,21 @@ from attnkit.serve.schemas import (
     TranslateRequest,
     TranslateResponse,
 )
+from attnkit.serve.settings import ServeSettings
+from attnkit.visualize.explorer.page import ServedForm
 
+__all__ = ["PAGE_FORMS", "ServeSettings", "create_app", "shutdown_hook"]
 
-@dataclass
-class ServeSettings:
-    """The knobs of ``attnkit serve`` (see ``docs/serving.md``)."""
-
-    max_batch_tokens: int = 512  # source tokens x beam per decode batch (the CLI's CPU default)
-    max_wait_ms: float = 5.0
-    max_batch_sentences: int = 128
-    max_body_bytes: int = 256 * 1024
-    read_timeout: float = 10.0  # seconds for a whole request body
-    threads: int | None = None  # torch intra-op threads in the worker (None: torch's default)
-    request_timeout: float | None = 120.0  # time budget of a request, queue included
-    max_new_tokens: int = 1024  # token budget of a generation request (<= schemas.MAX_NEW_TOKENS)
-    max_connections: int | None = None  # what uvicorn allows (shown in /v1/model; set there)
-
-
-async def _watch_disconnect(receive: Receive, handle: RequestHandle) -> None:
-    """Cancel ``handle`` when the client disconnects (the body has been read by then,
-    so the next ASGI message is the disconnect, or comes once the answer is sent)."""
-    while (await receive())["type"] != "http.disconnect":
-        pass
-    handle.cancel(CLIENT_GONE)
+# The explorer page's text box, by the kind of model served: its button says what it does.
+PAGE_FORMS: dict[str, ServedForm] = {
+    "seq2seq": ServedForm("Translate", "Text to translate (Ctrl+Enter)", "translating\u2026"),
+    "causal_lm": ServedForm(
+        "Generate", "Prompt to continue (Ctrl+Enter)", "generating\u2026", search=False
+    ),
+    "masked_lm": ServedForm(
+        "Fill masks", "Text with [MASK] markers (Ctrl+Enter)", "filling\u2026", search=False
+    ),
+}
 
 
 def _timing(info: BatchInfo, started: float) -> dict[str, Any]:
@@ -77,7 +72,7 @@ async def _request_handle(request: Request) -> AsyncIterator[RequestHandle]:
     """This request's handle, cancelled if its client disconnects before the answer."""
     settings: ServeSettings = request.app.state.settings
     handle = RequestHandle(timeout=settings.request_timeout)
-    watcher = asyncio.ensure_future(_watch_disconnect(request.receive, handle))
+    watcher = watch_disconnect(request.receive, handle)
     try:
         yield handle
     finally:
@@ -114,8 +109,15 @@ def create_app(engine: Engine, settings: ServeSettings | None = None) -> Request
         if settings.threads:
             torch.set_num_threads(settings.threads)
 
+    # Generation joins and leaves one running batch per token where the model allows it.
+    generator = (
+        ContinuousGenerator(engine, max_rows=settings.max_generation_rows)
+        if supports(engine)
+        else None
+    )
     batcher = DynamicBatcher(
         run_batch,
+        continuous={GENERATE: generator} if generator is not None else None,
         max_tokens=settings.max_batch_tokens,
         max_wait_ms=settings.max_wait_ms,
         max_sentences=settings.max_batch_sentences,
@@ -123,6 +125,7 @@ def create_app(engine: Engine, settings: ServeSettings | None = None) -> Request
     )
     started_at = time.time()
     page_url = "/v1/translate" if engine.kind == "seq2seq" else "/v1/explore"
+    form = PAGE_FORMS[engine.kind]
     page: dict[str, str] = {}
 
     @asynccontextmanager
@@ -137,6 +140,8 @@ def create_app(engine: Engine, settings: ServeSettings | None = None) -> Request
         title="attnkit",
         summary=f"{engine.loaded.family.name} checkpoint {engine.loaded.directory.name}",
         lifespan=lifespan,
+        docs_url=None,  # Swagger UI and ReDoc load from a CDN: /docs is served below instead
+        redoc_url=None,
         responses={422: {"model": ErrorResponse}, 400: {"model": ErrorResponse}},
     )
     app.state.engine = engine
@@ -166,8 +171,17 @@ def create_app(engine: Engine, settings: ServeSettings | None = None) -> Request
         if "html" not in page:
             from attnkit.visualize.explorer import render_page
 
-            page["html"] = render_page(None, api_url=page_url, title=engine.loaded.family.name)
+            page["html"] = render_page(
+                None, api_url=page_url, title=engine.loaded.family.name, form=form
+            )
         return HTMLResponse(page["html"])
+
+    @app.get("/docs", response_class=HTMLResponse, include_in_schema=False)
+    async def docs() -> HTMLResponse:
+        """The API described from /openapi.json, on the server: no script, no CDN."""
+        if "docs" not in page:
+            page["docs"] = render_docs(app.openapi())
+        return HTMLResponse(page["docs"], headers={"content-security-policy": DOCS_CSP})
 
     @app.get("/v1/health")
     async def health() -> dict[str, Any]:
@@ -201,6 +215,9 @@ def create_app(engine: Engine, settings: ServeSettings | None = None) -> Request
                 "max_batch_tokens": settings.max_batch_tokens,
                 "max_wait_ms": settings.max_wait_ms,
                 "max_batch_sentences": settings.max_batch_sentences,
+                # OpenAI-compatible generation: one running batch that requests join per token
+                "continuous_generation": generator is not None,
+                "max_generation_rows": settings.max_generation_rows,
             },
         }
 
@@ -315,8 +332,13 @@ def create_app(engine: Engine, settings: ServeSettings | None = None) -> Request
         answer: dict[str, Any] = result
         return answer
 
+    add_openai_routes(
+        app, engine, batcher, settings, generator, needs=lambda e: needs("causal_lm", e)
+    )
+
     _ENDPOINTS = sorted(
         {"GET /", "GET /v1/health", "GET /v1/model", "POST /v1/explore", "GET /docs"}
         | {f"POST {KIND_ENDPOINTS[engine.kind]}"}
+        | (set(OPENAI_ENDPOINTS) if engine.kind == "causal_lm" else {"GET /v1/models"})
     )
     return RequestGuard(app, max_bytes=settings.max_body_bytes, read_timeout=settings.read_timeout)

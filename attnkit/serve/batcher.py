@@ -12,6 +12,13 @@ thread only). Two kinds of work go through its queue:
   batch. The whole batch is decoded by one ``run_batch(key, payloads)`` call.
 * plain jobs (``call``): a function run alone (generation, fill-mask, explorer
   passes), in arrival order with the batches.
+* continuous items (``submit`` under a key given in ``continuous``): the
+  worker hands the oldest to that key's runner (``ContinuousRun``), which may
+  ``take`` more of the same key between its steps, oldest first, while they
+  fit (the first that does not fit, or an item of another key ahead in the
+  queue, stops the taking: no overtaking), and answers each one as soon as it
+  is done (``Admitted.finish``). Iteration-level scheduling of generation
+  (``attnkit.serve.continuous``) runs this way.
 
 Under load the worker is busy while requests arrive, so the oldest item has
 usually waited longer than ``max_wait_ms`` already and the batch is formed at
@@ -46,7 +53,7 @@ from attnkit.serve.handles import (
     RequestHandle,
 )
 
-__all__ = ["BatchInfo", "BatcherClosed", "DynamicBatcher", "RunBatch"]
+__all__ = ["Admitted", "BatchInfo", "BatcherClosed", "ContinuousRun", "DynamicBatcher", "RunBatch"]
 
 RunBatch = Callable[[Hashable, list[Any], list[RequestHandle]], Sequence[Any]]
 """``run_batch(key, payloads, handles) -> results``: one result per payload; ``handles[i]``
@@ -87,6 +94,21 @@ class _Item:
 
 
 @dataclass
+class Admitted:
+    """A continuous item in the runner's hands: answer it once with ``finish``."""
+
+    payload: Any
+    handle: RequestHandle
+    finish: Callable[[Any, BaseException | None], None]
+
+
+Take = Callable[[Callable[[Any], bool]], "Admitted | None"]
+ContinuousRun = Callable[[Admitted, Take], None]
+"""``run(first, take)``: serve ``first`` and what ``take(fits)`` hands over (the oldest
+queued item of the same key, if ``fits(payload)``; else ``None``) until all are finished."""
+
+
+@dataclass
 class BatcherStats:
     """Counters since start; ``busy_s`` is the worker's time in batches and jobs."""
 
@@ -119,6 +141,7 @@ class DynamicBatcher:
         max_wait_ms: how long the oldest item may wait for company.
         max_sentences: sentences per batch at most.
         init: called once in the worker thread before any work (e.g. torch settings).
+        continuous: runners of the keys whose items join and leave a running batch.
     """
 
     def __init__(
@@ -129,6 +152,7 @@ class DynamicBatcher:
         max_wait_ms: float = 5.0,
         max_sentences: int = 128,
         init: Callable[[], None] | None = None,
+        continuous: dict[Hashable, ContinuousRun] | None = None,
     ) -> None:
         if max_tokens < 1:
             raise ValueError(f"max_tokens: must be >= 1, got {max_tokens}")
@@ -142,6 +166,7 @@ class DynamicBatcher:
         self.max_sentences = max_sentences
         self.stats = BatcherStats()
         self._init = init
+        self._continuous = dict(continuous or {})
         self._pending: deque[_Item] = deque()
         self._cond = threading.Condition()
         self._closing = False
@@ -256,6 +281,9 @@ class DynamicBatcher:
                 self.stats.jobs += 1
                 self._run(None, [first])
                 continue
+            if first.key in self._continuous:
+                self._run_continuous(first)
+                continue
             batch = self._gather(first)
             key: Hashable = first.key
             self.stats.batches += 1
@@ -298,6 +326,66 @@ class DynamicBatcher:
             self.stats.dropped_queued += 1
             return True
         return False
+
+    def _run_continuous(self, first: _Item) -> None:
+        """Hand ``first`` to its key's runner, with ``take`` for the items that join later."""
+        run = self._continuous[first.key]
+        start = time.monotonic()
+        open_items: dict[int, _Item] = {}
+        self.stats.batches += 1
+
+        def admit(item: _Item) -> Admitted:
+            with self._cond:
+                self._running.append(item)
+                closing = self._closing
+            if closing:
+                item.handle.cancel(SHUTTING_DOWN)
+            open_items[id(item)] = item
+            self.stats.batched_requests += 1
+            self.stats.largest_batch = max(self.stats.largest_batch, len(open_items))
+
+            def finish(value: Any, error: BaseException | None) -> None:
+                if open_items.pop(id(item), None) is None:
+                    return  # answered already
+                with self._cond:
+                    self._running = [i for i in self._running if i is not item]
+                now = time.monotonic()
+                if item.handle.cancelled:
+                    self.stats.cancelled_running += 1
+                    return
+                info = BatchInfo((start - item.enqueued) * 1000.0, (now - start) * 1000.0,
+                                 len(open_items) + 1, 1)  # fmt: skip
+                item.settle(None if error is not None else (value, info), error)
+
+            return Admitted(item.payload, item.handle, finish)
+
+        def take(fits: Callable[[Any], bool]) -> Admitted | None:
+            with self._cond:
+                while self._pending:
+                    item = self._pending[0]
+                    if self._dropped(item):
+                        self._pending.popleft()
+                        continue
+                    if item.key != first.key or self._closing or not fits(item.payload):
+                        return None
+                    self._pending.popleft()
+                    break
+                else:
+                    return None
+            return admit(item)
+
+        try:
+            run(admit(first), take)
+        except Exception as e:  # handed to every request still in the batch
+            for item in list(open_items.values()):
+                open_items.pop(id(item))
+                item.settle(None, e)
+        finally:
+            with self._cond:
+                self._running = [i for i in self._running if id(i) not in open_items]
+            for item in list(open_items.values()):  # the runner forgot them: never hang
+                item.settle(None, RuntimeError("the continuous runner left a request unanswered"))
+            self.stats.busy_s += time.monotonic() - start
 
     def _run(self, key: Hashable | None, items: list[_Item]) -> None:
         """Run a job (``key`` None) or a batch; hand each item its result or the error."""

@@ -50,11 +50,18 @@ EXPLORE_NOTES: dict[str, str] = {
 
 
 class RequestError(ValueError):
-    """A request the model cannot serve; ``status`` is the HTTP status to answer."""
+    """A request the model cannot serve; ``status`` is the HTTP status to answer.
 
-    def __init__(self, message: str, status: int = 422) -> None:
+    ``param`` and ``code``: the field and a short machine-readable reason, for
+    the OpenAI-compatible endpoints' error object (``attnkit.serve.error_shape``).
+    """
+
+    def __init__(
+        self, message: str, status: int = 422, *, param: str | None = None, code: str | None = None
+    ) -> None:
         super().__init__(message)
         self.status = status
+        self.param, self.code = param, code
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from attnkit.serve.batcher import BatcherClosed
 from attnkit.serve.engine import RequestError
+from attnkit.serve.error_shape import error_body, error_status
 from attnkit.serve.handles import RequestCancelled
 
 __all__ = ["install_error_handlers", "validation_message"]
@@ -69,18 +70,30 @@ def _unparsable(cause: BaseException | None) -> str:
     return f"body: malformed JSON ({type(cause).__name__})"
 
 
+def _answer(
+    request: Request, message: str, status: int, *, param: str | None = None,
+    code: str | None = None,
+) -> JSONResponse:  # fmt: skip
+    """``message`` in the error shape of the request's endpoint (``attnkit.serve.error_shape``)."""
+    path = request.url.path
+    status = error_status(path, status)
+    body = error_body(path, message, status, param=param, code=code)
+    return JSONResponse(body, status_code=status)
+
+
 def install_error_handlers(app: FastAPI, endpoints: Callable[[], Sequence[str]]) -> None:
-    """Answer every error of ``app`` as ``{"error": "..."}``; 404s list ``endpoints()``."""
+    """Answer every error of ``app`` as ``{"error": "..."}`` (OpenAI's error object on the
+    OpenAI-compatible endpoints); 404s list ``endpoints()``."""
 
     @app.exception_handler(RequestError)
     async def _request_error(request: Request, exc: RequestError) -> JSONResponse:
-        return JSONResponse({"error": str(exc)}, status_code=exc.status)
+        return _answer(request, str(exc), exc.status, param=exc.param, code=exc.code)
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
         malformed = any(e.get("type") == "json_invalid" for e in exc.errors())
         status = 400 if malformed else 422
-        return JSONResponse({"error": validation_message(exc)}, status_code=status)
+        return _answer(request, validation_message(exc), status)
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
@@ -91,16 +104,16 @@ def install_error_handlers(app: FastAPI, endpoints: Callable[[], Sequence[str]])
             message = f"{request.url.path}: method {request.method} not allowed"
         elif exc.status_code == 400 and exc.__cause__ is not None:
             message = _unparsable(exc.__cause__)
-        return JSONResponse({"error": message}, status_code=exc.status_code)
+        return _answer(request, message, exc.status_code)
 
     @app.exception_handler(RequestCancelled)
     async def _cancelled(request: Request, exc: RequestCancelled) -> JSONResponse:
-        return JSONResponse({"error": str(exc)}, status_code=exc.status)
+        return _answer(request, str(exc), exc.status)
 
     @app.exception_handler(BatcherClosed)
     async def _closed(request: Request, exc: BatcherClosed) -> JSONResponse:
-        return JSONResponse({"error": str(exc)}, status_code=503)
+        return _answer(request, str(exc), 503)
 
     @app.exception_handler(Exception)
     async def _crash(request: Request, exc: Exception) -> JSONResponse:
-        return JSONResponse({"error": f"internal error: {type(exc).__name__}"}, status_code=500)
+        return _answer(request, f"internal error: {type(exc).__name__}", 500)

@@ -16,10 +16,12 @@ registered with ``on_cancel`` run once, in the thread that cancelled.
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 __all__ = [
     "CLIENT_GONE",
@@ -28,6 +30,7 @@ __all__ = [
     "RequestCancelled",
     "RequestHandle",
     "time_budget",
+    "watch_disconnect",
 ]
 
 
@@ -133,3 +136,22 @@ class RequestHandle:
                 self._callbacks.append(callback)
         if reason is not None:
             callback(reason)
+
+
+async def _cancel_on_disconnect(
+    receive: Callable[[], Awaitable[Mapping[str, Any]]], handle: RequestHandle
+) -> None:
+    while (await receive())["type"] != "http.disconnect":
+        pass
+    handle.cancel(CLIENT_GONE)
+
+
+def watch_disconnect(
+    receive: Callable[[], Awaitable[Mapping[str, Any]]], handle: RequestHandle
+) -> asyncio.Future[None]:
+    """A task cancelling ``handle`` when the client disconnects; cancel it once answered.
+
+    ``receive`` is the request's ASGI receive: its body has been read by then, so
+    the next message is the disconnect, or comes once the answer is sent.
+    """
+    return asyncio.ensure_future(_cancel_on_disconnect(receive, handle))

@@ -27,13 +27,20 @@ from typing import Any
 import h11
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
+from attnkit.serve.error_shape import error_body
+
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
-__all__ = ["HeaderTimeoutH11", "RequestGuard", "header_timeout_protocol", "send_json"]
+__all__ = ["HeaderTimeoutH11", "RequestGuard", "header_timeout_protocol", "send_error", "send_json"]
+
+
+async def send_error(send: Send, scope: Scope, status: int, message: str) -> None:
+    """Answer ``message`` in the error shape of the request's endpoint, closing the connection."""
+    await send_json(send, status, error_body(scope.get("path", ""), message, status), close=True)
 
 
 async def send_json(send: Send, status: int, body: dict[str, Any], *, close: bool) -> None:
@@ -70,23 +77,23 @@ class RequestGuard:
         if scope.get("method") == "POST" and ctype != b"application/json":
             shown = ctype.decode("latin-1") or "none"
             message = f"Content-Type: expected application/json, got {shown}"
-            await send_json(send, 415, {"error": message}, close=True)
+            await send_error(send, scope, 415, message)
             return
         if declared is not None and declared < 0:
-            await send_json(send, 400, {"error": "Content-Length: not a number"}, close=True)
+            await send_error(send, scope, 400, "Content-Length: not a number")
             return
         if declared is not None and declared > self.max_bytes:
             message = f"body: {declared} bytes (Content-Length); the limit is {self.max_bytes}"
-            await send_json(send, 413, {"error": message}, close=True)
+            await send_error(send, scope, 413, message)
             return
         try:
             body = await asyncio.wait_for(self._read(receive), self.read_timeout)
         except _TooLarge as e:
-            await send_json(send, 413, {"error": str(e)}, close=True)
+            await send_error(send, scope, 413, str(e))
             return
         except TimeoutError:
             message = f"body: not received within {self.read_timeout:g} s"
-            await send_json(send, 408, {"error": message}, close=True)
+            await send_error(send, scope, 408, message)
             return
         except _Disconnected:
             return
@@ -151,7 +158,7 @@ class HeaderTimeoutH11(H11Protocol):
             limit = self._limit
             if limit is not None and (len(self.connections) >= limit or len(self.tasks) > limit):
                 message = f"overloaded: {limit} connections at once at most (--max-connections)"
-                await send_json(send, 503, {"error": message}, close=True)
+                await send_error(send, scope, 503, message)
                 return
             await app(scope, receive, send)
 

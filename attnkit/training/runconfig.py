@@ -26,30 +26,35 @@ from attnkit.validation import at_least, check_fields, from_mapping, in_range, r
 # causal LM on one text file; mlm: an encoder-only (BERT-style) masked LM on one;
 # image_classification: a Vision Transformer on labelled images; text_classification:
 # an encoder-only model labels sentences or sentence pairs; instruction: a pretrained
-# decoder-only LM on JSONL conversations, loss on the answers only.
+# decoder-only LM on JSONL conversations, loss on the answers only; span_corruption:
+# T5's pre-training of an encoder-decoder on one text file; text_to_text: an
+# encoder-decoder on several corpora (pairs, or labelled texts), each with a task prefix.
 Task = Literal[
-    "translation", "lm", "mlm", "image_classification", "text_classification", "instruction"
-]
+    "translation", "lm", "mlm", "image_classification", "text_classification", "instruction",
+    "span_corruption", "text_to_text",
+]  # fmt: skip
 TASKS: tuple[str, ...] = (
     "translation", "lm", "mlm", "image_classification", "text_classification", "instruction",
+    "span_corruption", "text_to_text",
 )  # fmt: skip
+SEQ2SEQ_TEXT = ("translation", "text_to_text")  # the tasks on text pairs
 TEXT_CLASSIFICATION = ("text_classification",)
-LM_TASKS = ("lm", "mlm")
+LM_TASKS = ("lm", "mlm", "span_corruption")  # the tasks on one text file
 IMAGE_TASKS = ("image_classification",)
 
 # Keys that only some tasks read, as "section.key" -> those tasks. A run that sets
 # one for another task is an error naming the key (an unread key is a silent no-op).
 TASK_KEYS: dict[str, tuple[str, ...]] = {
-    "data.src_lang": ("translation",),
-    "data.tgt_lang": ("translation",),
-    "data.train": ("translation", *TEXT_CLASSIFICATION, "instruction"),
-    "data.valid": ("translation", *TEXT_CLASSIFICATION, "instruction"),
+    "data.src_lang": SEQ2SEQ_TEXT,
+    "data.tgt_lang": SEQ2SEQ_TEXT,
+    "data.train": (*SEQ2SEQ_TEXT, *TEXT_CLASSIFICATION, "instruction"),
+    "data.valid": (*SEQ2SEQ_TEXT, *TEXT_CLASSIFICATION, "instruction"),
     "data.test": ("translation",),
-    "data.max_len": ("translation", *TEXT_CLASSIFICATION),
+    "data.max_len": (*SEQ2SEQ_TEXT, *TEXT_CLASSIFICATION),
     "data.block_size": (*LM_TASKS, "instruction"),
     "data.pack": ("instruction",),
-    "data.skip_empty": ("translation",),
-    "data.corpora": ("translation",),
+    "data.skip_empty": SEQ2SEQ_TEXT,
+    "data.corpora": SEQ2SEQ_TEXT,
     "data.shuffle_buffer": ("translation",),
     "data.text": LM_TASKS,
     "data.valid_fraction": (*LM_TASKS, *IMAGE_TASKS, "instruction"),
@@ -58,22 +63,39 @@ TASK_KEYS: dict[str, tuple[str, ...]] = {
     "data.images": IMAGE_TASKS,
     "data.labels": IMAGE_TASKS,
     "data.max_shift": IMAGE_TASKS,
-    "train.label_smoothing": ("translation", *IMAGE_TASKS),
-    "train.valid_bleu_sentences": ("translation",),
+    "train.label_smoothing": (*SEQ2SEQ_TEXT, *IMAGE_TASKS),
+    "train.valid_bleu_sentences": SEQ2SEQ_TEXT,
     "train.eval_blocks": (*LM_TASKS, "instruction"),
-    "train.mask_prob": ("mlm",),
+    "train.mask_prob": ("mlm", "span_corruption"),  # span_corruption: the noise density
+    "train.nsp": ("mlm",),
+    "train.nsp_weight": ("mlm",),
     "train.batch_size": TEXT_CLASSIFICATION,
     "train.group_by_length": TEXT_CLASSIFICATION,
-    "decode": ("translation",),
+    "decode": SEQ2SEQ_TEXT,
 }
 
 
 @dataclass
 class CorpusConfig:
-    """One corpus of ``data.corpora``: its folder and its share of the training stream."""
+    """One corpus of ``data.corpora``: its folder and its share of the training stream.
+
+    ``text_to_text`` reads more of each (``TEXT_TO_TEXT_CORPUS_KEYS``): ``name``
+    (metrics are logged per corpus), the ``prefix`` put before every source
+    (``"translate German to English: "``), ``kind`` (``pairs``: parallel text as
+    translation reads it; ``labelled``: a labelled TSV/JSONL file whose label is
+    the target text), and its ``train``/``valid`` files and ``src_lang``/``tgt_lang``
+    (null: those of ``data``).
+    """
 
     dir: str = ""
     weight: float = 1.0
+    name: str | None = None
+    prefix: str = ""
+    kind: Literal["pairs", "labelled"] = "pairs"
+    train: str | None = None
+    valid: str | None = None
+    src_lang: str | None = None
+    tgt_lang: str | None = None
 
     def __post_init__(self) -> None:
         check_fields(self)
@@ -254,6 +276,10 @@ class TrainConfig:
     valid_bleu_sentences: int = 500  # translation: 0 = no BLEU during training
     eval_blocks: int = 200  # lm/mlm: validation blocks per evaluation
     mask_prob: float = 0.15  # mlm: the share of tokens selected for prediction
+    # mlm: BERT's next-sentence prediction beside the masked LM, on sentence pairs (one
+    # sentence per line, blank lines between documents), its loss weighted by nsp_weight
+    nsp: bool = False
+    nsp_weight: float = 1.0
     batch_size: int = 32  # text_classification: examples per batch and rank
     # text_classification: examples of similar length share a batch (less padding)
     group_by_length: bool = True
@@ -325,6 +351,7 @@ class TrainConfig:
         if self.eps is not None:
             require("eps", self.eps > 0, f"must be > 0, got {self.eps}")
         require("mask_prob", 0.0 < self.mask_prob < 1.0, f"must be in (0, 1), got {self.mask_prob}")
+        require("nsp_weight", self.nsp_weight >= 0.0, f"must be >= 0, got {self.nsp_weight}")
         for entry in self.freeze:
             check_freeze_entry(entry)
 
@@ -420,14 +447,30 @@ class RunConfig:
                     data[section].pop(key, None)
                 else:
                     data.pop(section, None)
+        if self.task != "text_to_text" and data["data"].get("corpora"):
+            for corpus in data["data"]["corpora"]:  # keys only text_to_text reads
+                for key in TEXT_TO_TEXT_CORPUS_KEYS:
+                    corpus.pop(key, None)
         return data
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2)
 
 
+TEXT_TO_TEXT_CORPUS_KEYS = ("name", "prefix", "kind", "train", "valid", "src_lang", "tgt_lang")
+
+
 def _check_task_keys(task: str, data: dict[str, Any]) -> None:
     """Refuse keys that the run's task never reads (see ``TASK_KEYS``)."""
+    corpora = (
+        (data.get("data") or {}).get("corpora") if isinstance(data.get("data"), dict) else None
+    )
+    for i, corpus in enumerate(corpora if isinstance(corpora, list) else []):
+        for key in TEXT_TO_TEXT_CORPUS_KEYS:
+            if task != "text_to_text" and isinstance(corpus, dict) and key in corpus:
+                raise ConfigError(
+                    f"data.corpora[{i}].{key}: applies to task text_to_text, not {task}; remove it"
+                )
     for name, tasks in TASK_KEYS.items():
         section, _, key = name.partition(".")
         given = data.get(section)

@@ -26,7 +26,7 @@ INVALID = [
     ("share_embeddings", {"share_embeddings": "some"}),
     ("share_embeddings", {"src_vocab_size": 100, "tgt_vocab_size": 200}),
     ("pad_id", {"pad_id": -1}),
-    ("pad_id", {"pad_id": 1, "bos_id": 1}),
+    ("pad_id", {"pad_id": 2, "eos_id": 2}),  # pad == bos is allowed: T5 starts from <pad>
     ("bos_id", {"bos_id": "1"}),
     ("eos_id", {"eos_id": 1.5}),
 ]

@@ -231,3 +231,19 @@ def test_int8_token_embedding_is_quantize_rows_of_the_float_one():
     q, scale = quantize_rows(weight)
     assert torch.equal(embedding.weight_int8, q) and torch.equal(embedding.row_scale, scale)
     assert torch.isfinite(embedding(torch.tensor([[5, 6]]))).all()
+
+
+@pytest.mark.parametrize("width", [4, 12, 24])
+def test_int8w_on_a_width_the_kernel_cannot_take_is_still_int8(width):
+    """torch's weight-only int8 kernel ends the process on input widths that are not a
+    multiple of 16; such a linear gets the per-call int8 kernel instead, same weights."""
+    from attnkit.quantize.model import INT8PACK_K_MULTIPLE, _convert
+
+    torch.manual_seed(0)
+    linear = torch.nn.Linear(width, 8)
+    x = torch.randn(3, width)
+    converted = _convert(linear.weight, linear.bias, "int8w")
+    assert width % INT8PACK_K_MULTIPLE and type(converted).__name__ == "Int8Linear"
+    with torch.no_grad():
+        error = (converted(x) - linear(x)).abs().max() / linear(x).abs().max()
+    assert float(error) < 0.1

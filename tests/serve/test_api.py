@@ -54,7 +54,7 @@ def test_health_and_model(client, family):
     info = c.get("/v1/model").json()
     engine = _engine(c)
     assert info["family"] == family and info["kind"] == engine.kind
-    assert info["config"] == engine.model.config.to_dict()
+    assert info["config"] == json.loads(json.dumps(engine.model.config.to_dict()))  # tuples
     assert info["vocab_size"] == engine.tokenizer.vocab_size
     assert info["parameters"] == sum(p.numel() for p in engine.model.parameters())
     assert "/" not in info["checkpoint"]  # the directory's name, not the server's paths
@@ -180,7 +180,9 @@ def test_explore_endpoint_and_page_for_every_family(client, family, kind, text):
     assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
     config = page.text.split('id="attnkit-config" type="application/json">')[1].split("<")[0]
     api = "/v1/translate" if kind == "seq2seq" else "/v1/explore"
-    assert json.loads(config) == {"api_url": api}
+    action = {"seq2seq": "Translate", "causal_lm": "Generate", "masked_lm": "Fill masks"}[kind]
+    config = json.loads(config)
+    assert config["api_url"] == api and config["form"]["action"] == action
     assert "connect-src 'self'" in page.text
 
 
@@ -203,7 +205,13 @@ def test_endpoints_of_another_family_name_the_right_one(client, family, path, bo
 
 def test_openapi_docs_list_the_endpoints(client):
     c = client("transformer")
-    assert c.get("/docs").status_code == 200
+    docs = c.get("/docs")
+    assert docs.status_code == 200 and docs.headers["content-type"].startswith("text/html")
+    assert docs.headers["content-security-policy"].startswith("default-src 'none'")
+    assert "<script" not in docs.text and "cdn" not in docs.text.lower()  # nothing to fetch
+    assert '<span class="path">/v1/translate</span>' in docs.text
+    assert "<code>beam</code>" in docs.text  # the request's fields
+    assert c.get("/redoc").status_code == 404  # FastAPI's ReDoc loads from a CDN: off
     paths = c.get("/openapi.json").json()["paths"]
     expected = {"/v1/translate", "/v1/generate", "/v1/fill-mask", "/v1/explore"}
     assert expected | {"/v1/health", "/v1/model"} <= paths.keys()

@@ -151,3 +151,30 @@ def test_served_explorer_end_to_end(context, served_transformer, checkpoint, tmp
         assert _check_hover(offline, exported, out.cross_attentions, lh) == checksum
     assert {urlsplit(u).scheme for u in offline_requests} == {"file"}, offline_requests
     assert offline_errors == []
+
+
+def test_served_lm_page_and_docs_page_load_nothing_from_outside(context, served_lm):
+    """An LM checkpoint's page says what its button does; /docs is described without a CDN."""
+    page, requests, errors = _open(context, served_lm.url + "/")
+    assert page.inner_text("[data-testid=translate]") == "Generate"
+    assert page.get_attribute("[data-testid=input-text]", "placeholder").startswith("Prompt")
+    assert page.is_hidden("[data-testid=beam]")
+    page.fill("[data-testid=input-text]", "the cat")
+    with page.expect_response(lambda r: r.url.endswith("/v1/explore")) as info:
+        page.click("[data-testid=translate]")
+    answer = info.value.json()
+    page.wait_for_selector(READY)
+    assert page.inner_text("[data-testid=output]") == answer["output"]
+
+    docs = context.new_page()
+    docs.on("request", lambda r: requests.append(r.url))
+    docs.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    docs.goto(served_lm.url + "/docs")
+    docs.wait_for_load_state("load")
+    headings = docs.locator("h2").all_inner_texts()
+    for operation in ("POST/v1/chat/completions", "POST/v1/completions", "GET/v1/models",
+                      "POST/v1/generate"):  # fmt: skip
+        assert any(h.replace(" ", "").replace("\n", "") == operation for h in headings), headings
+    assert docs.locator("code", has_text="max_tokens").count() >= 1  # the body's fields
+    assert {urlsplit(u).hostname for u in requests} == {"127.0.0.1"}, requests
+    assert errors == []

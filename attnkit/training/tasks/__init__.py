@@ -3,8 +3,11 @@
 ``translation`` (encoder-decoder on parallel text), ``lm`` (decoder-only
 causal LM), ``mlm`` (encoder-only masked LM), ``image_classification``
 (a Vision Transformer on labelled images) and ``text_classification`` (an
-encoder-only model on labelled sentences or pairs) each implement the protocol in
+encoder-only model on labelled sentences or pairs), ``span_corruption`` (T5's
+pre-training of an encoder-decoder on one text file) and ``text_to_text``
+(an encoder-decoder on several prefixed corpora) each implement the protocol in
 ``tasks/base.py``; ``attnkit.training.loop.Trainer`` trains any of them.
+``mlm`` with ``train.nsp`` adds BERT's next-sentence prediction (``tasks/next_sentence.py``).
 """
 
 from __future__ import annotations
@@ -18,17 +21,21 @@ from attnkit.training.tasks.corpus import lm_corpus, translation_data
 from attnkit.training.tasks.image import ImageClassificationTask, load_images
 from attnkit.training.tasks.instruction import InstructionTask, instruction_task
 from attnkit.training.tasks.language_model import CausalLMTask, MaskedLMTask
+from attnkit.training.tasks.next_sentence import NextSentenceTask, next_sentence_task
+from attnkit.training.tasks.span_corruption import SpanCorruptionTask
 from attnkit.training.tasks.text_classification import (
     TextClassificationTask,
     build_classifier_tokenizer,
     load_labelled,
 )
+from attnkit.training.tasks.text_to_text import TextToTextTask
 from attnkit.training.tasks.translation import TranslationTask
 
 # The tasks on one text file, built from the run and the corpus alike.
-TEXT_TASKS: dict[str, type[CausalLMTask] | type[MaskedLMTask]] = {
+TEXT_TASKS: dict[str, type[CausalLMTask] | type[MaskedLMTask] | type[SpanCorruptionTask]] = {
     "lm": CausalLMTask,
     "mlm": MaskedLMTask,
+    "span_corruption": SpanCorruptionTask,
 }
 TASK_CLASSES: dict[str, type[Task]] = {
     "translation": TranslationTask,
@@ -36,6 +43,7 @@ TASK_CLASSES: dict[str, type[Task]] = {
     "image_classification": ImageClassificationTask,
     "text_classification": TextClassificationTask,
     "instruction": InstructionTask,
+    "text_to_text": TextToTextTask,
 }
 
 
@@ -70,10 +78,14 @@ def task_from_run(
         valid_examples = load_labelled(data, data.one_file("valid", run.task), "data.valid")
         tokenizer = tokenizer or build_classifier_tokenizer(run.tokenizer, examples)
         return TextClassificationTask(run, tokenizer, examples, valid_examples, initial=initial)
+    if run.task == "text_to_text":
+        return TextToTextTask(run, tokenizer, initial=initial)
     if run.task == "translation":
         return TranslationTask(
             run, **translation_data(run, tokenizer, log=log), initial=initial
         )  # fmt: skip
+    if run.task == "mlm" and run.train.nsp:
+        return next_sentence_task(run, tokenizer, initial, log=log)
     corpus, release = lm_corpus(run, tokenizer, log=log)
     return TEXT_TASKS[run.task](run, corpus, release, initial=initial)
 
@@ -85,9 +97,12 @@ __all__ = [
     "InstructionTask",
     "LossSums",
     "MaskedLMTask",
+    "NextSentenceTask",
     "Task",
     "TaskContext",
+    "SpanCorruptionTask",
     "TextClassificationTask",
+    "TextToTextTask",
     "TranslationTask",
     "task_from_run",
 ]

@@ -35,7 +35,7 @@ from attnkit.data.prepared import (
 from attnkit.data.tokenizers import Tokenizer
 from attnkit.data.vocabulary import load_tokenizer_file
 from attnkit.errors import ConfigError
-from attnkit.training.runconfig import RunConfig
+from attnkit.training.runconfig import LM_TASKS, RunConfig
 
 
 def cache_root(run: RunConfig) -> Path:
@@ -172,7 +172,7 @@ def prepare_run_data(run: RunConfig, *, log: Log | None = None) -> dict[str, Any
                 "pairs": sum(len(p.pairs) for p in prepared),
                 "tokens": sum(a.num_tokens for a in arrays), "dtype": arrays[0].ids.dtype.name,
                 "dropped_empty": sum(p.dropped_empty for p in prepared)}  # fmt: skip
-    if run.task not in ("lm", "mlm"):
+    if run.task not in LM_TASKS:
         raise ConfigError(f"task: {run.task} reads no text; there is nothing to prepare")
     corpus, _ = lm_corpus(run, tokenizer, log=log)
     return {**summary, "vocab_size": corpus.tokenizer.vocab_size,

@@ -12,10 +12,11 @@ Two modes:
 * exported: ``render_page(build_payload(example))``; the embedded payload renders
   at load. Write the string to a ``.html`` file and open it.
 * served: ``render_page(None, api_url="/translate")``; the page shows a text box
-  and a "Translate" button that POSTs ``{"text": [text], "beam": 4, "nbest": N,
-  "explore": true}`` to ``api_url`` and renders the ``"explore"`` payload of the
-  JSON answer. Serve the page from the same origin as the API (a relative
-  ``api_url``); an absolute URL on another origin needs CORS headers from that server.
+  and a button (labelled by ``form``: "Translate" unless told otherwise) that
+  POSTs ``{"text": [text], "beam": 4, "nbest": N, "explore": true}`` to
+  ``api_url`` and renders the ``"explore"`` payload of the JSON answer. Serve
+  the page from the same origin as the API (a relative ``api_url``); an absolute
+  URL on another origin needs CORS headers from that server.
 """
 
 from __future__ import annotations
@@ -23,12 +24,27 @@ from __future__ import annotations
 import html
 import json
 import re
+from dataclasses import asdict, dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-__all__ = ["SCRIPTS", "render_page", "write_page"]
+__all__ = ["SCRIPTS", "ServedForm", "render_page", "write_page"]
+
+
+@dataclass(frozen=True)
+class ServedForm:
+    """The served page's text box: what its button says and does (by model kind).
+
+    ``search``: show the beam and n-best inputs (translation only).
+    """
+
+    action: str = "Translate"
+    placeholder: str = "Text to translate (Ctrl+Enter)"
+    busy: str = "translating\u2026"
+    search: bool = True
+
 
 SCRIPTS = ("data.js", "draw.js", "views.js", "app.js")
 _PLACEHOLDER = re.compile(r"__(CSP|TITLE|STYLE|CONFIG|PAYLOAD|SCRIPT)__")
@@ -61,14 +77,19 @@ def _csp(api_url: str | None) -> str:
 
 
 def render_page(
-    payload: dict[str, Any] | None, *, api_url: str | None = None, title: str | None = None
+    payload: dict[str, Any] | None,
+    *,
+    api_url: str | None = None,
+    title: str | None = None,
+    form: ServedForm | None = None,
 ) -> str:
     """Return the explorer as one HTML string.
 
     Args:
         payload: a dict from :func:`~attnkit.visualize.explorer.payload.build_payload`
             to show at load, or ``None`` (served mode, or an empty page).
-        api_url: where the "Translate" button POSTs; ``None`` hides the text box.
+        api_url: where the form's button POSTs; ``None`` hides the text box.
+        form: the button's label, the box's placeholder (default: translation's).
         title: the browser tab's title (default: the payload's title).
 
     Raises:
@@ -84,7 +105,7 @@ def render_page(
         "__CSP__": html.escape(_csp(api_url), quote=False).replace('"', "&quot;"),
         "__TITLE__": html.escape(f"attnkit: {page_title}"),
         "__STYLE__": _asset("explorer.css"),
-        "__CONFIG__": _script_json({"api_url": api_url}),
+        "__CONFIG__": _script_json({"api_url": api_url, "form": asdict(form or ServedForm())}),
         "__PAYLOAD__": _script_json(payload),
         "__SCRIPT__": scripts,
     }

@@ -96,5 +96,8 @@ def test_instruction_needs_a_pretrained_tokenizer(tmp_path):
 
 
 def test_keys_of_other_tasks_are_refused(tmp_path):
-    with pytest.raises(ConfigError, match="data.text: applies to task lm or mlm, not instruction"):
+    with pytest.raises(
+        ConfigError,
+        match="data.text: applies to task lm or mlm or span_corruption, not instruction",
+    ):
         RunConfig.from_dict({"task": "instruction", "data": {"text": "x.txt"}})

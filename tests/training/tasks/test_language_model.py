@@ -152,7 +152,9 @@ def test_a_key_of_another_task_is_refused_by_name(tmp_path):
 
     with pytest.raises(ConfigError, match=r"^train.label_smoothing: applies to task translation"):
         RunConfig.from_dict({"task": "lm", "train": {"label_smoothing": 0.1}})
-    with pytest.raises(ConfigError, match=r"^train.mask_prob: applies to task mlm, not lm"):
+    with pytest.raises(
+        ConfigError, match=r"^train.mask_prob: applies to task mlm or span_corruption, not lm"
+    ):
         RunConfig.from_dict({"task": "lm", "train": {"mask_prob": 0.2}})
     with pytest.raises(ConfigError, match=r"^data.text: applies to task lm or mlm"):
         RunConfig.from_dict({"task": "translation", "data": {"text": "a.txt"}})

@@ -74,13 +74,13 @@ AK.render = function (payload) {
   AK.selectGroup(cross >= 0 ? cross : 0);
 };
 
-AK.translate = async function (api, ev) {
+AK.translate = async function (api, form, ev) {
   ev.preventDefault();
   const text = $("input-text").value.trim();
   if (!text) return AK.status("type some text first", true);
   const body = { text: [text], beam: +$("beam").value || 4, nbest: +$("nbest").value || 1, explore: true };
   $("translate").disabled = true;
-  AK.status("translating\u2026");
+  AK.status(form.busy);
   try {
     const r = await fetch(api, { method: "POST", headers: { "Content-Type": "application/json" },
       body: JSON.stringify(body) });
@@ -155,9 +155,12 @@ AK.main = function () {
   const payload = JSON.parse($("attnkit-payload").textContent);
   AK.wire();
   if (config.api_url) {
-    const form = $("served");
+    const form = $("served"), labels = config.form;
     form.hidden = false;
-    form.addEventListener("submit", (e) => AK.translate(config.api_url, e));
+    $("translate").textContent = labels.action;
+    $("input-text").placeholder = labels.placeholder;
+    for (const id of ["beam", "nbest"]) $(id).parentElement.hidden = !labels.search;
+    form.addEventListener("submit", (e) => AK.translate(config.api_url, labels, e));
     $("input-text").addEventListener("keydown", (e) => {
       if (e.key === "Enter" && (e.ctrlKey || e.metaKey)) form.requestSubmit();
     });

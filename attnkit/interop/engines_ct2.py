@@ -1,0 +1,147 @@
+"""``--engine ctranslate2``: CTranslate2's ``Translator`` on ``attnkit export --to ctranslate2``.
+
+How attnkit's options map onto ``translate_batch``:
+
+* ``--beam N`` -> ``beam_size=N``; ``--nbest K`` -> ``num_hypotheses=K``.
+* ``--alpha``: attnkit ranks finished beams by GNMT's ``score / ((5 + |Y|) / 6) **
+  alpha``; CTranslate2's ``length_penalty`` divides by ``|Y| ** alpha``. The
+  two agree only at 0, so beam search takes ``--alpha 0`` (``length_penalty=0``)
+  and any other alpha is refused; greedy search has no penalty to map.
+* ``--max-len-b``: attnkit limits each sentence to its source length (EOS
+  included) + ``max_len_b`` tokens, EOS included; ``max_decoding_length`` is
+  one number per call and counts the same way. Greedy rows are independent,
+  so one call takes the largest limit, and a row that reached its own smaller
+  limit is decoded again with that limit. A beam row's ranking depends on
+  where its limit falls, so beam search runs one call per distinct limit.
+* ``--precision`` -> ``compute_type``: fp32 -> float32, int8 -> int8, bf16 ->
+  bfloat16 (where ``ctranslate2.get_supported_compute_types`` lists it);
+  int8w (int8 weights, bf16 activations) has no CTranslate2 counterpart.
+* ``min_decoding_length=0`` (attnkit may answer with EOS at once),
+  ``max_input_length=0`` (sources are cut as attnkit cuts them, before).
+
+The export drops ``<pad>`` from the vocabulary and appends ``</s>`` to the
+source itself, so the pieces passed are attnkit's tokens without the EOS.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from attnkit.checkpoints.loading import LoadedModel
+from attnkit.decoding.common import Hypothesis
+from attnkit.errors import UsageError
+from attnkit.interop.engines_base import (
+    DecodeOptions,
+    RunOptions,
+    SourceSide,
+    cpu_only,
+    refuse_attnkit_paths,
+    refuse_sampling,
+)
+
+COMPUTE_TYPES = {"fp32": "float32", "int8": "int8", "bf16": "bfloat16"}
+
+
+def _ctranslate2() -> Any:
+    try:
+        import ctranslate2
+    except ImportError:
+        raise UsageError(
+            "--engine ctranslate2 needs ctranslate2: pip install 'attnkit[export]'"
+        ) from None
+    return ctranslate2
+
+
+class CTranslate2Engine:
+    """A loaded CTranslate2 ``Translator`` with attnkit's source side and limits."""
+
+    name = "ctranslate2"
+
+    @staticmethod
+    def version() -> str:
+        return f"ctranslate2 {_ctranslate2().__version__}"
+
+    @staticmethod
+    def check(run: RunOptions, decode: DecodeOptions) -> None:
+        refuse_attnkit_paths("ctranslate2", run)
+        cpu_only("ctranslate2", run.device)
+        if run.precision not in COMPUTE_TYPES:
+            raise UsageError(
+                f"--precision {run.precision}: CTranslate2 has no compute type for it "
+                f"(fp32, int8 or bf16 with --engine ctranslate2)"
+            )
+        compute_type = COMPUTE_TYPES[run.precision]
+        supported = _ctranslate2().get_supported_compute_types("cpu")
+        if compute_type not in supported:
+            raise UsageError(
+                f"--precision {run.precision}: CTranslate2 has no {compute_type} kernels on "
+                f"this CPU (it has {', '.join(sorted(supported))})"
+            )
+        CTranslate2Engine.check_decode(decode)
+
+    @staticmethod
+    def check_decode(decode: DecodeOptions) -> None:
+        refuse_sampling("ctranslate2", decode)
+        if decode.beam > 1 and decode.alpha != 0:
+            raise UsageError(
+                f"--alpha {decode.alpha:g}: CTranslate2 divides beam scores by len**alpha, "
+                f"attnkit by GNMT's ((5 + len) / 6)**alpha; they agree only at --alpha 0"
+            )
+
+    @staticmethod
+    def convert(loaded: LoadedModel, out: Path) -> None:
+        from attnkit.interop.ct2_export import export_ctranslate2
+
+        export_ctranslate2(loaded, out)
+
+    def __init__(self, directory: Path, source: SourceSide, run: RunOptions) -> None:
+        ctranslate2 = _ctranslate2()
+        self.source = source
+        self.translator = ctranslate2.Translator(
+            str(directory), device="cpu", compute_type=COMPUTE_TYPES[run.precision],
+            inter_threads=1, intra_threads=run.threads or 0,
+        )  # fmt: skip
+        tokenizer = source.tokenizer
+        self._piece = tokenizer.id_to_token
+        self._ids = {tokenizer.id_to_token(i): i for i in range(tokenizer.vocab_size)}
+
+    def _run(self, src: list[list[int]], rows: list[int], limit: int, decode: DecodeOptions,
+             out: list[list[Hypothesis]]) -> None:  # fmt: skip
+        """Decode ``src[rows]`` in one ``translate_batch`` call; hypotheses into ``out``."""
+        results = self.translator.translate_batch(
+            [[self._piece(t) for t in src[i][:-1]] for i in rows],  # CT2 appends the EOS
+            max_batch_size=decode.batch_size, beam_size=decode.beam,
+            num_hypotheses=decode.nbest, length_penalty=0.0, max_decoding_length=limit,
+            min_decoding_length=0, max_input_length=0, return_scores=True,
+        )  # fmt: skip
+        for i, result in zip(rows, results):
+            out[i] = [Hypothesis([self._ids[p] for p in h], float(score))
+                      for h, score in zip(result.hypotheses, result.scores)]  # fmt: skip
+
+    def decode_ids(self, src: list[list[int]], decode: DecodeOptions) -> list[list[Hypothesis]]:
+        """``decode.nbest`` hypotheses per source (ids ending in EOS), as attnkit's search.
+
+        Scores are summed log-probabilities (``length_penalty=0``), EOS included
+        when generated. A source of EOS alone is not decoded (empty outputs).
+        """
+        self.check_decode(decode)
+        limits = [self.source.output_limit(s, decode.max_len_b) for s in src]
+        out = [[Hypothesis([], 0.0)] * decode.nbest for _ in src]
+        todo = [i for i, s in enumerate(src) if len(s) > 1]
+        if decode.beam == 1 and todo:
+            # Greedy rows are independent: one call at the largest limit; a row that
+            # reached its own, smaller limit is decoded again with it (its score too).
+            longest = max(limits[i] for i in todo)
+            self._run(src, todo, longest, decode, out)
+            todo = [i for i in todo if limits[i] < longest and len(out[i][0].tokens) >= limits[i]]
+        for limit in sorted({limits[i] for i in todo}):
+            self._run(src, [i for i in todo if limits[i] == limit], limit, decode, out)
+        return out
+
+    def translate(self, texts: Sequence[str], decode: DecodeOptions) -> list[list[str]]:
+        """``decode.nbest`` translations per text, best first (see the module doc)."""
+        detokenize = self.source.tokenizer.decode
+        hyps = self.decode_ids(self.source.ids(texts), decode)
+        return [[detokenize(h.tokens) for h in row] for row in hyps]

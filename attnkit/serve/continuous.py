@@ -1,0 +1,200 @@
+"""Continuous batching of generation: requests join and leave the running batch per token.
+
+Iteration-level scheduling (Orca, Yu et al. 2022; vLLM's scheduler): the
+model worker keeps one batch of rows, one per choice of every request in it,
+and steps them together, one token per row per step. Between two steps:
+
+* queued requests join, oldest first, while they fit (``max_rows`` rows, and
+  the shared position leaves them room for ``max_tokens``): each prompt is
+  prefilled alone into a ``RowStartCache`` placed so that its last prompt token
+  is fed at the batch's position with the others, and merged in;
+* finished choices stop being read; a request whose choices are all finished
+  (EOS, a stop string, ``max_tokens``) is answered at once and its rows leave
+  the batch, as do the rows of a cancelled request (client gone, time budget,
+  shutdown), which frees its slot at the next step.
+
+Each request keeps its own sampling settings and seeded generator, so a row
+draws what it would draw alone (greedy: the same tokens, up to float rounding
+of the batched products; the tests check equality). Rows of all requests are
+fed at one position, which is exact for relative positions only (rotary,
+ALiBi, none: ``row_cache``); ``supports`` says whether a model qualifies, and
+the server decodes other models one request at a time (``completion``).
+
+The batch drains (nobody joins) when the next request in the queue does not
+fit, so a long prompt is not overtaken forever; once the batch is empty the
+runner returns and the worker starts that request as the first of a new batch,
+at a position of its own prompt's length.
+
+Shapes: ``R`` rows of the batch, ``V`` vocabulary.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import torch
+from torch import Tensor
+
+from attnkit.decoding.generate import pick_token
+from attnkit.serve.batcher import Admitted, Take
+from attnkit.serve.completion import ChoiceText, Completion, OnDelta, context_of, feed
+from attnkit.serve.engine import Engine
+from attnkit.serve.row_cache import RowStartCache
+
+__all__ = ["GENERATE", "ContinuousGenerator", "GenerationJob", "supports"]
+
+GENERATE = "generate"  # the batcher key of continuously batched generation
+_GROW = 256  # positions added to the cache at a time
+
+
+def supports(engine: Engine) -> bool:
+    """Whether ``engine``'s model can have sequences at different positions in one batch."""
+    config = engine.model.config
+    return (
+        engine.kind == "causal_lm"
+        and getattr(config, "positions", None) in ("rotary", "alibi", "none")
+        and getattr(config, "attention", "dense") == "dense"
+        and hasattr(engine.model, "decode")
+    )
+
+
+@dataclass
+class GenerationJob:
+    """One prompt's choices, as ``completion.generate_choices`` takes them."""
+
+    prompt: list[int]
+    n: int
+    max_tokens: int
+    temperature: float
+    top_p: float
+    seed: int
+    stops: Sequence[str] = ()
+    on_delta: OnDelta | None = None
+    first_index: int = 0
+
+
+@dataclass
+class _Sequence:
+    job: GenerationJob
+    admitted: Admitted
+    choices: list[ChoiceText]
+    generator: torch.Generator
+    drawn: int = 0
+    rows: list[int] = field(default_factory=list)  # this request's rows in the batch
+
+    @property
+    def done(self) -> bool:
+        return all(c.finish_reason is not None for c in self.choices)
+
+
+class ContinuousGenerator:
+    """The runner of ``DynamicBatcher``'s continuous key for generation (module doc)."""
+
+    def __init__(self, engine: Engine, *, max_rows: int = 16) -> None:
+        if not supports(engine):
+            raise ValueError("continuous batching needs a causal LM with relative positions")
+        self.engine, self.max_rows = engine, max_rows
+        config = engine.model.config
+        self.layers, self.heads, self.head_dim = config.num_layers, config.kv_heads, config.head_dim
+        self.max_len: int = engine.max_len
+        self.eos = int(engine.model.eos_id)
+        weight = next(p for p in engine.model.parameters() if p.is_floating_point())
+        self.dtype, self.device = weight.dtype, weight.device
+
+    def fits_alone(self, job: GenerationJob) -> bool:
+        """Whether ``job`` fits the model's context at all (else: decode it alone, sliding)."""
+        return len(job.prompt) - 1 + job.max_tokens <= self.max_len and job.n <= self.max_rows
+
+    @torch.no_grad()
+    def __call__(self, first: Admitted, take: Take) -> None:
+        seqs: list[_Sequence] = []
+        position = len(first.payload.prompt) - 1
+        cache = self._cache(0, position)
+        inputs: list[int] = []  # the next token each row feeds
+
+        def fits(job: GenerationJob) -> bool:
+            rows = sum(len(s.rows) for s in seqs)
+            return (rows + job.n <= self.max_rows and len(job.prompt) - 1 <= position
+                    and position + job.max_tokens <= self.max_len)  # fmt: skip
+
+        admitted: Admitted | None = first
+        while True:
+            while admitted is not None:  # join: prefill alone, then merge
+                job: GenerationJob = admitted.payload
+                seq = self._prefill(admitted, cache, position)
+                seq.rows = list(range(len(inputs), len(inputs) + job.n))
+                inputs += [job.prompt[-1]] * job.n
+                seqs.append(seq)
+                admitted = take(fits)
+            if not seqs:
+                return
+            cache.grow(min(self.max_len, -(-(position + 1) // _GROW) * _GROW))
+            tokens = torch.tensor(inputs, dtype=torch.long, device=self.device)
+            logits = self.engine.model.decode(tokens[:, None], cache)
+            cache.advance(1)
+            position += 1
+            inputs = self._draw(seqs, logits, inputs)
+            keep = [s for s in seqs if not self._answered(s)]
+            if len(keep) != len(seqs):  # evict the rows of answered requests
+                rows = [r for s in keep for r in s.rows]
+                cache.reorder(torch.tensor(rows, dtype=torch.long, device=self.device))
+                inputs = [inputs[r] for r in rows]
+                n = 0
+                for s in keep:
+                    s.rows, n = list(range(n, n + len(s.rows))), n + len(s.rows)
+                seqs = keep
+            # Empty: return, and the worker starts the next request afresh (at its own prompt).
+            admitted = take(fits) if seqs else None
+
+    def _cache(self, rows: int, position: int) -> RowStartCache:
+        capacity = min(self.max_len, -(-(position + 1) // _GROW) * _GROW)
+        return RowStartCache.empty(self.layers, self.heads, self.head_dim, capacity=capacity,
+                                   position=position, rows=rows, dtype=self.dtype,
+                                   device=self.device)  # fmt: skip
+
+    def _prefill(self, admitted: Admitted, cache: RowStartCache, position: int) -> _Sequence:
+        job: GenerationJob = admitted.payload
+        prefix = len(job.prompt) - 1
+        alone = self._cache(1, position - prefix)
+        alone.grow(cache.capacity)
+        if prefix:
+            ids = torch.tensor([job.prompt[:-1]], dtype=torch.long, device=self.device)
+            self.engine.model.decode(ids, alone)
+        cache.merge(alone, repeat=job.n)
+        context = context_of(job.prompt)
+        choices = [ChoiceText(self.engine.tokenizer, context, job.stops) for _ in range(job.n)]
+        generator = torch.Generator(device=self.device).manual_seed(job.seed)
+        return _Sequence(job, admitted, choices, generator)
+
+    def _draw(self, seqs: list[_Sequence], logits: Tensor, inputs: list[int]) -> list[int]:
+        """Each request's tokens from its rows' logits, with its own settings and generator."""
+        out = list(inputs)
+        for s in seqs:
+            if s.admitted.handle.cancelled:
+                continue
+            job = s.job
+            rows = torch.tensor(s.rows, dtype=torch.long, device=logits.device)
+            picked = pick_token(logits.index_select(0, rows), temperature=job.temperature,
+                                top_p=job.top_p, generator=s.generator).tolist()  # fmt: skip
+            s.drawn += 1
+            for i, (row, token) in enumerate(zip(s.rows, picked, strict=True)):
+                out[row] = int(token)
+                choice = s.choices[i]
+                if choice.finish_reason is not None:
+                    continue
+                text = feed(choice, int(token), eos=self.eos, last=s.drawn == job.max_tokens)
+                if job.on_delta is not None and (text or choice.finish_reason is not None):
+                    job.on_delta(job.first_index + i, text, choice.openai_reason)
+        return out
+
+    def _answered(self, s: _Sequence) -> bool:
+        """Answer ``s`` if it is done or cancelled; whether it was."""
+        handle = s.admitted.handle
+        if handle.cancelled:
+            s.admitted.finish(None, handle.error())
+            return True
+        if s.done:
+            s.admitted.finish(Completion(len(s.job.prompt), s.choices), None)
+            return True
+        return False

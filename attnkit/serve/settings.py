@@ -1,0 +1,21 @@
+"""The knobs of ``attnkit serve`` (see ``docs/serving.md``), in one place for every route."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass
+class ServeSettings:
+    """The knobs of ``attnkit serve`` (see ``docs/serving.md``)."""
+
+    max_batch_tokens: int = 512  # source tokens x beam per decode batch (the CLI's CPU default)
+    max_wait_ms: float = 5.0
+    max_batch_sentences: int = 128
+    max_body_bytes: int = 256 * 1024
+    read_timeout: float = 10.0  # seconds for a whole request body
+    threads: int | None = None  # torch intra-op threads in the worker (None: torch's default)
+    request_timeout: float | None = 120.0  # time budget of a request, queue included
+    max_new_tokens: int = 1024  # token budget of a generation request (<= schemas.MAX_NEW_TOKENS)
+    max_generation_rows: int = 16  # rows (choices) in the continuous generation batch
+    max_connections: int | None = None  # what uvicorn allows (shown in /v1/model; set there)

@@ -1,0 +1,219 @@
+"""--engine ctranslate2|onnxruntime: the same lines as attnkit, a cache that is reused,
+rebuilt when stale and never half-written, and one-line refusals."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+import torch
+
+from attnkit.checkpoints import safe_files
+from attnkit.cli.main import main
+from attnkit.cli.translate import ENGINES as CLI_ENGINES
+from attnkit.interop import engines
+from attnkit.interop.engines_ct2 import CTranslate2Engine
+
+TEXTS = ["ein Haus am See", "zwei Hunde", "a dog runs fast by the lake", "Kinder <s> ß",
+         "the house", "spielen im Garten schnell", "", "  ",
+         "zwei Hunde laufen schnell am See"]  # fmt: skip
+
+
+@pytest.fixture
+def checkpoint(bpe_checkpoint, tmp_path):
+    """A private copy of the random BPE checkpoint (the cache is written inside it)."""
+    return shutil.copytree(bpe_checkpoint, tmp_path / "ckpt")
+
+
+@pytest.fixture
+def source(tmp_path):
+    path = tmp_path / "in.txt"
+    path.write_text("".join(t + "\n" for t in TEXTS), encoding="utf-8")
+    return path
+
+
+def translate(capsys, checkpoint, source, *args: str) -> tuple[int, str, str]:
+    code = main(["translate", "--checkpoint", str(checkpoint), "--input", str(source), *args])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def cache_dirs(checkpoint, name: str) -> list:
+    return sorted((checkpoint / "engines").glob(f"{name}-*"))
+
+
+def test_cli_choices_are_the_registry():
+    assert CLI_ENGINES == engines.NAMES
+
+
+# Greedy; beam with n-best; limits short enough that many rows stop at their own limit.
+SEARCHES = [["--greedy", "--max-len-b", "6"], ["--beam", "4", "--nbest", "2", "--max-len-b", "6"],
+            ["--greedy", "--max-len-b", "2"], ["--beam", "3", "--max-len-b", "2"]]  # fmt: skip
+
+
+def test_ctranslate2_lines_equal_attnkit(capsys, checkpoint, source):
+    for search in SEARCHES:
+        args = [*search, "--alpha", "0"]
+        code, expected, _ = translate(capsys, checkpoint, source, *args)
+        assert code == 0 and len(expected.splitlines()) == len(TEXTS)
+        code, got, _ = translate(capsys, checkpoint, source, *args, "--engine", "ctranslate2")
+        assert code == 0 and got == expected, search
+    assert len(cache_dirs(checkpoint, "ctranslate2")) == 1  # converted once for all four
+
+
+@pytest.mark.slow  # the ONNX export (torch.export + onnxscript) takes ~10-20 s on 2 cores
+def test_onnxruntime_lines_equal_attnkit(capsys, checkpoint, source):
+    # attnkit's own search on the graphs: GNMT's alpha maps one to one.
+    gnmt = ["--beam", "4", "--nbest", "2", "--alpha", "0.6", "--max-len-b", "2"]
+    for search in [SEARCHES[0], gnmt]:
+        code, expected, _ = translate(capsys, checkpoint, source, *search)
+        code, got, _ = translate(capsys, checkpoint, source, *search, "--engine", "onnxruntime")
+        assert code == 0 and got == expected, search
+
+
+def test_cache_is_reused_then_rebuilt_when_the_weights_change(capsys, checkpoint, source):
+    args = ["--greedy", "--max-len-b", "6", "--engine", "ctranslate2"]
+    code, first, err = translate(capsys, checkpoint, source, *args)
+    assert code == 0 and err.count("\n") == 1 and "converting" in err
+    (cache,) = cache_dirs(checkpoint, "ctranslate2")
+    stamp = (cache / "engine.json").stat().st_mtime_ns
+    model_stamp = (cache / "model" / "model.bin").stat().st_mtime_ns
+
+    code, again, err = translate(capsys, checkpoint, source, *args)
+    assert code == 0 and again == first and err == ""  # no conversion, no message
+    assert (cache / "engine.json").stat().st_mtime_ns == stamp
+    assert (cache / "model" / "model.bin").stat().st_mtime_ns == model_stamp
+
+    weights = safe_files.load_tensors(checkpoint / "model.safetensors")
+    torch.manual_seed(1)
+    perturbed = {k: v + 0.5 * torch.randn_like(v) for k, v in weights.items()}
+    safe_files.save_tensors(checkpoint / "model.safetensors", perturbed)
+    code, changed, err = translate(capsys, checkpoint, source, *args)
+    assert code == 0 and err.count("\n") == 1
+    assert "is stale (the weights changed)" in err and cache.name in err
+    (rebuilt,) = cache_dirs(checkpoint, "ctranslate2")  # the stale one is gone
+    assert rebuilt != cache
+    _, expected, _ = translate(capsys, checkpoint, source, "--greedy", "--max-len-b", "6")
+    assert changed == expected != first
+
+
+def test_cache_is_rebuilt_for_another_engine_version(capsys, checkpoint, source, monkeypatch):
+    args = ["--greedy", "--max-len-b", "4", "--engine", "ctranslate2"]
+    assert translate(capsys, checkpoint, source, *args)[0] == 0
+    real = CTranslate2Engine.version()
+    monkeypatch.setattr(CTranslate2Engine, "version", staticmethod(lambda: "ctranslate2 99.0"))
+    code, _, err = translate(capsys, checkpoint, source, *args)
+    assert code == 0 and f"({real} -> ctranslate2 99.0)" in err
+    (cache,) = cache_dirs(checkpoint, "ctranslate2")
+    assert json.loads((cache / "engine.json").read_text())["version"] == "ctranslate2 99.0"
+
+
+def test_a_failed_conversion_leaves_no_cache(capsys, checkpoint, source, monkeypatch):
+    def convert(loaded, out):
+        (out / "model.bin").parent.mkdir(parents=True)
+        (out / "model.bin").write_bytes(b"half")
+        raise OSError(28, "No space left on device", str(out / "model.bin"))
+
+    with monkeypatch.context() as m:
+        m.setattr(CTranslate2Engine, "convert", staticmethod(convert))
+        code, out, err = translate(capsys, checkpoint, source, "--greedy", "--engine",
+                                   "ctranslate2")  # fmt: skip
+    assert code == 1 and out == "" and "no space left on device" in err.splitlines()[-1]
+    assert cache_dirs(checkpoint, "ctranslate2") == []
+    assert not [p for p in (checkpoint / "engines").iterdir()]  # no staging left behind
+    code, _, err = translate(capsys, checkpoint, source, "--greedy", "--engine", "ctranslate2")
+    assert code == 0 and "converting" in err and len(cache_dirs(checkpoint, "ctranslate2")) == 1
+
+
+@pytest.mark.parametrize(
+    "engine,args,named",
+    [
+        ("ctranslate2", ["--beam", "4"], "--alpha 0.6"),
+        ("ctranslate2", ["--precision", "int8w", "--greedy"], "--precision int8w"),
+        ("ctranslate2", ["--sample"], "--sample"),
+        ("ctranslate2", ["--compile", "--greedy"], "--compile"),
+        ("onnxruntime", ["--no-fast"], "--no-fast"),
+        ("onnxruntime", ["--precision", "int8"], "--precision int8"),
+        ("onnxruntime", ["--sample"], "--sample"),
+    ],
+)
+def test_refused_options_are_one_line_and_convert_nothing(
+    capsys, checkpoint, source, engine, args, named
+):
+    code, out, err = translate(capsys, checkpoint, source, *args, "--engine", engine)
+    assert code == 2 and out == "" and len(err.splitlines()) == 1
+    assert err.startswith(f"attnkit translate: error: {named}:")
+    assert not (checkpoint / "engines").exists()
+
+
+def test_bf16_is_refused_where_ctranslate2_has_no_kernels(capsys, checkpoint, source):
+    import ctranslate2
+
+    code, _, err = translate(capsys, checkpoint, source, "--precision", "bf16", "--greedy",
+                             "--engine", "ctranslate2")  # fmt: skip
+    if "bfloat16" in ctranslate2.get_supported_compute_types("cpu"):
+        assert code == 0
+    else:
+        assert code == 2 and "--precision bf16: CTranslate2 has no bfloat16 kernels" in err
+
+
+def test_int8_maps_to_the_ctranslate2_compute_type(checkpoint, monkeypatch):
+    seen = {}
+    real = CTranslate2Engine.__init__
+
+    def spy(self, directory, source, run):
+        real(self, directory, source, run)
+        seen["compute_type"] = self.translator.compute_type
+
+    monkeypatch.setattr(CTranslate2Engine, "__init__", spy)
+    run = engines.RunOptions(precision="int8", threads=1)
+    engine = engines.open_engine("ctranslate2", checkpoint, run, engines.DecodeOptions(beam=1),
+                                 load=_load, say=lambda line: None)  # fmt: skip
+    assert seen["compute_type"] in ("int8", "int8_float32")  # int8 GEMMs, float32 around them
+    assert len(engine.translate(["zwei Hunde"], engines.DecodeOptions(beam=1))) == 1
+
+
+def _load(directory):
+    from attnkit.checkpoints.loading import load_model
+
+    return load_model(directory, "cpu")
+
+
+def test_evaluate_with_ctranslate2_scores_as_attnkit(capsys, checkpoint, tmp_path):
+    src, ref = tmp_path / "src.txt", tmp_path / "ref.txt"
+    src.write_text("".join(t + "\n" for t in TEXTS[:6]), encoding="utf-8")
+    ref.write_text("ein Haus\nzwei Hunde\nein Hund\ndas Haus\nKinder\nim Garten\n", "utf-8")
+    scores = {}
+    for engine in ("attnkit", "ctranslate2"):
+        code = main(["evaluate", "--checkpoint", str(checkpoint), "--src", str(src),
+                     "--ref", str(ref), "--beam", "2", "--alpha", "0", "--max-len-b", "6",
+                     "--json", "--engine", engine])  # fmt: skip
+        assert code == 0
+        scores[engine] = json.loads(capsys.readouterr().out)
+    assert scores["ctranslate2"]["decode"]["engine"] == "ctranslate2"
+    for key in ("bleu", "chrf", "perplexity"):
+        assert scores["ctranslate2"][key] == scores["attnkit"][key]
+    code = main(["evaluate", "--checkpoint", str(checkpoint), "--src", str(src), "--ref",
+                 str(ref), "--engine", "ctranslate2"])  # fmt: skip
+    assert code == 2 and "--alpha 0.6" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("beam,nbest", [(1, 1), (3, 2)])
+def test_ctranslate2_ids_and_scores_equal_attnkit(checkpoint, beam, nbest):
+    from attnkit.decoding.static import stepper_for
+    from attnkit.decoding.text import decode_ids
+
+    loaded = _load(checkpoint)
+    decode = engines.DecodeOptions(beam=beam, alpha=0.0, nbest=nbest, max_len_b=3)
+    engine = engines.open_engine("ctranslate2", checkpoint, engines.RunOptions(threads=1),
+                                 decode, load=lambda d: loaded, say=lambda line: None)  # fmt: skip
+    src = engine.source.ids(TEXTS)
+    got = engine.decode_ids(src, decode)
+    with torch.no_grad():
+        expected = decode_ids(stepper_for(loaded.model), src, beam=beam, alpha=0.0, nbest=nbest,
+                              max_len_b=3, max_len=engine.source.limit)  # fmt: skip
+    for hyps, result in zip(got, expected):
+        assert [h.tokens for h in hyps] == [h.tokens for h in result.nbest[0][:nbest]]
+        assert [h.score for h in hyps] == pytest.approx([h.score for h in result.nbest[0]][:nbest],
+                                                        abs=1e-3)  # fmt: skip

@@ -1,0 +1,196 @@
+"""Continuous batching: requests join a running generation batch and get what they get alone.
+
+A tiny random rotary decoder (weights scaled up so that greedy continuations
+vary from token to token: a mask that let one row see another's keys changes
+them) with the ChatML test tokenizer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import openai
+import pytest
+import torch
+from chat_helpers import chatml_tokenizer
+from fastapi.testclient import TestClient
+
+from attnkit.checkpoints import save_checkpoint
+from attnkit.checkpoints.loading import load_model
+from attnkit.models.decoder_only import DecoderOnlyLM
+from attnkit.models.lm_config import DecoderOnlyConfig
+from attnkit.serve.app import ServeSettings, create_app
+from attnkit.serve.batcher import Admitted, DynamicBatcher
+from attnkit.serve.completion import Completion, generate_choices
+from attnkit.serve.continuous import ContinuousGenerator, GenerationJob, supports
+from attnkit.serve.engine import Engine
+from attnkit.serve.handles import CLIENT_GONE, RequestCancelled, RequestHandle
+
+PROMPTS = ["What is the capital", "Paris", "user assistant France capital of What is", "Wh",
+           "capital capital"]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def rotary_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    torch.manual_seed(0)
+    tok = chatml_tokenizer()
+    config = DecoderOnlyConfig.from_preset(
+        "small", d_model=32, num_heads=4, num_kv_heads=2, d_ff=64, num_layers=2, max_len=128,
+        vocab_size=tok.vocab_size, pad_id=0, bos_id=1, eos_id=2, dropout=0.0, positions="rotary",
+    )  # fmt: skip
+    model = DecoderOnlyLM(config).eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "norm" not in name:
+                p.mul_(4.0)
+    out = tmp_path_factory.mktemp("continuous") / "rotary"
+    save_checkpoint(out, model_state=model.state_dict(), config=config.to_dict(),
+                    tokenizer_json=tok.to_json())  # fmt: skip
+    return out
+
+
+@pytest.fixture(scope="module")
+def engine(rotary_run: Path) -> Engine:
+    return Engine(load_model(rotary_run))
+
+
+def _alone(engine: Engine, job: GenerationJob) -> Completion:
+    return generate_choices(
+        engine, job.prompt, n=job.n, max_tokens=job.max_tokens, temperature=job.temperature,
+        top_p=job.top_p, seed=job.seed,
+    )  # fmt: skip
+
+
+def _run(engine: Engine, jobs: list[GenerationJob], join_every: int,
+         at_take: Callable[[int], None] = lambda n: None,
+         handles: list[RequestHandle] | None = None) -> dict[int, Any]:  # fmt: skip
+    """Run ``jobs[0]``, the others joining one every ``join_every`` steps when they fit
+    (``take`` is called once per step); ``{job: (value, error)}``."""
+    results: dict[int, Any] = {}
+    handles = handles or [RequestHandle() for _ in jobs]
+    queue = list(range(1, len(jobs)))
+    calls = [0]
+
+    def admitted(i: int) -> Admitted:
+        return Admitted(jobs[i], handles[i], lambda v, e: results.__setitem__(i, (v, e)))
+
+    def take(fits: Callable[[Any], bool]) -> Admitted | None:
+        calls[0] += 1
+        at_take(calls[0])
+        if calls[0] % join_every == 0 and queue and fits(jobs[queue[0]]):
+            return admitted(queue.pop(0))
+        return None
+
+    ContinuousGenerator(engine, max_rows=16)(admitted(0), take)
+    assert not queue, "a request never joined"
+    return results
+
+
+def test_requests_joining_the_running_batch_get_what_they_get_alone(engine):
+    assert supports(engine)
+    tok = engine.tokenizer
+    jobs = [GenerationJob(tok.encode(p), n, 24, 0.0, 1.0, 0) for p, n in
+            zip(PROMPTS, (1, 2, 1, 3, 1), strict=True)]  # fmt: skip
+    jobs.append(GenerationJob(tok.encode("Paris France"), 2, 12, 1.0, 0.9, 5))  # sampled, seeded
+    jobs.append(GenerationJob(tok.encode("France"), 1, 4, 0.0, 1.0, 0, stops=["no"]))
+    results = _run(engine, jobs, join_every=3)
+    texts = set()
+    for i, job in enumerate(jobs):
+        got, error = results[i]
+        assert error is None
+        alone = _alone(engine, job)
+        assert [c.ids for c in got.choices] == [c.ids for c in alone.choices], i
+        assert [c.openai_reason for c in got.choices] == [c.openai_reason for c in alone.choices]
+        assert got.completion_tokens == alone.completion_tokens
+        texts |= {c.text for c in got.choices}
+    assert len(texts) > 5  # the continuations differ: a test that can see rows mix
+
+
+def test_a_cancelled_request_leaves_and_the_others_go_on(engine):
+    tok = engine.tokenizer
+    jobs = [GenerationJob(tok.encode(p), 1, 30, 0.0, 1.0, 0) for p in PROMPTS[:3]]
+    handles = [RequestHandle() for _ in jobs]
+
+    def cancel_first(n: int) -> None:
+        if n == 10:
+            handles[0].cancel(CLIENT_GONE)
+
+    results = _run(engine, jobs, join_every=2, at_take=cancel_first, handles=handles)
+    value, error = results[0]
+    assert value is None and isinstance(error, RequestCancelled)
+    for i in (1, 2):
+        got, error = results[i]
+        assert error is None and got.choices[0].ids == _alone(engine, jobs[i]).choices[0].ids
+
+
+@pytest.fixture(scope="module")
+def http(rotary_run: Path) -> Iterator[TestClient]:
+    app = create_app(Engine(load_model(rotary_run)), ServeSettings(threads=1, max_new_tokens=64))
+    with TestClient(app) as c:
+        yield c
+
+
+def test_concurrent_clients_share_the_batch_and_get_their_own_answers(http):
+    client = openai.OpenAI(base_url="http://testserver/v1", api_key="unused", http_client=http)
+    answers: dict[int, str] = {}
+
+    def ask(i: int) -> None:
+        r = client.completions.create(model="m", prompt=PROMPTS[i % len(PROMPTS)], max_tokens=48,
+                                      temperature=0)  # fmt: skip
+        answers[i] = r.choices[0].text
+
+    threads = [threading.Thread(target=ask, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    engine: Engine = http.app.app.state.engine  # type: ignore[attr-defined]
+    for i, text in answers.items():
+        job = GenerationJob(engine.tokenizer.encode(PROMPTS[i % len(PROMPTS)]), 1, 48, 0.0, 1.0, 0)
+        assert text == _alone(engine, job).choices[0].text, i
+    assert len(answers) == 8
+    stats = http.get("/v1/health").json()["batcher"]
+    assert stats["largest_batch"] >= 2, stats  # requests did run together
+
+
+def test_the_batcher_hands_joining_items_in_order_and_never_lets_them_overtake():
+    """A fake runner: items of its key join while they fit and are answered as each is done;
+    an item of another key ahead in the queue (or one that does not fit) stops the joining."""
+    go = threading.Event()
+    runs: list[list[str]] = []
+
+    def runner(first: Admitted, take: Callable[[Callable[[Any], bool]], Admitted | None]) -> None:
+        go.wait(10)
+        held = [first]
+        while (more := take(lambda p: p != "too big")) is not None:
+            held.append(more)
+        runs.append([a.payload for a in held])
+        for a in held:  # each answered on its own
+            a.finish(a.payload.upper(), None)
+
+    batcher = DynamicBatcher(lambda key, payloads, handles: [f"batch {p}" for p in payloads],
+                             max_wait_ms=0, continuous={"g": runner})  # fmt: skip
+    batcher.start()
+
+    async def scenario() -> list[Any]:
+        first = asyncio.ensure_future(batcher.submit("g", "a", cost=1))
+        while batcher.pending():
+            await asyncio.sleep(0.001)
+        names = [("g", "b"), ("g", "c"), ("t", "x"), ("g", "d"), ("g", "too big"), ("g", "e")]
+        rest = [asyncio.ensure_future(batcher.submit(k, p, cost=1)) for k, p in names]
+        while batcher.pending() < len(names):
+            await asyncio.sleep(0.001)
+        go.set()
+        return [r for r, _ in await asyncio.gather(first, *rest)]
+
+    try:
+        results = asyncio.run(scenario())
+    finally:
+        batcher.stop()
+    assert results == ["A", "B", "C", "batch x", "D", "TOO BIG", "E"]
+    assert runs == [["a", "b", "c"], ["d"], ["too big", "e"]]
+    assert batcher.stats.largest_batch == 3
