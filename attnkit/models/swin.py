@@ -250,4 +250,5 @@ class SwinTransformer(nn.Module):
         return list(self._blocks)
 
     def num_parameters(self) -> int:
-        return sum(p.numel() for p in self.parameters())
+        """Trainable parameters."""
+        return sum(p.numel() for p in self.parameters() if p.requires_grad)
