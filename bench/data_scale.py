@@ -50,7 +50,7 @@ MULTI30K = next((d for d in _DATA if d.is_dir()), _DATA[0]) / "multi30k"
 CONFIG = REPO / "configs" / "multi30k_de_en_cpu.yaml"
 SHORT_RUN = ["train.max_minutes=null", "train.decay_to_budget=false",
              "train.warmup_fraction=null", "train.save_every=0", "train.eval_every=100000",
-             "train.log_every=1"]  # fmt: skip
+             "train.log_every=1", "train.save_fraction=null"]  # fmt: skip
 
 
 def header() -> dict[str, str]:
