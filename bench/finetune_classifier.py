@@ -28,6 +28,19 @@ lock: ``flock -x /tmp/attnkit-cpu.lock python bench/finetune_classifier.py``.
     python bench/finetune_classifier.py --steps 60                    # examples/s only (~3 min)
     python bench/finetune_classifier.py --steps 60 --hf-group-by-length \
         --attnkit-set train.cpu_matmul=onednn --attnkit-set train.fused_optimizer=false
+
+LoRA (``--lora``): attnkit trains ``configs/sst2_minilm_lora.yaml`` (the rank, alpha,
+dropout and target roles of its ``train.lora``); transformers wraps the same model
+with ``peft.get_peft_model`` at the same rank, alpha, dropout and targets (q, k, v,
+o, ffn -> BERT's ``query``, ``key``, ``value``, ``attention.output.dense``,
+``intermediate.dense``, ``output.dense``) and trains the head as attnkit does
+(``modules_to_save``: pooler and classifier). The learning rate is the config's
+unless ``--lr`` is given. Each side reports its trainable share, its mean step time
+and its peak RSS (``VmHWM``: the process's peak so far, so run one side per process,
+``--sides attnkit`` then ``--sides transformers``, for a side's own peak)::
+
+    python bench/finetune_classifier.py --lora --sides attnkit --minutes 20
+    python bench/finetune_classifier.py --lora --sides transformers --steps 300
 """
 
 from __future__ import annotations
@@ -48,6 +61,27 @@ from attnkit.data.classification import length_grouped_order, read_labelled
 from attnkit.training.schedules import remaining_steps, warmup_cosine_lr
 
 CONFIG = REPO / "configs" / "sst2_minilm.yaml"
+LORA_CONFIG = REPO / "configs" / "sst2_minilm_lora.yaml"
+# attnkit's LoRA target roles -> the BERT module names PEFT matches (a full-match regex)
+HF_LORA_TARGETS = {
+    "q": r"attention\.self\.query",
+    "k": r"attention\.self\.key",
+    "v": r"attention\.self\.value",
+    "o": r"attention\.output\.dense",
+    "ffn": r"intermediate\.dense|layer\.\d+\.output\.dense",
+}
+
+
+def peak_rss_mb() -> float:
+    """The process's peak resident set so far (``VmHWM``), MiB."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def config_path(args: argparse.Namespace) -> Path:
+    return LORA_CONFIG if args.lora else CONFIG
 
 
 def minilm_dir() -> Path:
@@ -73,8 +107,17 @@ class StepClock:
         validation between them)."""
         if len(self.times) < 3:
             return float("nan")
+        return sum(self.examples[1:]) / self._span()
+
+    def ms_per_step(self) -> float:
+        """Mean milliseconds per training step, on the same span as ``rate``."""
+        if len(self.times) < 3:
+            return float("nan")
+        return 1000.0 * self._span() / (len(self.times) - 1)
+
+    def _span(self) -> float:
         paused = sum(s for done, s in self.pauses if done < len(self.times))
-        return sum(self.examples[1:]) / (self.times[-1] - self.times[0] - paused)
+        return self.times[-1] - self.times[0] - paused
 
 
 def run_attnkit(args: argparse.Namespace, work: Path) -> dict[str, Any]:
@@ -95,7 +138,7 @@ def run_attnkit(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     if args.steps is not None:  # a step count instead of the minutes
         overrides += [f"train.max_steps={args.steps}", "train.decay_to_budget=false",
                       "train.max_minutes=null", f"train.eval_every={args.steps}"]  # fmt: skip
-    run = load_run_config(CONFIG, overrides)
+    run = load_run_config(config_path(args), overrides)
     task = task_from_run(run, None, load_initial(work / "minilm"))
     clock = StepClock()
     sizes: list[int] = []
@@ -128,12 +171,18 @@ def run_attnkit(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     start = time.perf_counter()
     summary = trainer.fit()
     seconds = time.perf_counter() - start
+    params = list(trainer.model.parameters())
+    trainable = sum(p.numel() for p in params if p.requires_grad)
     return {
         "side": "attnkit",
         "steps": trainer.step,
         "examples": sum(clock.examples),
         "epochs": round(sum(clock.examples) / len(task.train_data), 3),
         "examples_per_s": clock.rate(),
+        "ms_per_step": clock.ms_per_step(),
+        "trainable": trainable,
+        "trainable_share": trainable / sum(p.numel() for p in params),
+        "peak_rss_mb": peak_rss_mb(),
         "seconds": round(seconds, 1),
         "dev_accuracy": summary["valid"].get("accuracy"),
         "dev_macro_f1": summary["valid"].get("macro_f1"),
@@ -146,9 +195,23 @@ def run_attnkit(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     }
 
 
+def _peft_wrap(model: torch.nn.Module) -> torch.nn.Module:
+    """``model`` with PEFT LoRA adapters as ``configs/sst2_minilm_lora.yaml`` sets them."""
+    import peft
+    import yaml
+
+    lora = yaml.safe_load(LORA_CONFIG.read_text())["train"]["lora"]
+    pattern = "|".join(HF_LORA_TARGETS[role] for role in lora["targets"])
+    config = peft.LoraConfig(
+        r=lora["rank"], lora_alpha=lora["alpha"], lora_dropout=lora["dropout"],
+        target_modules=rf".*\.(?:{pattern})", modules_to_save=["pooler", "classifier"],
+    )  # fmt: skip
+    return peft.get_peft_model(model, config)
+
+
 def _hf_groups(model: torch.nn.Module, weight_decay: float) -> list[dict[str, Any]]:
     no_decay = ("bias", "LayerNorm.weight")
-    named = list(model.named_parameters())
+    named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
     return [
         {"params": [p for n, p in named if not n.endswith(no_decay)], "weight_decay": weight_decay},
         {"params": [p for n, p in named if n.endswith(no_decay)], "weight_decay": 0.0},
@@ -163,6 +226,9 @@ def run_hf(args: argparse.Namespace) -> dict[str, Any]:
     source = minilm_dir()
     tokenizer = AutoTokenizer.from_pretrained(source)
     model = AutoModelForSequenceClassification.from_pretrained(source, num_labels=2)
+    total_params = sum(p.numel() for p in model.parameters())
+    if args.lora:
+        model = _peft_wrap(model)
     train = read_labelled(Path(args.data) / "train.tsv")
     dev = read_labelled(Path(args.data) / "dev.tsv")
     encoded = tokenizer(train.texts, truncation=True, max_length=args.max_len)["input_ids"]
@@ -193,7 +259,7 @@ def run_hf(args: argparse.Namespace) -> dict[str, Any]:
             out.loss.backward()
             clock.times.append(time.perf_counter())
             clock.examples.append(len(rows))
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.requires_grad], 1.0)
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
             step += 1
@@ -204,12 +270,17 @@ def run_hf(args: argparse.Namespace) -> dict[str, Any]:
             break
     seconds = time.perf_counter() - start
     accuracy, f1 = _hf_dev(model, tokenizer, dev, args.max_len)
+    trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
     return {
-        "side": "transformers",
+        "side": "transformers + peft" if args.lora else "transformers",
         "steps": step,
         "examples": epoch_examples,
         "epochs": round(epoch_examples / len(train), 3),
         "examples_per_s": clock.rate(),
+        "ms_per_step": clock.ms_per_step(),
+        "trainable": trainable,
+        "trainable_share": trainable / total_params,
+        "peak_rss_mb": peak_rss_mb(),
         "seconds": round(seconds, 1),
         "dev_accuracy": accuracy,
         "dev_macro_f1": f1,
@@ -244,19 +315,26 @@ def main() -> None:
     )
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--max-len", type=int, default=66)
-    parser.add_argument("--lr", type=float, default=1e-4)
+    parser.add_argument("--lr", type=float, help="peak learning rate (default: the config's)")
     parser.add_argument("--warmup", type=int, default=200)
     parser.add_argument("--weight-decay", type=float, default=0.01)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--sides", default="attnkit,transformers")
     parser.add_argument("--hf-group-by-length", action="store_true")
+    parser.add_argument(
+        "--lora", action="store_true", help="LoRA: sst2_minilm_lora.yaml against PEFT"
+    )
     parser.add_argument("--attnkit-set", action="append", default=[], metavar="KEY=VALUE",
                         help="more overrides of configs/sst2_minilm.yaml")  # fmt: skip
     parser.add_argument("--json", help="also write the results here")
     args = parser.parse_args()
     if not (Path(args.data) / "train.tsv").is_file():
         raise SystemExit(f"--data {args.data}: no train.tsv (the SST-2 folder of shared/data)")
+    if args.lr is None:
+        import yaml
+
+        args.lr = float(yaml.safe_load(config_path(args).read_text())["train"]["lr"])
     torch.set_num_threads(args.threads)
     env = environment(torch.device("cpu"))
     print(json.dumps(env))
@@ -269,14 +347,17 @@ def main() -> None:
             print(json.dumps(result), flush=True)
             results.append(result)
     env["load average after"] = load_average()
-    print("\n| side | steps | epochs | examples/s | dev accuracy | dev macro-F1 |")
-    print("|---|---|---|---|---|---|")
+    print("\n| side | trainable | steps | epochs | examples/s | ms/step | peak RSS MiB "
+          "| dev accuracy | dev macro-F1 |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|---|---|")
     for r in results:
-        print(f"| {r['side']} | {r['steps']} | {r['epochs']} | {r['examples_per_s']:.1f} | "
+        print(f"| {r['side']} | {r['trainable_share']:.2%} | {r['steps']} | {r['epochs']} | "
+              f"{r['examples_per_s']:.1f} | {r['ms_per_step']:.1f} | {r['peak_rss_mb']:.0f} | "
               f"{r['dev_accuracy']:.4f} | {r['dev_macro_f1']:.4f} |")  # fmt: skip
     by_side = {r["side"]: r for r in results}
-    if {"attnkit", "transformers"} <= set(by_side):
-        a, h = by_side["attnkit"], by_side["transformers"]
+    peer = "transformers + peft" if args.lora else "transformers"
+    if {"attnkit", peer} <= set(by_side):
+        a, h = by_side["attnkit"], by_side[peer]
         ratio = a["examples_per_s"] / h["examples_per_s"]
         if not math.isnan(ratio):
             print(f"\nattnkit / transformers examples/s: {ratio:.2f}x")
