@@ -37,7 +37,7 @@ import torch
 from torch import Tensor
 
 from attnkit.decoding.generate import pick_token
-from attnkit.serve.batcher import Admitted, Take
+from attnkit.serve.batch_types import Admitted, Take
 from attnkit.serve.completion import ChoiceText, Completion, OnDelta, context_of, feed
 from attnkit.serve.engine import Engine
 from attnkit.serve.row_cache import RowStartCache
