@@ -22,7 +22,7 @@ from fastapi import Depends, FastAPI, Request
 from fastapi.responses import HTMLResponse
 
 from attnkit.serve.batcher import BatchInfo, DynamicBatcher
-from attnkit.serve.continuous import GENERATE, ContinuousGenerator, supports
+from attnkit.serve.continuous import GENERATE, ContinuousGenerator, GenerationJob, supports
 from attnkit.serve.docs_page import CSP as DOCS_CSP
 from attnkit.serve.docs_page import render_docs
 from attnkit.serve.engine import KIND_ENDPOINTS, Engine, RequestError
@@ -215,7 +215,7 @@ def create_app(engine: Engine, settings: ServeSettings | None = None) -> Request
                 "max_batch_tokens": settings.max_batch_tokens,
                 "max_wait_ms": settings.max_wait_ms,
                 "max_batch_sentences": settings.max_batch_sentences,
-                # OpenAI-compatible generation: one running batch that requests join per token
+                # generation (/v1/generate and OpenAI's): one running batch joined per token
                 "continuous_generation": generator is not None,
                 "max_generation_rows": settings.max_generation_rows,
             },
@@ -263,16 +263,21 @@ def create_app(engine: Engine, settings: ServeSettings | None = None) -> Request
         started = time.monotonic()
         token_budget(req.max_new_tokens, handle, "max_new_tokens")
         prompt = engine.encode_prompt(req.prompt)
-        options = req.model_dump(exclude={"prompt", "explore"})
-
-        def job() -> tuple[list[int], dict[str, Any] | None]:
-            new = engine.generate(prompt, **options, handle=handle)
-            if not req.explore:
-                return new, None
-            handle.check()
-            return new, engine.causal_payload(prompt, new)
-
-        (new, payload), info = await batcher.call(job, handle=handle)
+        top_k = min(req.top_k, engine.vocab_rows)
+        job = GenerationJob(prompt, 1, req.max_new_tokens, req.temperature, req.top_p, req.seed,
+                            top_k=top_k, until_eos=False)  # fmt: skip
+        if generator is not None and generator.fits_alone(job):  # joins the running batch
+            completion, info = await batcher.submit(GENERATE, job, cost=1, handle=handle)
+            new: list[int] = completion.choices[0].ids
+        else:  # alone: a model with absolute positions, or past the context (sliding window)
+            options = req.model_dump(exclude={"prompt", "explore"})
+            new, info = await batcher.call(
+                lambda: engine.generate(prompt, **options, handle=handle), handle=handle
+            )
+        payload = None
+        if req.explore:
+            explored = await batcher.call(lambda: engine.causal_payload(prompt, new), handle=handle)
+            payload = explored[0]
         decode = engine.tokenizer.decode
         full, head = decode([*prompt, *new]), decode(prompt)
         answer = {

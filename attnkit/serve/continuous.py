@@ -20,6 +20,11 @@ fed at one position, which is exact for relative positions only (rotary,
 ALiBi, none: ``row_cache``); ``supports`` says whether a model qualifies, and
 the server decodes other models one request at a time (``completion``).
 
+Two kinds of job share the batch: the OpenAI-compatible completions (a choice
+ends at EOS, a stop string or ``max_tokens``) and ``/v1/generate``
+(``until_eos=False``: exactly ``max_tokens`` tokens, EOS included, as
+``Engine.generate`` gives them; ``top_k`` as well as ``top_p``).
+
 The batch drains (nobody joins) when the next request in the queue does not
 fit, so a long prompt is not overtaken forever; once the batch is empty the
 runner returns and the worker starts that request as the first of a new batch,
@@ -72,6 +77,8 @@ class GenerationJob:
     stops: Sequence[str] = ()
     on_delta: OnDelta | None = None
     first_index: int = 0
+    top_k: int = 0  # sample from the k best (0: all)
+    until_eos: bool = True  # False: ``/v1/generate``'s ``max_tokens`` tokens, EOS or not
 
 
 @dataclass
@@ -104,7 +111,8 @@ class ContinuousGenerator:
 
     def fits_alone(self, job: GenerationJob) -> bool:
         """Whether ``job`` fits the model's context at all (else: decode it alone, sliding)."""
-        return len(job.prompt) - 1 + job.max_tokens <= self.max_len and job.n <= self.max_rows
+        return (job.max_tokens >= 1 and len(job.prompt) - 1 + job.max_tokens <= self.max_len
+                and job.n <= self.max_rows)  # fmt: skip
 
     @torch.no_grad()
     def __call__(self, first: Admitted, take: Take) -> None:
@@ -176,12 +184,18 @@ class ContinuousGenerator:
             job = s.job
             rows = torch.tensor(s.rows, dtype=torch.long, device=logits.device)
             picked = pick_token(logits.index_select(0, rows), temperature=job.temperature,
-                                top_p=job.top_p, generator=s.generator).tolist()  # fmt: skip
+                                top_k=job.top_k, top_p=job.top_p,
+                                generator=s.generator).tolist()  # fmt: skip
             s.drawn += 1
             for i, (row, token) in enumerate(zip(s.rows, picked, strict=True)):
                 out[row] = int(token)
                 choice = s.choices[i]
                 if choice.finish_reason is not None:
+                    continue
+                if not job.until_eos:  # the raw ids, as ``Engine.generate`` returns them
+                    choice.ids.append(int(token))
+                    if s.drawn == job.max_tokens:
+                        choice.finish_reason = "length"
                     continue
                 text = feed(choice, int(token), eos=self.eos, last=s.drawn == job.max_tokens)
                 if job.on_delta is not None and (text or choice.finish_reason is not None):
