@@ -25,6 +25,12 @@ ends at EOS, a stop string or ``max_tokens``) and ``/v1/generate``
 (``until_eos=False``: exactly ``max_tokens`` tokens, EOS included, as
 ``Engine.generate`` gives them; ``top_k`` as well as ``top_p``).
 
+When requests leave, the cache columns before every remaining row's start
+are dropped (``RowStartCache.trim``) and the shared position moves back with
+them, so the attention width follows the live rows rather than everything
+the batch has seen since it began; rotary keys are turned back by as many
+positions (exact up to float rounding: attention depends on the distance only).
+
 The batch drains (nobody joins) when the next request in the queue does not
 fit, so a long prompt is not overtaken forever; once the batch is empty the
 runner returns and the worker starts that request as the first of a new batch,
@@ -42,6 +48,7 @@ import torch
 from torch import Tensor
 
 from attnkit.decoding.generate import pick_token
+from attnkit.positions.rotary import RotaryEmbedding, apply_rotary
 from attnkit.serve.batch_types import Admitted, Take
 from attnkit.serve.completion import ChoiceText, Completion, OnDelta, context_of, feed
 from attnkit.serve.engine import Engine
@@ -108,6 +115,16 @@ class ContinuousGenerator:
         self.eos = int(engine.model.eos_id)
         weight = next(p for p in engine.model.parameters() if p.is_floating_point())
         self.dtype, self.device = weight.dtype, weight.device
+        self._rotary = next(
+            (m for m in engine.model.modules() if isinstance(m, RotaryEmbedding)), None
+        )
+
+    def _rotate(self, keys: Tensor, by: int) -> Tensor:
+        """Rotary keys ``(R, h, C, d)`` turned by ``by`` positions (``trim``); others as is."""
+        if self._rotary is None:
+            return keys
+        cos, sin = self._rotary(torch.tensor([abs(by)], device=keys.device))
+        return apply_rotary(keys, keys, cos, sin if by >= 0 else -sin)[1]
 
     def fits_alone(self, job: GenerationJob) -> bool:
         """Whether ``job`` fits the model's context at all (else: decode it alone, sliding)."""
@@ -137,7 +154,8 @@ class ContinuousGenerator:
                 admitted = take(fits)
             if not seqs:
                 return
-            cache.grow(min(self.max_len, -(-(position + 1) // _GROW) * _GROW))
+            if position + 1 > cache.capacity:  # room for the position fed now
+                cache.grow(min(self.max_len, position + _GROW))
             tokens = torch.tensor(inputs, dtype=torch.long, device=self.device)
             logits = self.engine.model.decode(tokens[:, None], cache)
             cache.advance(1)
@@ -152,6 +170,10 @@ class ContinuousGenerator:
                 for s in keep:
                     s.rows, n = list(range(n, n + len(s.rows))), n + len(s.rows)
                 seqs = keep
+                if seqs:  # the columns before every live row's start: nobody's any more
+                    drop = int(cache.start.min())
+                    cache.trim(drop, self._rotate)
+                    position -= drop
             # Empty: return, and the worker starts the next request afresh (at its own prompt).
             admitted = take(fits) if seqs else None
 
@@ -164,8 +186,9 @@ class ContinuousGenerator:
     def _prefill(self, admitted: Admitted, cache: RowStartCache, position: int) -> _Sequence:
         job: GenerationJob = admitted.payload
         prefix = len(job.prompt) - 1
-        alone = self._cache(1, position - prefix)
-        alone.grow(cache.capacity)
+        alone = RowStartCache.empty(self.layers, self.heads, self.head_dim,
+                                    capacity=cache.capacity, position=position - prefix, rows=1,
+                                    dtype=self.dtype, device=self.device)  # fmt: skip
         if prefix:
             ids = torch.tensor([job.prompt[:-1]], dtype=torch.long, device=self.device)
             self.engine.model.decode(ids, alone)

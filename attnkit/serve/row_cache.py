@@ -18,6 +18,7 @@ Shapes: ``B`` rows, ``h`` key/value heads, ``C`` capacity, ``d`` head dim, ``t``
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Self
 
 import torch
@@ -32,7 +33,8 @@ class RowStartCache(StaticKVCache):
     """``StaticKVCache`` plus ``start`` ``(B,)``: row ``b`` sees keys ``start[b] .. pos``.
 
     Rows are added with ``merge`` and removed with ``reorder``; the capacity
-    grows with ``grow`` (the buffers are not pooled: their shapes change).
+    grows with ``grow`` and shrinks with ``trim`` (the buffers are not pooled:
+    their shapes change).
     """
 
     start: Tensor  # (B,) long
@@ -71,6 +73,27 @@ class RowStartCache(StaticKVCache):
             for i, old in enumerate(buffers):
                 pad = old.new_zeros(*old.shape[:2], extra, old.size(3))
                 buffers[i] = torch.cat([old, pad], dim=2)
+
+    def trim(self, columns: int, rotate: Callable[[Tensor, int], Tensor] | None = None) -> None:
+        """Drop the first ``columns`` positions, which no row sees (every ``start`` is at or
+        past them); every position moves ``columns`` to the left, the shared one too.
+
+        Attention over relative positions is unchanged if the cached keys move with
+        their positions: ALiBi and no positions need nothing, rotary keys are turned
+        back by ``columns`` positions with ``rotate(keys, -columns)``.
+        """
+        if columns <= 0:
+            return
+        if columns > int(self.start.min()):
+            raise ValueError(f"trim: a row starts before column {columns}")
+        for buffers in (self.self_k, self.self_v):
+            for i, old in enumerate(buffers):
+                buffers[i] = old[:, :, columns:].contiguous()
+        if rotate is not None:
+            self.self_k = [rotate(k, -columns) for k in self.self_k]
+        self.pos -= columns
+        self.length -= columns
+        self.start = self.start - columns
 
     def merge(self, other: RowStartCache, repeat: int = 1) -> None:
         """Append ``other``'s rows (each ``repeat`` times) at the end; same position."""

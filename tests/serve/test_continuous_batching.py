@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -126,6 +127,36 @@ def test_a_cancelled_request_leaves_and_the_others_go_on(engine):
     for i in (1, 2):
         got, error = results[i]
         assert error is None and got.choices[0].ids == _alone(engine, jobs[i]).choices[0].ids
+
+
+def test_a_batch_that_never_empties_attends_only_over_its_live_rows(engine, monkeypatch):
+    """Twelve requests, one joining every 11 steps, each 20 tokens: 141 steps in one batch
+    on a model of 128 positions. As rows leave, the columns before the oldest live row
+    are dropped (rotary keys turned back), so the shared position stays near the live
+    rows' length, every request still joins, and each gets its tokens alone."""
+    tok = engine.tokenizer
+    jobs = [GenerationJob(tok.encode(PROMPTS[i % len(PROMPTS)]), 1 + i % 2, 20, 0.0, 1.0, 0,
+                          until_eos=False) for i in range(12)]  # fmt: skip
+    seen: list[tuple[int, int]] = []  # (cache, position) of each one-token decode
+    inner = engine.model.decode
+
+    def decode(ids: torch.Tensor, cache: Any) -> Any:
+        if ids.size(1) == 1:
+            seen.append((id(cache), int(cache.pos)))
+        return inner(ids, cache)
+
+    monkeypatch.setattr(engine.model, "decode", decode)
+    results = _run(engine, jobs, join_every=12)  # a join takes one more call: every 11 steps
+    monkeypatch.undo()
+    for i, job in enumerate(jobs):  # /v1/generate's jobs: 20 tokens each, EOS or not
+        got, error = results[i]
+        alone = engine.generate(job.prompt, max_new_tokens=20, temperature=0.0, top_k=0,
+                                top_p=1.0, seed=0)  # fmt: skip
+        assert error is None and [c.ids for c in got.choices] == [alone] * job.n, i
+    batch = Counter(c for c, _ in seen).most_common(1)[0][0]  # the running batch's cache
+    positions = [p for c, p in seen if c == batch]
+    assert len(positions) >= 140 > engine.max_len  # more steps than the model's positions
+    assert max(positions) < 48, max(positions)  # the live rows' span, not the batch's history
 
 
 @pytest.fixture(scope="module")
