@@ -26,15 +26,18 @@ ends at EOS, a stop string or ``max_tokens``) and ``/v1/generate``
 ``Engine.generate`` gives them; ``top_k`` as well as ``top_p``).
 
 When requests leave, the cache columns before every remaining row's start
-are dropped (``RowStartCache.trim``) and the shared position moves back with
-them, so the attention width follows the live rows rather than everything
-the batch has seen since it began; rotary keys are turned back by as many
-positions (exact up to float rounding: attention depends on the distance only).
+are dropped and the shared position moves back with them
+(``RowStartCache.shift``), so the attention width follows the live rows
+rather than everything the batch has seen since it began; a prompt longer
+than the shared position moves it right (empty columns first) to join.
+Rotary keys are turned by as many positions (exact up to float rounding:
+attention depends on the distance only).
 
 The batch drains (nobody joins) when the next request in the queue does not
-fit, so a long prompt is not overtaken forever; once the batch is empty the
-runner returns and the worker starts that request as the first of a new batch,
-at a position of its own prompt's length.
+fit (rows, or the model's positions for it and every row in the batch), so a
+request is not overtaken forever; once the batch is empty the runner returns
+and the worker starts that request as the first of a new batch, at a position
+of its own prompt's length.
 
 Shapes: ``R`` rows of the batch, ``V`` vocabulary.
 """
@@ -140,13 +143,20 @@ class ContinuousGenerator:
 
         def fits(job: GenerationJob) -> bool:
             rows = sum(len(s.rows) for s in seqs)
-            return (rows + job.n <= self.max_rows and len(job.prompt) - 1 <= position
-                    and position + job.max_tokens <= self.max_len)  # fmt: skip
+            # A longer prompt moves the batch's positions right: every row must still fit.
+            at = max(position, len(job.prompt) - 1)
+            left = max((s.job.max_tokens - s.drawn for s in seqs), default=0)
+            return (rows + job.n <= self.max_rows
+                    and at + max(job.max_tokens, left) <= self.max_len)  # fmt: skip
 
         admitted: Admitted | None = first
         while True:
             while admitted is not None:  # join: prefill alone, then merge
                 job: GenerationJob = admitted.payload
+                lift = len(job.prompt) - 1 - position
+                if lift > 0:  # its prompt needs more positions than the batch has so far
+                    cache.shift(lift, self._rotate)
+                    position += lift
                 seq = self._prefill(admitted, cache, position)
                 seq.rows = list(range(len(inputs), len(inputs) + job.n))
                 inputs += [job.prompt[-1]] * job.n
@@ -172,7 +182,7 @@ class ContinuousGenerator:
                 seqs = keep
                 if seqs:  # the columns before every live row's start: nobody's any more
                     drop = int(cache.start.min())
-                    cache.trim(drop, self._rotate)
+                    cache.shift(-drop, self._rotate)
                     position -= drop
             # Empty: return, and the worker starts the next request afresh (at its own prompt).
             admitted = take(fits) if seqs else None

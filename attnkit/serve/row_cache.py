@@ -33,7 +33,7 @@ class RowStartCache(StaticKVCache):
     """``StaticKVCache`` plus ``start`` ``(B,)``: row ``b`` sees keys ``start[b] .. pos``.
 
     Rows are added with ``merge`` and removed with ``reorder``; the capacity
-    grows with ``grow`` and shrinks with ``trim`` (the buffers are not pooled:
+    grows with ``grow``; ``shift`` moves the positions (the buffers are not pooled:
     their shapes change).
     """
 
@@ -74,26 +74,33 @@ class RowStartCache(StaticKVCache):
                 pad = old.new_zeros(*old.shape[:2], extra, old.size(3))
                 buffers[i] = torch.cat([old, pad], dim=2)
 
-    def trim(self, columns: int, rotate: Callable[[Tensor, int], Tensor] | None = None) -> None:
-        """Drop the first ``columns`` positions, which no row sees (every ``start`` is at or
-        past them); every position moves ``columns`` to the left, the shared one too.
+    def shift(self, by: int, rotate: Callable[[Tensor, int], Tensor] | None = None) -> None:
+        """Move every cached position (and the shared one) ``by`` to the right: ``by > 0``
+        puts ``by`` empty columns first (room for a longer prompt to join), ``by < 0``
+        drops the first ``-by`` columns, which no row may see (every ``start`` at or past
+        them). The capacity stays, unless the cached positions need more.
 
         Attention over relative positions is unchanged if the cached keys move with
         their positions: ALiBi and no positions need nothing, rotary keys are turned
-        back by ``columns`` positions with ``rotate(keys, -columns)``.
+        by ``by`` positions with ``rotate(keys, by)``.
         """
-        if columns <= 0:
+        if by == 0:
             return
-        if columns > int(self.start.min()):
-            raise ValueError(f"trim: a row starts before column {columns}")
+        if by < 0 and -by > int(self.start.min()):
+            raise ValueError(f"shift: a row starts before column {-by}")
+        keep = max(self.capacity, self.length + by)
         for buffers in (self.self_k, self.self_v):
             for i, old in enumerate(buffers):
-                buffers[i] = old[:, :, columns:].contiguous()
+                if by < 0:
+                    buffers[i] = old[:, :, -by:].contiguous()
+                else:
+                    pad = old.new_zeros(*old.shape[:2], by, old.size(3))
+                    buffers[i] = torch.cat([pad, old], dim=2)[:, :, :keep]
         if rotate is not None:
-            self.self_k = [rotate(k, -columns) for k in self.self_k]
-        self.pos -= columns
-        self.length -= columns
-        self.start = self.start - columns
+            self.self_k = [rotate(k, by) for k in self.self_k]
+        self.pos += by
+        self.length += by
+        self.start = self.start + by
 
     def merge(self, other: RowStartCache, repeat: int = 1) -> None:
         """Append ``other``'s rows (each ``repeat`` times) at the end; same position."""

@@ -159,6 +159,32 @@ def test_a_batch_that_never_empties_attends_only_over_its_live_rows(engine, monk
     assert max(positions) < 48, max(positions)  # the live rows' span, not the batch's history
 
 
+def test_a_prompt_longer_than_the_batch_so_far_joins_at_once(engine):
+    """The batch's positions move right to make room for it (rotary keys turned with them)."""
+    tok = engine.tokenizer
+    jobs = [GenerationJob(tok.encode("Wh"), 1, 16, 0.0, 1.0, 0),
+            GenerationJob(tok.encode(PROMPTS[2]), 2, 16, 1.0, 0.9, 3)]  # fmt: skip
+    assert len(jobs[1].prompt) > len(jobs[0].prompt) + 3
+    results: dict[int, Any] = {}
+    offered = [1]
+
+    def admitted(i: int) -> Admitted:
+        return Admitted(jobs[i], RequestHandle(), lambda v, e: results.__setitem__(i, (v, e)))
+
+    def take(fits: Callable[[Any], bool]) -> Admitted | None:
+        if offered and fits(jobs[offered[0]]):  # offered once: before the first step
+            return admitted(offered.pop())
+        offered.clear()
+        return None
+
+    ContinuousGenerator(engine, max_rows=4)(admitted(0), take)
+    assert set(results) == {0, 1}, "the longer prompt did not join"
+    for i, job in enumerate(jobs):
+        got, error = results[i]
+        assert error is None
+        assert [c.ids for c in got.choices] == [c.ids for c in _alone(engine, job).choices], i
+
+
 @pytest.fixture(scope="module")
 def http(rotary_run: Path) -> Iterator[TestClient]:
     app = create_app(Engine(load_model(rotary_run)), ServeSettings(threads=1, max_new_tokens=64))
