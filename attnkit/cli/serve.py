@@ -1,13 +1,16 @@
 """Serve a checkpoint over HTTP: a JSON API, dynamic batching and the attention explorer.
 
 Endpoints: POST /v1/translate, /v1/generate or /v1/fill-mask (whichever fits the
-checkpoint), POST /v1/explore, GET /v1/health, GET /v1/model, the explorer page
-at / and the API's description at /docs (no CDN). A decoder-only checkpoint also
-answers OpenAI's API: POST /v1/chat/completions, /v1/completions (streaming with
-"stream": true), GET /v1/models. Binds to 127.0.0.1 unless --host says
-otherwise. Concurrent translation requests with the same beam/alpha/nbest are
-decoded as one batch of at most --max-batch-tokens (source tokens x beam),
-waiting at most --max-wait-ms for company. A request whose client disconnects
+checkpoint; a text classifier also /v1/classify), POST /v1/explore, GET
+/v1/health, GET /v1/model, the explorer page at / and the API's description at
+/docs (no CDN). A decoder-only checkpoint also answers OpenAI's API: POST
+/v1/chat/completions, /v1/completions (streaming with "stream": true), GET
+/v1/models. Binds to 127.0.0.1 unless --host says otherwise. Concurrent
+translation requests with the same beam/alpha/nbest (and concurrent fill-mask
+or classify requests) are run as one batch of at most --max-batch-tokens
+(source tokens x beam), waiting at most --max-wait-ms for company; generation
+requests join one running batch token by token (models with relative
+positions). A request whose client disconnects
 is dropped (before or during decoding, at a step boundary); one that runs past
 --request-timeout is cancelled; generation is capped at --max-new-tokens;
 SIGTERM cancels what is running and stops within a few seconds. Needs the

@@ -5,9 +5,11 @@ Every error a client can cause is ``{"error": "..."}`` on one line, naming the
 field (or, for an endpoint that does not fit the loaded model, the endpoint
 that does): ``attnkit.serve.errors``. Endpoints: see ``docs/serving.md`` or ``/docs``.
 
-Each model request gets a ``RequestHandle`` (``attnkit.serve.handles``) with the
+Each model request gets a ``RequestHandle`` (``attnkit.serve.deps``) with the
 server's time budget; a task watching the connection cancels it when the
-client disconnects, and the batcher and the decoding steps obey it.
+client disconnects, and the batcher and the decoding steps obey it. The
+encoder-only routes are in ``attnkit.serve.encoder_routes``, the OpenAI-compatible
+ones in ``attnkit.serve.openai_api``.
 """
 
 from __future__ import annotations
@@ -16,26 +18,27 @@ import time
 from collections.abc import AsyncIterator, Callable, Hashable
 from contextlib import asynccontextmanager
 from dataclasses import asdict
-from typing import Annotated, Any, cast
+from typing import Any, cast
 
-from fastapi import Depends, FastAPI, Request
+from fastapi import Depends, FastAPI
 from fastapi.responses import HTMLResponse
 
-from attnkit.serve.batcher import BatchInfo, DynamicBatcher
-from attnkit.serve.continuous import GENERATE, ContinuousGenerator, supports
+from attnkit.serve.batcher import DynamicBatcher
+from attnkit.serve.continuous import GENERATE, ContinuousGenerator, GenerationJob, supports
+from attnkit.serve.deps import Handle, timing
 from attnkit.serve.docs_page import CSP as DOCS_CSP
 from attnkit.serve.docs_page import render_docs
+from attnkit.serve.encoder_batch import CLASSIFY, FILL_MASK, is_classifier, run_encoder_batch
+from attnkit.serve.encoder_routes import add_encoder_routes
 from attnkit.serve.engine import KIND_ENDPOINTS, Engine, RequestError
 from attnkit.serve.errors import install_error_handlers
-from attnkit.serve.handles import RequestHandle, watch_disconnect
+from attnkit.serve.handles import RequestHandle
 from attnkit.serve.limits import RequestGuard
 from attnkit.serve.openai_api import OPENAI_ENDPOINTS, add_openai_routes
 from attnkit.serve.schemas import (
     ErrorResponse,
     ExploreRequest,
     ExploreResponse,
-    FillMaskRequest,
-    FillMaskResponse,
     GenerateRequest,
     GenerateResponse,
     TranslateRequest,
@@ -58,30 +61,6 @@ PAGE_FORMS: dict[str, ServedForm] = {
 }
 
 
-def _timing(info: BatchInfo, started: float) -> dict[str, Any]:
-    return {
-        "queue_ms": round(info.queue_ms, 3),
-        "compute_ms": round(info.compute_ms, 3),
-        "total_ms": round((time.monotonic() - started) * 1000.0, 3),
-        "batch_requests": info.batch_requests,
-        "batch_sentences": info.batch_sentences,
-    }
-
-
-async def _request_handle(request: Request) -> AsyncIterator[RequestHandle]:
-    """This request's handle, cancelled if its client disconnects before the answer."""
-    settings: ServeSettings = request.app.state.settings
-    handle = RequestHandle(timeout=settings.request_timeout)
-    watcher = watch_disconnect(request.receive, handle)
-    try:
-        yield handle
-    finally:
-        watcher.cancel()
-
-
-Handle = Annotated[RequestHandle, Depends(_request_handle)]
-
-
 def shutdown_hook(app: RequestGuard) -> Callable[[], None]:
     """What the server calls when shutdown begins: cancel every queued and running request."""
     batcher: DynamicBatcher = app.app.state.batcher  # type: ignore[attr-defined]
@@ -93,6 +72,8 @@ def create_app(engine: Engine, settings: ServeSettings | None = None) -> Request
     settings = settings or ServeSettings()
 
     def run_batch(key: Hashable, payloads: list[Any], handles: list[RequestHandle]) -> list[Any]:
+        if key in (FILL_MASK, CLASSIFY):
+            return run_encoder_batch(engine, key, payloads, handles)
         beam, alpha, nbest = cast(tuple[int, float, int], key)
         flat = [src for sources in payloads for src in sources]
         owners = [h for sources, h in zip(payloads, handles) for _ in sources]
@@ -215,7 +196,7 @@ def create_app(engine: Engine, settings: ServeSettings | None = None) -> Request
                 "max_batch_tokens": settings.max_batch_tokens,
                 "max_wait_ms": settings.max_wait_ms,
                 "max_batch_sentences": settings.max_batch_sentences,
-                # OpenAI-compatible generation: one running batch that requests join per token
+                # generation (/v1/generate and OpenAI's): one running batch joined per token
                 "continuous_generation": generator is not None,
                 "max_generation_rows": settings.max_generation_rows,
             },
@@ -247,7 +228,7 @@ def create_app(engine: Engine, settings: ServeSettings | None = None) -> Request
             answer["explore"], _ = await batcher.call(
                 lambda: engine.translation_payload(src, first), handle=handle
             )
-        answer["timing"] = _timing(info, started)
+        answer["timing"] = timing(info, started)
         return answer
 
     @app.post(
@@ -263,16 +244,21 @@ def create_app(engine: Engine, settings: ServeSettings | None = None) -> Request
         started = time.monotonic()
         token_budget(req.max_new_tokens, handle, "max_new_tokens")
         prompt = engine.encode_prompt(req.prompt)
-        options = req.model_dump(exclude={"prompt", "explore"})
-
-        def job() -> tuple[list[int], dict[str, Any] | None]:
-            new = engine.generate(prompt, **options, handle=handle)
-            if not req.explore:
-                return new, None
-            handle.check()
-            return new, engine.causal_payload(prompt, new)
-
-        (new, payload), info = await batcher.call(job, handle=handle)
+        top_k = min(req.top_k, engine.vocab_rows)
+        job = GenerationJob(prompt, 1, req.max_new_tokens, req.temperature, req.top_p, req.seed,
+                            top_k=top_k, until_eos=False)  # fmt: skip
+        if generator is not None and generator.fits_alone(job):  # joins the running batch
+            completion, info = await batcher.submit(GENERATE, job, cost=1, handle=handle)
+            new: list[int] = completion.choices[0].ids
+        else:  # alone: a model with absolute positions, or past the context (sliding window)
+            options = req.model_dump(exclude={"prompt", "explore"})
+            new, info = await batcher.call(
+                lambda: engine.generate(prompt, **options, handle=handle), handle=handle
+            )
+        payload = None
+        if req.explore:
+            explored = await batcher.call(lambda: engine.causal_payload(prompt, new), handle=handle)
+            payload = explored[0]
         decode = engine.tokenizer.decode
         full, head = decode([*prompt, *new]), decode(prompt)
         answer = {
@@ -280,35 +266,10 @@ def create_app(engine: Engine, settings: ServeSettings | None = None) -> Request
             "text": full[len(head) :] if full.startswith(head) else decode(new),
             "full_text": full,
             "new_tokens": len(new),
-            "timing": _timing(info, started),
+            "timing": timing(info, started),
         }
         if payload is not None:
             answer["explore"], answer["explore_note"] = payload, EXPLORE_NOTES["causal_lm"]
-        return answer
-
-    @app.post(
-        "/v1/fill-mask",
-        response_model=FillMaskResponse,
-        response_model_exclude_none=True,
-        dependencies=[needs("masked_lm", "/v1/fill-mask")],
-    )
-    async def fill_mask(req: FillMaskRequest, handle: Handle) -> dict[str, Any]:
-        """Predict every mask marker of the text from both sides."""
-        from attnkit.serve.engine import EXPLORE_NOTES
-
-        started = time.monotonic()
-        masked = engine.encode_masked(req.text, req.mask_token)
-
-        def job() -> tuple[str, list[dict[str, Any]], dict[str, Any] | None]:
-            filled, masks = engine.fill_mask(masked, req.top_k)
-            payload = engine.masked_payload(masked, filled) if req.explore else None
-            return filled, masks, payload
-
-        (filled, masks, payload), info = await batcher.call(job, handle=handle)
-        answer: dict[str, Any] = {"filled": filled, "masks": masks}
-        answer["timing"] = _timing(info, started)
-        if payload is not None:
-            answer["explore"], answer["explore_note"] = payload, EXPLORE_NOTES["masked_lm"]
         return answer
 
     @app.post("/v1/explore", response_model=ExploreResponse)
@@ -332,6 +293,7 @@ def create_app(engine: Engine, settings: ServeSettings | None = None) -> Request
         answer: dict[str, Any] = result
         return answer
 
+    add_encoder_routes(app, engine, batcher, needs=needs)
     add_openai_routes(
         app, engine, batcher, settings, generator, needs=lambda e: needs("causal_lm", e)
     )
@@ -339,6 +301,7 @@ def create_app(engine: Engine, settings: ServeSettings | None = None) -> Request
     _ENDPOINTS = sorted(
         {"GET /", "GET /v1/health", "GET /v1/model", "POST /v1/explore", "GET /docs"}
         | {f"POST {KIND_ENDPOINTS[engine.kind]}"}
+        | ({"POST /v1/classify"} if is_classifier(engine) else set())
         | (set(OPENAI_ENDPOINTS) if engine.kind == "causal_lm" else {"GET /v1/models"})
     )
     return RequestGuard(app, max_bytes=settings.max_body_bytes, read_timeout=settings.read_timeout)

@@ -42,9 +42,17 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Hashable, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
+from attnkit.serve.batch_types import (
+    Admitted,
+    BatcherClosed,
+    BatcherStats,
+    BatchInfo,
+    ContinuousRun,
+    QueuedItem,
+    RunBatch,
+)
 from attnkit.serve.handles import (
     CLIENT_GONE,
     SHUTTING_DOWN,
@@ -53,81 +61,8 @@ from attnkit.serve.handles import (
     RequestHandle,
 )
 
+# The records live in ``attnkit.serve.batch_types``; importable from here as before.
 __all__ = ["Admitted", "BatchInfo", "BatcherClosed", "ContinuousRun", "DynamicBatcher", "RunBatch"]
-
-RunBatch = Callable[[Hashable, list[Any], list[RequestHandle]], Sequence[Any]]
-"""``run_batch(key, payloads, handles) -> results``: one result per payload; ``handles[i]``
-is the request of ``payloads[i]`` (for the work to check at step boundaries)."""
-
-
-class BatcherClosed(RuntimeError):
-    """The server is shutting down; the request was not run."""
-
-
-@dataclass(frozen=True)
-class BatchInfo:
-    """How one request was run: time queued, time of its batch, batch size."""
-
-    queue_ms: float
-    compute_ms: float
-    batch_requests: int
-    batch_sentences: int
-
-
-@dataclass
-class _Item:
-    key: Hashable | None  # None: a plain job
-    payload: Any  # the sources of a batchable item; the function of a job
-    cost: int
-    sentences: int
-    future: asyncio.Future[Any]
-    loop: asyncio.AbstractEventLoop
-    handle: RequestHandle
-    enqueued: float = field(default_factory=time.monotonic)
-
-    def settle(self, value: Any, error: BaseException | None) -> None:
-        """Hand the result (or error) to the waiting coroutine, from any thread."""
-        try:
-            self.loop.call_soon_threadsafe(_resolve, self.future, value, error)
-        except RuntimeError:  # the loop is closed: nobody is waiting any more
-            pass
-
-
-@dataclass
-class Admitted:
-    """A continuous item in the runner's hands: answer it once with ``finish``."""
-
-    payload: Any
-    handle: RequestHandle
-    finish: Callable[[Any, BaseException | None], None]
-
-
-Take = Callable[[Callable[[Any], bool]], "Admitted | None"]
-ContinuousRun = Callable[[Admitted, Take], None]
-"""``run(first, take)``: serve ``first`` and what ``take(fits)`` hands over (the oldest
-queued item of the same key, if ``fits(payload)``; else ``None``) until all are finished."""
-
-
-@dataclass
-class BatcherStats:
-    """Counters since start; ``busy_s`` is the worker's time in batches and jobs."""
-
-    batches: int = 0
-    batched_requests: int = 0
-    jobs: int = 0
-    largest_batch: int = 0
-    busy_s: float = 0.0
-    dropped_queued: int = 0  # cancelled before the worker started them
-    cancelled_running: int = 0  # cancelled while their batch or job ran
-
-
-def _resolve(future: asyncio.Future[Any], value: Any, error: BaseException | None) -> None:
-    if future.done():  # cancelled: the client went away
-        return
-    if error is not None:
-        future.set_exception(error)
-    else:
-        future.set_result(value)
 
 
 class DynamicBatcher:
@@ -167,10 +102,10 @@ class DynamicBatcher:
         self.stats = BatcherStats()
         self._init = init
         self._continuous = dict(continuous or {})
-        self._pending: deque[_Item] = deque()
+        self._pending: deque[QueuedItem] = deque()
         self._cond = threading.Condition()
         self._closing = False
-        self._running: list[_Item] = []
+        self._running: list[QueuedItem] = []
         self._thread: threading.Thread | None = None
 
     # -- life cycle ------------------------------------------------------------------
@@ -243,7 +178,7 @@ class DynamicBatcher:
     ) -> tuple[Any, BatchInfo]:
         loop = asyncio.get_running_loop()
         handle = handle or RequestHandle()
-        item = _Item(key, payload, cost, sentences, loop.create_future(), loop, handle)
+        item = QueuedItem(key, payload, cost, sentences, loop.create_future(), loop, handle)
         with self._cond:
             if self._closing or self._thread is None:
                 raise BatcherClosed("the model worker is not running")
@@ -291,14 +226,14 @@ class DynamicBatcher:
             self.stats.largest_batch = max(self.stats.largest_batch, len(batch))
             self._run(key, batch)
 
-    def _gather(self, first: _Item) -> list[_Item]:
+    def _gather(self, first: QueuedItem) -> list[QueuedItem]:
         """``first`` and the compatible queued items that fit, waiting until its deadline."""
         batch, cost, sentences = [first], first.cost, first.sentences
         deadline = first.enqueued + self.max_wait
         with self._cond:
             while True:
                 full = sentences >= self.max_sentences or cost >= self.max_tokens
-                kept: deque[_Item] = deque()
+                kept: deque[QueuedItem] = deque()
                 for item in self._pending:
                     if self._dropped(item):
                         continue
@@ -320,21 +255,21 @@ class DynamicBatcher:
                     return batch
                 self._cond.wait(left)
 
-    def _dropped(self, item: _Item) -> bool:
+    def _dropped(self, item: QueuedItem) -> bool:
         """Whether ``item`` was cancelled before it ran (its waiter was answered already)."""
         if item.handle.cancelled or item.future.cancelled():
             self.stats.dropped_queued += 1
             return True
         return False
 
-    def _run_continuous(self, first: _Item) -> None:
+    def _run_continuous(self, first: QueuedItem) -> None:
         """Hand ``first`` to its key's runner, with ``take`` for the items that join later."""
         run = self._continuous[first.key]
         start = time.monotonic()
-        open_items: dict[int, _Item] = {}
+        open_items: dict[int, QueuedItem] = {}
         self.stats.batches += 1
 
-        def admit(item: _Item) -> Admitted:
+        def admit(item: QueuedItem) -> Admitted:
             with self._cond:
                 self._running.append(item)
                 closing = self._closing
@@ -387,7 +322,7 @@ class DynamicBatcher:
                 item.settle(None, RuntimeError("the continuous runner left a request unanswered"))
             self.stats.busy_s += time.monotonic() - start
 
-    def _run(self, key: Hashable | None, items: list[_Item]) -> None:
+    def _run(self, key: Hashable | None, items: list[QueuedItem]) -> None:
         """Run a job (``key`` None) or a batch; hand each item its result or the error."""
         start = time.monotonic()
         results: Sequence[Any] = ()

@@ -19,7 +19,9 @@ wrapping the stepper, without touching a decoding loop:
   sentence only).
 
 What a cancelled request's rows produce is never handed to anyone (the batcher
-answers a cancelled request with its reason).
+answers a cancelled request with its reason). A pass that is not stepped
+(fill-mask, classification) cannot stop midway: ``live_requests`` leaves the
+requests cancelled before it out of it.
 
 Shapes: ``B`` rows (sentences x beams), ``S`` source length, ``V`` vocabulary.
 """
@@ -36,7 +38,7 @@ from torch import Tensor
 from attnkit.decoding.protocol import AnyStepper, DecodingState
 from attnkit.serve.handles import RequestHandle
 
-__all__ = ["CancellableStepper", "Owners"]
+__all__ = ["CancellableStepper", "Owners", "live_requests"]
 
 Group = tuple[RequestHandle, ...]
 _ENDED = -1e4  # below EOS by this much: finite, so beam search still has K candidates
@@ -138,3 +140,14 @@ def _check(groups: Sequence[Group]) -> list[int]:
         first = groups[0][0]
         raise first.error()
     return ended
+
+
+def live_requests(handles: Sequence[RequestHandle] | None, n: int) -> list[int]:
+    """Indices of the ``n`` requests still waiting (all without ``handles``); raise the
+    first one's ``RequestCancelled`` if none is (a pass that cannot stop midway)."""
+    if handles is None:
+        return list(range(n))
+    live = [i for i, h in enumerate(handles) if not h.cancelled]
+    if handles and not live:
+        raise handles[0].error()
+    return live

@@ -20,10 +20,24 @@ fed at one position, which is exact for relative positions only (rotary,
 ALiBi, none: ``row_cache``); ``supports`` says whether a model qualifies, and
 the server decodes other models one request at a time (``completion``).
 
+Two kinds of job share the batch: the OpenAI-compatible completions (a choice
+ends at EOS, a stop string or ``max_tokens``) and ``/v1/generate``
+(``until_eos=False``: exactly ``max_tokens`` tokens, EOS included, as
+``Engine.generate`` gives them; ``top_k`` as well as ``top_p``).
+
+When requests leave, the cache columns before every remaining row's start
+are dropped and the shared position moves back with them
+(``RowStartCache.shift``), so the attention width follows the live rows
+rather than everything the batch has seen since it began; a prompt longer
+than the shared position moves it right (empty columns first) to join.
+Rotary keys are turned by as many positions (exact up to float rounding:
+attention depends on the distance only).
+
 The batch drains (nobody joins) when the next request in the queue does not
-fit, so a long prompt is not overtaken forever; once the batch is empty the
-runner returns and the worker starts that request as the first of a new batch,
-at a position of its own prompt's length.
+fit (rows, or the model's positions for it and every row in the batch), so a
+request is not overtaken forever; once the batch is empty the runner returns
+and the worker starts that request as the first of a new batch, at a position
+of its own prompt's length.
 
 Shapes: ``R`` rows of the batch, ``V`` vocabulary.
 """
@@ -37,7 +51,8 @@ import torch
 from torch import Tensor
 
 from attnkit.decoding.generate import pick_token
-from attnkit.serve.batcher import Admitted, Take
+from attnkit.positions.rotary import RotaryEmbedding, apply_rotary
+from attnkit.serve.batch_types import Admitted, Take
 from attnkit.serve.completion import ChoiceText, Completion, OnDelta, context_of, feed
 from attnkit.serve.engine import Engine
 from attnkit.serve.row_cache import RowStartCache
@@ -72,6 +87,8 @@ class GenerationJob:
     stops: Sequence[str] = ()
     on_delta: OnDelta | None = None
     first_index: int = 0
+    top_k: int = 0  # sample from the k best (0: all)
+    until_eos: bool = True  # False: ``/v1/generate``'s ``max_tokens`` tokens, EOS or not
 
 
 @dataclass
@@ -101,10 +118,21 @@ class ContinuousGenerator:
         self.eos = int(engine.model.eos_id)
         weight = next(p for p in engine.model.parameters() if p.is_floating_point())
         self.dtype, self.device = weight.dtype, weight.device
+        self._rotary = next(
+            (m for m in engine.model.modules() if isinstance(m, RotaryEmbedding)), None
+        )
+
+    def _rotate(self, keys: Tensor, by: int) -> Tensor:
+        """Rotary keys ``(R, h, C, d)`` turned by ``by`` positions (``trim``); others as is."""
+        if self._rotary is None:
+            return keys
+        cos, sin = self._rotary(torch.tensor([abs(by)], device=keys.device))
+        return apply_rotary(keys, keys, cos, sin if by >= 0 else -sin)[1]
 
     def fits_alone(self, job: GenerationJob) -> bool:
         """Whether ``job`` fits the model's context at all (else: decode it alone, sliding)."""
-        return len(job.prompt) - 1 + job.max_tokens <= self.max_len and job.n <= self.max_rows
+        return (job.max_tokens >= 1 and len(job.prompt) - 1 + job.max_tokens <= self.max_len
+                and job.n <= self.max_rows)  # fmt: skip
 
     @torch.no_grad()
     def __call__(self, first: Admitted, take: Take) -> None:
@@ -115,13 +143,20 @@ class ContinuousGenerator:
 
         def fits(job: GenerationJob) -> bool:
             rows = sum(len(s.rows) for s in seqs)
-            return (rows + job.n <= self.max_rows and len(job.prompt) - 1 <= position
-                    and position + job.max_tokens <= self.max_len)  # fmt: skip
+            # A longer prompt moves the batch's positions right: every row must still fit.
+            at = max(position, len(job.prompt) - 1)
+            left = max((s.job.max_tokens - s.drawn for s in seqs), default=0)
+            return (rows + job.n <= self.max_rows
+                    and at + max(job.max_tokens, left) <= self.max_len)  # fmt: skip
 
         admitted: Admitted | None = first
         while True:
             while admitted is not None:  # join: prefill alone, then merge
                 job: GenerationJob = admitted.payload
+                lift = len(job.prompt) - 1 - position
+                if lift > 0:  # its prompt needs more positions than the batch has so far
+                    cache.shift(lift, self._rotate)
+                    position += lift
                 seq = self._prefill(admitted, cache, position)
                 seq.rows = list(range(len(inputs), len(inputs) + job.n))
                 inputs += [job.prompt[-1]] * job.n
@@ -129,7 +164,8 @@ class ContinuousGenerator:
                 admitted = take(fits)
             if not seqs:
                 return
-            cache.grow(min(self.max_len, -(-(position + 1) // _GROW) * _GROW))
+            if position + 1 > cache.capacity:  # room for the position fed now
+                cache.grow(min(self.max_len, position + _GROW))
             tokens = torch.tensor(inputs, dtype=torch.long, device=self.device)
             logits = self.engine.model.decode(tokens[:, None], cache)
             cache.advance(1)
@@ -144,6 +180,10 @@ class ContinuousGenerator:
                 for s in keep:
                     s.rows, n = list(range(n, n + len(s.rows))), n + len(s.rows)
                 seqs = keep
+                if seqs:  # the columns before every live row's start: nobody's any more
+                    drop = int(cache.start.min())
+                    cache.shift(-drop, self._rotate)
+                    position -= drop
             # Empty: return, and the worker starts the next request afresh (at its own prompt).
             admitted = take(fits) if seqs else None
 
@@ -156,8 +196,9 @@ class ContinuousGenerator:
     def _prefill(self, admitted: Admitted, cache: RowStartCache, position: int) -> _Sequence:
         job: GenerationJob = admitted.payload
         prefix = len(job.prompt) - 1
-        alone = self._cache(1, position - prefix)
-        alone.grow(cache.capacity)
+        alone = RowStartCache.empty(self.layers, self.heads, self.head_dim,
+                                    capacity=cache.capacity, position=position - prefix, rows=1,
+                                    dtype=self.dtype, device=self.device)  # fmt: skip
         if prefix:
             ids = torch.tensor([job.prompt[:-1]], dtype=torch.long, device=self.device)
             self.engine.model.decode(ids, alone)
@@ -176,12 +217,18 @@ class ContinuousGenerator:
             job = s.job
             rows = torch.tensor(s.rows, dtype=torch.long, device=logits.device)
             picked = pick_token(logits.index_select(0, rows), temperature=job.temperature,
-                                top_p=job.top_p, generator=s.generator).tolist()  # fmt: skip
+                                top_k=job.top_k, top_p=job.top_p,
+                                generator=s.generator).tolist()  # fmt: skip
             s.drawn += 1
             for i, (row, token) in enumerate(zip(s.rows, picked, strict=True)):
                 out[row] = int(token)
                 choice = s.choices[i]
                 if choice.finish_reason is not None:
+                    continue
+                if not job.until_eos:  # the raw ids, as ``Engine.generate`` returns them
+                    choice.ids.append(int(token))
+                    if s.drawn == job.max_tokens:
+                        choice.finish_reason = "length"
                     continue
                 text = feed(choice, int(token), eos=self.eos, last=s.drawn == job.max_tokens)
                 if job.on_delta is not None and (text or choice.finish_reason is not None):

@@ -26,7 +26,7 @@ import torch
 
 from attnkit.checkpoints.loading import LoadedModel
 from attnkit.decoding.common import DecodeResult
-from attnkit.serve.cancellable import CancellableStepper, Owners
+from attnkit.serve.cancellable import CancellableStepper, Owners, live_requests
 from attnkit.serve.handles import RequestHandle
 
 # The endpoint (and CLI command) that serves each kind of model.
@@ -68,6 +68,17 @@ class RequestError(ValueError):
 class MaskedText:
     ids: list[int]
     positions: list[int]
+
+
+@dataclass(frozen=True)
+class MaskJob:
+    """One fill-mask request: its text's ids and mask positions, candidates per mask."""
+
+    masked: MaskedText
+    top_k: int
+
+
+Filled = tuple[str, list[dict[str, Any]]]  # the filled text and each mask's candidates
 
 
 class Engine:
@@ -253,24 +264,51 @@ class Engine:
             )
         return build_payload(example)
 
-    @torch.no_grad()
     def fill_mask(self, masked: MaskedText, top_k: int) -> tuple[str, list[dict[str, Any]]]:
         """The text with every mask filled by its best token, and each mask's candidates."""
-        ids = torch.tensor([masked.ids], device=self.device)
-        logits = self.model(ids, classify=False).mlm_logits[0].float()
-        logits[:, self.tokenizer.vocab_size :] = float("-inf")  # the mask id is no answer
+        filled = self.fill_masks([MaskJob(masked, top_k)])[0]
+        assert filled is not None
+        return filled
+
+    @torch.no_grad()
+    def fill_masks(
+        self, jobs: Sequence[MaskJob], handles: Sequence[RequestHandle] | None = None
+    ) -> list[Filled | None]:
+        """``fill_mask`` of every job, in one pass over the right-padded texts (the padding
+        is masked out of attention, so each row gets what it gets alone). The jobs whose
+        ``handles`` are cancelled are left out (``None``); if all are, this raises."""
+        live = live_requests(handles, len(jobs))
+        results: list[Filled | None] = [None] * len(jobs)
+        if not live:
+            return results
+        tok, vocab = self.tokenizer, self.tokenizer.vocab_size
+        from attnkit.data.classification import collate_examples  # right-pads
+
+        rows = [jobs[i].masked.ids for i in live]
+        ids = collate_examples(rows, None, None, tok.pad_id).ids.to(self.device)
+        where = torch.zeros_like(ids, dtype=torch.bool)
+        for b, i in enumerate(live):
+            where[b, jobs[i].masked.positions] = True
+        # The mask positions' scores only: (N, V), row by row, positions in order.
+        logits = self.model(ids, classify=False, mlm_positions=where).mlm_logits.float()
+        logits[:, vocab:] = float("-inf")  # the mask id is no answer
         probs = logits.softmax(-1)
-        filled = list(masked.ids)
-        masks = []
-        for pos in masked.positions:
-            top = probs[pos].topk(min(top_k, self.tokenizer.vocab_size))
-            filled[pos] = int(top.indices[0])
-            masks.append({
-                "position": pos,
-                "candidates": [{"text": self.tokenizer.decode([int(i)]), "score": float(p)}
-                               for p, i in zip(top.values, top.indices)],
-            })  # fmt: skip
-        return self.tokenizer.decode(filled), masks
+        n = 0
+        for i in live:
+            masked, top_k = jobs[i].masked, jobs[i].top_k
+            filled = list(masked.ids)
+            masks = []
+            for pos in masked.positions:
+                top = probs[n].topk(min(top_k, vocab))
+                n += 1
+                filled[pos] = int(top.indices[0])
+                masks.append({
+                    "position": pos,
+                    "candidates": [{"text": tok.decode([int(t)]), "score": float(p)}
+                                   for p, t in zip(top.values, top.indices)],
+                })  # fmt: skip
+            results[i] = (tok.decode(filled), masks)
+        return results
 
     def masked_payload(self, masked: MaskedText, filled: str) -> dict[str, Any]:
         from attnkit.visualize.explorer import build_payload

@@ -18,6 +18,7 @@ Shapes: ``B`` rows, ``h`` key/value heads, ``C`` capacity, ``d`` head dim, ``t``
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Self
 
 import torch
@@ -32,7 +33,8 @@ class RowStartCache(StaticKVCache):
     """``StaticKVCache`` plus ``start`` ``(B,)``: row ``b`` sees keys ``start[b] .. pos``.
 
     Rows are added with ``merge`` and removed with ``reorder``; the capacity
-    grows with ``grow`` (the buffers are not pooled: their shapes change).
+    grows with ``grow``; ``shift`` moves the positions (the buffers are not pooled:
+    their shapes change).
     """
 
     start: Tensor  # (B,) long
@@ -71,6 +73,34 @@ class RowStartCache(StaticKVCache):
             for i, old in enumerate(buffers):
                 pad = old.new_zeros(*old.shape[:2], extra, old.size(3))
                 buffers[i] = torch.cat([old, pad], dim=2)
+
+    def shift(self, by: int, rotate: Callable[[Tensor, int], Tensor] | None = None) -> None:
+        """Move every cached position (and the shared one) ``by`` to the right: ``by > 0``
+        puts ``by`` empty columns first (room for a longer prompt to join), ``by < 0``
+        drops the first ``-by`` columns, which no row may see (every ``start`` at or past
+        them). The capacity stays, unless the cached positions need more.
+
+        Attention over relative positions is unchanged if the cached keys move with
+        their positions: ALiBi and no positions need nothing, rotary keys are turned
+        by ``by`` positions with ``rotate(keys, by)``.
+        """
+        if by == 0:
+            return
+        if by < 0 and -by > int(self.start.min()):
+            raise ValueError(f"shift: a row starts before column {-by}")
+        keep = max(self.capacity, self.length + by)
+        for buffers in (self.self_k, self.self_v):
+            for i, old in enumerate(buffers):
+                if by < 0:
+                    buffers[i] = old[:, :, -by:].contiguous()
+                else:
+                    pad = old.new_zeros(*old.shape[:2], by, old.size(3))
+                    buffers[i] = torch.cat([pad, old], dim=2)[:, :, :keep]
+        if rotate is not None:
+            self.self_k = [rotate(k, by) for k in self.self_k]
+        self.pos += by
+        self.length += by
+        self.start = self.start + by
 
     def merge(self, other: RowStartCache, repeat: int = 1) -> None:
         """Append ``other``'s rows (each ``repeat`` times) at the end; same position."""

@@ -96,6 +96,30 @@ class FillMaskRequest(BaseModel):
         return self
 
 
+class ClassifyRequest(BaseModel):
+    """``POST /v1/classify``: label each text (or text pair) with a text classifier."""
+
+    model_config = _STRICT
+
+    text: list[Text] = Field(min_length=1, max_length=MAX_SENTENCES, description="texts to label")
+    text_pair: list[Text] | None = Field(
+        None, description="sentence-pair classifiers: the second text of each pair"
+    )
+
+    @model_validator(mode="after")
+    def _pairs_match(self) -> ClassifyRequest:
+        for i, t in enumerate(self.text):
+            _not_blank(t, f"text[{i}]")
+        if self.text_pair is not None:
+            if len(self.text_pair) != len(self.text):
+                raise ValueError(
+                    f"text_pair: {len(self.text_pair)} texts for {len(self.text)} in text"
+                )
+            for i, t in enumerate(self.text_pair):
+                _not_blank(t, f"text_pair[{i}]")
+        return self
+
+
 class ExploreRequest(BaseModel):
     """``POST /v1/explore``: the explorer page's own request, for every family.
 
@@ -168,6 +192,17 @@ class FillMaskResponse(BaseModel):
     timing: Timing
     explore: dict[str, Any] | None = None
     explore_note: str | None = None
+
+
+class LabelPrediction(BaseModel):
+    label: str = Field(description="the most likely label")
+    probability: float = Field(description="its probability")
+    probabilities: dict[str, float] = Field(description="every label's probability")
+
+
+class ClassifyResponse(BaseModel):
+    predictions: list[LabelPrediction] = Field(description="one per text, in order")
+    timing: Timing
 
 
 class ExploreResponse(BaseModel):

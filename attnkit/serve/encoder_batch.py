@@ -1,0 +1,124 @@
+"""Encoder-only checkpoints in dynamic batches: fill-mask and text classification.
+
+Concurrent ``/v1/fill-mask`` and ``/v1/classify`` requests are grouped by the
+batcher as translations are (``attnkit.serve.batcher``: one key each, the
+token budget ``--max-batch-tokens`` and ``--max-batch-sentences``, at most
+``--max-wait-ms`` of waiting) and run as one forward pass. The rows are
+right-padded with the model's ``pad_id``, which the encoder masks out of
+attention (and of mean pooling), so each row computes what it computes alone
+(up to float rounding; the tests check probabilities within 1e-5).
+
+A pass is not stepped, so it cannot stop midway: the requests cancelled
+before it starts are left out of it (their results are ``None`` and never
+handed back), and if every request of the batch is, it raises the first one's
+``RequestCancelled`` without touching the model.
+
+The fill-mask pass itself is ``Engine.fill_masks`` (``attnkit explore`` uses it
+too); classification is here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from attnkit.data.classification import collate_examples, encode_example
+from attnkit.serve.cancellable import live_requests
+from attnkit.serve.engine import Engine, RequestError
+from attnkit.serve.handles import RequestHandle
+
+__all__ = [
+    "CLASSIFY",
+    "FILL_MASK",
+    "ClassifyJob",
+    "classify",
+    "encode_examples",
+    "is_classifier",
+    "label_names",
+    "run_encoder_batch",
+]
+
+FILL_MASK: Hashable = ("fill-mask",)  # the batcher keys (translation's are (beam, alpha, nbest))
+CLASSIFY: Hashable = ("classify",)
+
+
+@dataclass(frozen=True)
+class ClassifyJob:
+    """One classify request: ``[CLS] a [SEP] (b [SEP])`` ids and token types per text."""
+
+    ids: list[list[int]]
+    types: list[list[int]]
+
+    @property
+    def tokens(self) -> int:
+        return sum(len(x) for x in self.ids)
+
+
+def is_classifier(engine: Engine) -> bool:
+    """Whether ``engine`` holds an encoder-only checkpoint with a classification head."""
+    return engine.kind == "masked_lm" and int(getattr(engine.model.config, "num_labels", 0)) > 0
+
+
+def label_names(engine: Engine) -> list[str]:
+    """The labels' names (from training), or their indices as strings."""
+    config = engine.model.config
+    return list(config.label_names) or [str(i) for i in range(config.num_labels)]
+
+
+def encode_examples(
+    engine: Engine, texts: Sequence[str], pairs: Sequence[str] | None
+) -> ClassifyJob:
+    """The ids of each example, as ``attnkit classify`` encodes them; one that does not fit
+    the model's positions is a 422 naming it (the CLI cuts it instead, with a warning)."""
+    tok = engine.tokenizer
+    ids, types = [], []
+    for i, text in enumerate(texts):
+        a = tok.encode(text)
+        b = tok.encode(pairs[i]) if pairs is not None else None
+        seq, seg, cut = encode_example(a, b, bos_id=tok.bos_id, eos_id=tok.eos_id,
+                                       max_len=engine.max_len)  # fmt: skip
+        if cut:
+            n = len(a) + (len(b) + 1 if b is not None else 0) + 2
+            where = f"text[{i}]" if pairs is None else f"text[{i}] + text_pair[{i}]"
+            raise RequestError(f"{where}: {n} tokens; the model reads at most {engine.max_len}")
+        ids.append(seq)
+        types.append(seg)
+    return ClassifyJob(ids, types)
+
+
+@torch.no_grad()
+def classify(
+    engine: Engine, jobs: Sequence[ClassifyJob], handles: Sequence[RequestHandle] | None = None
+) -> list[list[list[float]] | None]:
+    """Each request's label probabilities ``[text][label]``, every text of every request
+    in one padded pass (module doc)."""
+    from attnkit.evaluation.text_classification import classifier_logits
+
+    live = live_requests(handles, len(jobs))
+    results: list[list[list[float]] | None] = [None] * len(jobs)
+    if not live:
+        return results
+    ids = [x for i in live for x in jobs[i].ids]
+    types = [x for i in live for x in jobs[i].types]
+    batch = collate_examples(ids, types, None, engine.tokenizer.pad_id).to(engine.device)
+    logits = classifier_logits(engine.model, batch.ids, batch.token_types)
+    probs = logits.float().softmax(-1).tolist()
+    n = 0
+    for i in live:
+        k = len(jobs[i].ids)
+        results[i], n = probs[n : n + k], n + k
+    return results
+
+
+def run_encoder_batch(
+    engine: Engine, key: Hashable, payloads: list[Any], handles: list[RequestHandle]
+) -> list[Any]:
+    """The batcher's ``run_batch`` for the keys ``FILL_MASK`` and ``CLASSIFY``."""
+    if key == FILL_MASK:
+        return list(engine.fill_masks(payloads, handles))
+    if key == CLASSIFY:
+        return list(classify(engine, payloads, handles))
+    raise ValueError(f"not an encoder-only batch key: {key!r}")

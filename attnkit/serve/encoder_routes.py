@@ -1,0 +1,99 @@
+"""The routes of encoder-only checkpoints: ``/v1/fill-mask`` and ``/v1/classify``.
+
+Both queue their request in the dynamic batcher under their own key
+(``attnkit.serve.encoder_batch``): concurrent requests are answered from one
+padded pass, each as it would be alone. Tokenizing and checking stay in the
+event loop (a 422 never waits for the model); the explorer payload of a
+fill-mask request is a job of its own after the batch.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from fastapi import Depends, FastAPI
+
+from attnkit.serve.batcher import DynamicBatcher
+from attnkit.serve.deps import Handle, timing
+from attnkit.serve.encoder_batch import (
+    CLASSIFY,
+    FILL_MASK,
+    encode_examples,
+    is_classifier,
+    label_names,
+)
+from attnkit.serve.engine import Engine, MaskJob, RequestError
+from attnkit.serve.schemas import (
+    ClassifyRequest,
+    ClassifyResponse,
+    FillMaskRequest,
+    FillMaskResponse,
+)
+
+__all__ = ["add_encoder_routes"]
+
+
+def add_encoder_routes(
+    app: FastAPI,
+    engine: Engine,
+    batcher: DynamicBatcher,
+    *,
+    needs: Callable[[str, str], Any],
+) -> None:
+    """Add ``/v1/fill-mask`` and ``/v1/classify``; ``needs(kind, endpoint)``: the
+    dependency that answers 400 on another kind of model."""
+
+    def classifier() -> None:
+        engine.require("masked_lm", "/v1/classify")
+        if not is_classifier(engine):
+            raise RequestError(
+                "/v1/classify needs a text classifier (an encoder-only checkpoint with a "
+                "classification head, num_labels > 0), but this checkpoint has none: "
+                "use POST /v1/fill-mask",
+                status=400,
+            )
+
+    @app.post(
+        "/v1/fill-mask",
+        response_model=FillMaskResponse,
+        response_model_exclude_none=True,
+        dependencies=[needs("masked_lm", "/v1/fill-mask")],
+    )
+    async def fill_mask(req: FillMaskRequest, handle: Handle) -> dict[str, Any]:
+        """Predict every mask marker of the text from both sides (batched with others)."""
+        from attnkit.serve.engine import EXPLORE_NOTES
+
+        started = time.monotonic()
+        masked = engine.encode_masked(req.text, req.mask_token)
+        job = MaskJob(masked, req.top_k)
+        (filled, masks), info = await batcher.submit(
+            FILL_MASK, job, cost=len(masked.ids), handle=handle
+        )
+        answer: dict[str, Any] = {"filled": filled, "masks": masks, "timing": timing(info, started)}
+        if req.explore:
+            payload, _ = await batcher.call(
+                lambda: engine.masked_payload(masked, filled), handle=handle
+            )
+            answer["explore"], answer["explore_note"] = payload, EXPLORE_NOTES["masked_lm"]
+        return answer
+
+    @app.post("/v1/classify", response_model=ClassifyResponse, dependencies=[Depends(classifier)])
+    async def classify(req: ClassifyRequest, handle: Handle) -> dict[str, Any]:
+        """Label each text (or text pair) with the classifier (batched with others)."""
+        started = time.monotonic()
+        job = encode_examples(engine, req.text, req.text_pair)
+        rows, info = await batcher.submit(
+            CLASSIFY, job, cost=job.tokens, sentences=len(job.ids), handle=handle
+        )
+        names = label_names(engine)
+        predictions = []
+        for probs in rows:
+            best = max(range(len(probs)), key=probs.__getitem__)
+            predictions.append({
+                "label": names[best],
+                "probability": probs[best],
+                "probabilities": dict(zip(names, probs, strict=True)),
+            })  # fmt: skip
+        return {"predictions": predictions, "timing": timing(info, started)}
