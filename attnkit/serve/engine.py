@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import torch
 
@@ -28,9 +28,6 @@ from attnkit.checkpoints.loading import LoadedModel
 from attnkit.decoding.common import DecodeResult
 from attnkit.serve.cancellable import CancellableStepper, Owners
 from attnkit.serve.handles import RequestHandle
-
-if TYPE_CHECKING:
-    from attnkit.serve.engine_translator import EngineTranslator
 
 # The endpoint (and CLI command) that serves each kind of model.
 KIND_ENDPOINTS: dict[str, str] = {
@@ -67,6 +64,26 @@ class RequestError(ValueError):
         self.param, self.code = param, code
 
 
+class Translator(Protocol):
+    """What decodes /v1/translate's batches under ``serve --engine`` (``attnkit.serve.
+    engine_translator.EngineTranslator``): ``Engine.translate``'s signature, a check, a
+    description."""
+
+    def check(self, *, beam: int, alpha: float, nbest: int) -> None: ...
+
+    def translate(
+        self,
+        sources: Sequence[Sequence[int]],
+        *,
+        beam: int,
+        alpha: float,
+        nbest: int,
+        handles: Sequence[RequestHandle] | None = None,
+    ) -> list[DecodeResult]: ...
+
+    def describe(self) -> dict[str, Any]: ...
+
+
 @dataclass(frozen=True)
 class MaskedText:
     ids: list[int]
@@ -76,7 +93,7 @@ class MaskedText:
 class Engine:
     """A checkpoint in eval mode plus the operations the server offers on it."""
 
-    def __init__(self, loaded: LoadedModel, translator: EngineTranslator | None = None) -> None:
+    def __init__(self, loaded: LoadedModel, translator: Translator | None = None) -> None:
         from attnkit.decoding.static import stepper_for
 
         self.loaded = loaded

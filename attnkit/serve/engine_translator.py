@@ -39,17 +39,18 @@ from attnkit.decoding.common import DecodeResult, Hypothesis
 from attnkit.errors import UsageError
 from attnkit.interop.engines import ENGINES, DecodeOptions, Engine, RunOptions, open_engine
 from attnkit.serve.cancellable import CancellableStepper, Owners
+from attnkit.serve.engine import MAX_LEN_B, RequestError
 from attnkit.serve.handles import RequestHandle
 
 __all__ = ["DEFAULT_BEAM", "EngineTranslator", "open_translator"]
 
 DEFAULT_BEAM = 4  # TranslateRequest.beam's default: what a request that names no beam asks for
-MAX_LEN_B = 50  # attnkit.serve.engine.MAX_LEN_B (not imported: that module imports this one)
 _OPTION = re.compile(r"^--([a-z][a-z-]*) ?([^:]*): (.*)$")
 
 
 class EngineTranslator:
-    """An ``attnkit.interop.engines`` engine behind the server's batched translate call."""
+    """An ``attnkit.interop.engines`` engine behind the server's batched translate call
+    (an ``attnkit.serve.engine.Translator``)."""
 
     def __init__(self, engine: Engine, run: RunOptions) -> None:
         self.engine = engine
@@ -58,8 +59,6 @@ class EngineTranslator:
 
     def check(self, *, beam: int, alpha: float, nbest: int) -> None:
         """A ``RequestError`` (422) naming the request field the engine cannot honour."""
-        from attnkit.serve.engine import RequestError
-
         try:
             ENGINES[self.name].check_decode(self._options(1, beam, alpha, nbest))
         except UsageError as e:
