@@ -16,10 +16,19 @@ is dropped (before or during decoding, at a step boundary); one that runs past
 SIGTERM cancels what is running and stops within a few seconds. Needs the
 serve extra (pip install 'attnkit[serve]').
 
+--engine ctranslate2 or onnxruntime (Transformer translation checkpoints)
+decodes /v1/translate's batches on that engine, converted at startup into
+CHECKPOINT/engines/ on first use (as attnkit translate --engine); batching,
+limits and cancellation stay, and the explorer's attention maps still come
+from the attnkit model. An option the engine cannot honour is refused: at
+startup for the server's own (ctranslate2 beam search needs --alpha 0), with
+a 422 naming the field for a request's.
+
 Example:
   attnkit serve --checkpoint quickstart-out --port 8000
   curl -s localhost:8000/v1/translate -H 'content-type: application/json' \\
        -d '{"text": ["three hundred forty-two"]}'
+  attnkit serve --checkpoint quickstart-out --engine ctranslate2 --alpha 0
 """
 
 from __future__ import annotations
@@ -27,8 +36,11 @@ from __future__ import annotations
 import argparse
 import os
 import socket
+from typing import Any
 
+from attnkit.cli.argtypes import finite_float
 from attnkit.cli.common import add_device_argument, add_precision_argument
+from attnkit.cli.translate import ENGINES, MAX_ALPHA
 from attnkit.errors import UsageError
 
 MAX_NEW_TOKENS = 1024  # attnkit.serve.schemas.MAX_NEW_TOKENS (not imported: FastAPI may be missing)
@@ -46,6 +58,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "CPU, where bigger batches add latency but no throughput; 16384 on a GPU)",
     )
     add_precision_argument(parser)
+    parser.add_argument(
+        "--engine",
+        choices=ENGINES,
+        default="attnkit",
+        help="Transformer translation checkpoints: decode /v1/translate with attnkit "
+        "(default), CTranslate2 or onnxruntime, converted at startup into CHECKPOINT/engines/ "
+        "(once; --precision picks CTranslate2's compute type). Batching, limits and "
+        "cancellation stay; the explorer's attention maps come from the attnkit model. "
+        "An option the engine cannot honour is refused (ctranslate2 beam search needs "
+        "--alpha 0; a request's, with a 422 naming the field)",
+    )
+    parser.add_argument(
+        "--alpha",
+        type=finite_float,
+        default=0.6,
+        help="length penalty alpha of a /v1/translate request that names none (default: 0.6)",
+    )
     parser.add_argument(
         "--max-wait-ms",
         type=float,
@@ -122,6 +151,8 @@ def _check(args: argparse.Namespace) -> None:
         raise UsageError(f"--threads must be >= 1, got {args.threads}")
     if not 0 <= args.request_timeout < float("inf"):
         raise UsageError(f"--request-timeout must be >= 0 seconds, got {args.request_timeout}")
+    if not 0 <= args.alpha <= MAX_ALPHA:
+        raise UsageError(f"--alpha must be in [0, {MAX_ALPHA:g}], got {args.alpha}")
     if not 1 <= args.max_new_tokens <= MAX_NEW_TOKENS:
         raise UsageError(
             f"--max-new-tokens must be in [1, {MAX_NEW_TOKENS}], got {args.max_new_tokens}"
@@ -143,20 +174,24 @@ def run(args: argparse.Namespace) -> int:
     from attnkit.serve.memory import bound_native_caches
 
     bound_native_caches()  # before anything packs a weight: oneDNN reads it once
-    loaded = load_for("serve", args.checkpoint, args.device)
+    threads = args.threads or max(1, (os.cpu_count() or 2) // 2)
+    # Another engine runs on the CPU, and converts (on a cache miss) from a CPU model.
+    loaded = load_for("serve", args.checkpoint, args.device if args.engine == "attnkit" else "cpu")
+    translator = _translator(args, loaded, threads) if args.engine != "attnkit" else None
     apply_precision(loaded.model, args.precision)
-    engine = Engine(loaded)
+    engine = Engine(loaded, translator)
     settings = ServeSettings(
         max_batch_tokens=args.max_batch_tokens or default_batch_tokens(engine.device.type),
         max_wait_ms=args.max_wait_ms,
         max_batch_sentences=args.max_batch_sentences,
         max_body_bytes=args.max_body_bytes,
         read_timeout=args.read_timeout,
-        threads=args.threads or max(1, (os.cpu_count() or 2) // 2),
+        threads=threads,
         request_timeout=args.request_timeout or None,
         max_new_tokens=args.max_new_tokens,
         max_generation_rows=args.max_generation_rows,
         max_connections=args.max_connections,
+        alpha=args.alpha,
     )
     app = create_app(engine, settings)
     server = build_server(
@@ -171,14 +206,30 @@ def run(args: argparse.Namespace) -> int:
     sock = _bind(args.host, args.port)
     host, port = sock.getsockname()[:2]
     shown = f"[{host}]" if ":" in host else host
+    decoder = "" if translator is None else f"; /v1/translate on {args.engine} {args.precision}"
     print(
         f"attnkit serve: {engine.loaded.family.name} checkpoint {engine.loaded.directory} "
         f"on http://{shown}:{port} (explorer at /, API docs at /docs; "
-        f"{settings.threads} torch thread(s))",
+        f"{settings.threads} torch thread(s){decoder})",
         flush=True,
     )
     server.run(sockets=[sock])
     return 0
+
+
+def _translator(args: argparse.Namespace, loaded: Any, threads: int) -> Any:
+    """The ``--engine`` engine for ``loaded`` (a CPU model in its own precision), opened
+    (converted on a cache miss) before anything else: a refusal is one line, exit 2."""
+    import sys
+
+    from attnkit.interop.engines import RunOptions
+    from attnkit.serve.engine_translator import open_translator
+
+    def say(line: str) -> None:
+        print(f"attnkit serve: {line}", file=sys.stderr, flush=True)
+
+    run = RunOptions(precision=args.precision, device=args.device, threads=threads)
+    return open_translator(args.engine, loaded, run, alpha=args.alpha, say=say)
 
 
 def default_batch_tokens(device_type: str) -> int:

@@ -77,7 +77,8 @@ def create_app(engine: Engine, settings: ServeSettings | None = None) -> Request
         beam, alpha, nbest = cast(tuple[int, float, int], key)
         flat = [src for sources in payloads for src in sources]
         owners = [h for sources, h in zip(payloads, handles) for _ in sources]
-        results = engine.translate(flat, beam=beam, alpha=alpha, nbest=nbest, handles=owners)
+        results = engine.translate_requests(flat, beam=beam, alpha=alpha, nbest=nbest,
+                                            handles=owners)  # fmt: skip
         out, start = [], 0
         for sources in payloads:
             out.append(results[start : start + len(sources)])
@@ -182,6 +183,7 @@ def create_app(engine: Engine, settings: ServeSettings | None = None) -> Request
 
         return {
             **engine.describe(),
+            "default_alpha": settings.alpha,  # of a /v1/translate request that names none
             "limits": {
                 "max_sentences": schemas.MAX_SENTENCES,
                 "max_chars": schemas.MAX_CHARS,
@@ -213,9 +215,11 @@ def create_app(engine: Engine, settings: ServeSettings | None = None) -> Request
         started = time.monotonic()
         sources = engine.encode_sources(req.text)
         beam, nbest = req.beam, min(req.nbest, req.beam)
+        alpha = req.alpha if "alpha" in req.model_fields_set else settings.alpha
+        engine.check_search(beam=beam, alpha=alpha, nbest=nbest)  # serve --engine: a 422
         cost = sum(len(s) for s in sources) * beam
         results, info = await batcher.submit(
-            (beam, req.alpha, nbest), sources, cost=cost, sentences=len(sources), handle=handle
+            (beam, alpha, nbest), sources, cost=cost, sentences=len(sources), handle=handle
         )
         rows = [engine.result_json(r, nbest) for r in results]
         answer: dict[str, Any] = {

@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 
@@ -64,6 +64,26 @@ class RequestError(ValueError):
         self.param, self.code = param, code
 
 
+class Translator(Protocol):
+    """What decodes /v1/translate's batches under ``serve --engine`` (``attnkit.serve.
+    engine_translator.EngineTranslator``): ``Engine.translate``'s signature, a check, a
+    description."""
+
+    def check(self, *, beam: int, alpha: float, nbest: int) -> None: ...
+
+    def translate(
+        self,
+        sources: Sequence[Sequence[int]],
+        *,
+        beam: int,
+        alpha: float,
+        nbest: int,
+        handles: Sequence[RequestHandle] | None = None,
+    ) -> list[DecodeResult]: ...
+
+    def describe(self) -> dict[str, Any]: ...
+
+
 @dataclass(frozen=True)
 class MaskedText:
     ids: list[int]
@@ -84,10 +104,12 @@ Filled = tuple[str, list[dict[str, Any]]]  # the filled text and each mask's can
 class Engine:
     """A checkpoint in eval mode plus the operations the server offers on it."""
 
-    def __init__(self, loaded: LoadedModel) -> None:
+    def __init__(self, loaded: LoadedModel, translator: Translator | None = None) -> None:
         from attnkit.decoding.static import stepper_for
 
         self.loaded = loaded
+        # ``serve --engine``: what decodes /v1/translate's batches (None: this model)
+        self.translator = translator
         self.model = loaded.model
         self.tokenizer = loaded.tokenizer
         self.kind: str = loaded.family.kind
@@ -188,6 +210,24 @@ class Engine:
             max_len=self.max_len - 1,  # BOS takes the first position
             device=self.device,
         )
+
+    def check_search(self, *, beam: int, alpha: float, nbest: int) -> None:
+        """A 422 naming the /v1/translate field that ``serve --engine`` cannot honour."""
+        if self.translator is not None:
+            self.translator.check(beam=beam, alpha=alpha, nbest=nbest)
+
+    def translate_requests(
+        self,
+        sources: Sequence[Sequence[int]],
+        *,
+        beam: int,
+        alpha: float,
+        nbest: int,
+        handles: Sequence[RequestHandle] | None = None,
+    ) -> list[DecodeResult]:
+        """/v1/translate's batch: ``translate``, or the ``serve --engine`` engine's."""
+        decode = self.translate if self.translator is None else self.translator.translate
+        return decode(sources, beam=beam, alpha=alpha, nbest=nbest, handles=handles)
 
     def result_json(self, result: DecodeResult, nbest: int) -> dict[str, Any]:
         hyps = result.nbest[0][:nbest]
@@ -374,6 +414,8 @@ class Engine:
             "parameters": self.parameters,
             "max_len": self.max_len,
             "device": str(self.device),
+            # serve --engine: what decodes /v1/translate (the explorer always reads this model)
+            "engine": self.translator.describe() if self.translator else {"name": "attnkit"},
         }
 
 

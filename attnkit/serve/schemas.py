@@ -39,7 +39,11 @@ class TranslateRequest(BaseModel):
     )
     beam: int = Field(4, ge=1, le=MAX_BEAM, description="beam size (1: greedy search)")
     alpha: float = Field(
-        0.6, ge=0.0, le=10.0, allow_inf_nan=False, description="GNMT length penalty alpha"
+        0.6,
+        ge=0.0,
+        le=10.0,
+        allow_inf_nan=False,
+        description="GNMT length penalty alpha (omitted: the server's --alpha, 0.6 unless set)",
     )
     nbest: int = Field(1, ge=1, le=MAX_BEAM, description="hypotheses per sentence (<= beam)")
     explore: bool = Field(False, description="add the explorer payload of the first text")

@@ -19,3 +19,4 @@ class ServeSettings:
     max_new_tokens: int = 1024  # token budget of a generation request (<= schemas.MAX_NEW_TOKENS)
     max_generation_rows: int = 16  # rows (choices) in the continuous generation batch
     max_connections: int | None = None  # what uvicorn allows (shown in /v1/model; set there)
+    alpha: float = 0.6  # alpha of a /v1/translate request that names none (--alpha)
