@@ -105,11 +105,15 @@ class EpochPlan:
     ``batch_order`` the shuffled order the batches are taken in. Batch ``i``
     is ``indices[order[starts[b]:starts[b + 1]]]`` with ``b = batch_order[i]``,
     built on demand, so an epoch of 40M examples costs a few arrays, not
-    40M Python ints.
+    40M Python ints. ``indices`` ``None``: every example, in dataset order.
     """
 
     def __init__(
-        self, order: np.ndarray, starts: np.ndarray, batch_order: np.ndarray, indices: np.ndarray
+        self,
+        order: np.ndarray,
+        starts: np.ndarray,
+        batch_order: np.ndarray,
+        indices: np.ndarray | None,
     ):
         self.order, self.starts, self.batch_order = order, starts, batch_order
         self.indices = indices
@@ -121,7 +125,8 @@ class EpochPlan:
         """Dataset indices ``(B,)`` (int64) of the ``i``-th batch of the epoch."""
         b = int(self.batch_order[i])
         positions = self.order[self.starts[b] : self.starts[b + 1]]
-        return self.indices[positions].astype(np.int64)
+        chosen = positions if self.indices is None else self.indices[positions]
+        return chosen.astype(np.int64)
 
 
 class TokenBudgetSampler(Sampler[list[int]]):
@@ -164,19 +169,19 @@ class TokenBudgetSampler(Sampler[list[int]]):
             )
         lengths = _pair_lengths(src_lengths, tgt_lengths)
         n_all = len(lengths)
-        self.indices: np.ndarray
+        # The examples batched (None: all of them, without an arange of N to say so).
+        self.indices: np.ndarray | None = None
         if indices is None:
-            self.indices = np.arange(n_all, dtype=_index_dtype(n_all))
-            self.lengths = lengths  # (n,) aligned with self.indices
+            self.lengths = lengths  # (n,) aligned with the examples batched
         else:
-            self.indices = np.asarray(indices, dtype=np.int64)
-            if self.indices.size and not (0 <= self.indices.min() and self.indices.max() < n_all):
+            chosen = np.asarray(indices, dtype=np.int64)
+            if chosen.size and not (0 <= chosen.min() and chosen.max() < n_all):
                 raise UsageError(f"indices must be in [0, {n_all})")
-            self.indices = self.indices.astype(_index_dtype(n_all))
+            self.indices = chosen.astype(_index_dtype(n_all))
             self.lengths = lengths[self.indices]
         too_long = np.flatnonzero(self.lengths > max_tokens)
         if too_long.size:
-            i = int(self.indices[too_long[0]])
+            i = int(too_long[0] if self.indices is None else self.indices[too_long[0]])
             raise UsageError(
                 f"example {i} has {int(lengths[i])} tokens, more than max_tokens={max_tokens}; "
                 f"raise max_tokens or drop long examples first (filter_by_length, data.max_len)"

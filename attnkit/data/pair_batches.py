@@ -95,6 +95,8 @@ class PairBatches:
         self.dropped = len(self.costs) - n_kept
         self.longest_src = self._longest([p.src.lengths for p in parts])
         self.longest_tgt = self._longest([p.tgt.lengths for p in parts])
+        for p in parts:  # the length arrays were read through: hand their pages back
+            p.release()
         self.shares: np.ndarray | None = None
         if len(parts) > 1:
             w = np.asarray(weights if weights is not None else [1.0] * len(parts), np.float64)

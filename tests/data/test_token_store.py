@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 import torch
@@ -44,6 +46,23 @@ def test_written_arrays_read_back_memory_mapped(tmp_path, dtype) -> None:
     assert np.array_equal(in_memory.ids, array.ids) and np.array_equal(
         in_memory.offsets, array.offsets
     )
+
+
+@pytest.mark.skipif(not hasattr(os, "pread"), reason="os.pread is POSIX; elsewhere: the map")
+def test_batches_read_the_files_and_touch_no_page_of_the_map(tmp_path) -> None:
+    writer = TokenArrayWriter(tmp_path, "x", np.dtype(np.uint16))
+    writer.append(SEQS)
+    writer.close()
+    array = TokenArray.open(tmp_path, "x", np.dtype(np.uint16), 5, 10)
+    got = array.gather(np.array([3, 1, 4, 0, 3]))
+    assert [g.tolist() for g in got] == [SEQS[3], SEQS[1], SEQS[4], SEQS[0], SEQS[3]]
+    assert all(g.dtype == np.uint16 for g in got)
+    # Read with os.pread, not viewed in the map: a touched mapped page counts in the RSS.
+    assert not any(np.shares_memory(g, array.ids) for g in got)
+    with open(tmp_path / "x.ids", "r+b") as f:  # cut under a running reader
+        f.truncate(6)
+    with pytest.raises(DataError, match=r"x\.ids: shorter than its manifest says"):
+        array.gather(np.array([3]))
 
 
 def test_a_truncated_file_is_refused(tmp_path) -> None:
