@@ -9,6 +9,8 @@
 * ``OSError`` (a full disk, a read-only filesystem, permission denied, a
   path under a file, ...): ``PATH: reason``, exit 1;
 * ``MemoryError`` and PyTorch's allocation failures: out of memory, exit 1;
+* pathlib's symbolic-link loop (a ``RuntimeError`` before Python 3.13): ``PATH: a
+  symbolic link loop``, exit 1;
 * ``UnicodeError`` (standard output that cannot encode the text, standard
   input that is not UTF-8), ``RecursionError``, ``OverflowError`` and
   safetensors' ``SafetensorError``: one line saying which, exit 1;
@@ -55,6 +57,16 @@ def _allocation_failure(e: BaseException) -> bool:
     )
 
 
+def _symlink_loop(e: BaseException) -> str | None:
+    """The path of pathlib's ``RuntimeError("Symlink loop from '...'")`` (Python < 3.13
+    ``Path.resolve``; 3.13 raises ``OSError(ELOOP)``), else ``None``."""
+    prefix = "Symlink loop from "
+    text = str(e)
+    if type(e) is not RuntimeError or not text.startswith(prefix):
+        return None
+    return text[len(prefix) :].strip("'\"")
+
+
 def _unicode(e: UnicodeError) -> str:
     if isinstance(e, UnicodeEncodeError):
         return (
@@ -79,6 +91,9 @@ def describe(e: BaseException) -> tuple[str, int]:
         )
     if isinstance(e, OSError):
         return _os_error(e), 1
+    loop = _symlink_loop(e)
+    if loop is not None:
+        return f"{loop}: a symbolic link loop (too many levels of symbolic links)", 1
     if isinstance(e, UnicodeError):
         return _unicode(e), 1
     if isinstance(e, RecursionError):

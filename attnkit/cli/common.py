@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import argparse
-import os
 import shutil
-import stat
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -259,25 +257,10 @@ def check_input_file(path: str | None, option: str) -> None:
     """Refuse a device as an input file (``/dev/zero`` never ends: reading it would fill
     memory); a terminal, a pipe and ``/dev/null`` are fine. Missing files are the
     readers' to report."""
-    if path is None:
-        return
-    try:
-        mode = os.stat(path).st_mode
-    except OSError:
-        return
-    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
-        if os.path.realpath(path) == os.devnull:
-            return
-        try:
-            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)
-        except OSError:
-            return
-        try:
-            if os.isatty(fd):
-                return
-        finally:
-            os.close(fd)
-        kind = "character" if stat.S_ISCHR(mode) else "block"
+    from attnkit.data.readers import endless_device
+
+    kind = None if path is None else endless_device(path)
+    if kind is not None:
         raise UsageError(f"{option} {path}: is a {kind} device, not a text file")
 
 

@@ -82,6 +82,54 @@ def chat_prompt(tokenizer: Any, user: str, system: str | None = None) -> str:
         raise UsageError(f"--chat: {e}") from None
 
 
+class IncrementalText:
+    """The text of a growing list of token ids, in pieces, at a bounded cost per token.
+
+    Decoding every id so far at each step (to keep BPE word boundaries and
+    leading spaces right) costs time and memory growing with the text: with
+    ``--max-new-tokens 10**12`` it never got far. Here only a short window is
+    decoded (as vLLM's incremental detokenizer does): the ids since the last
+    piece printed, after a few earlier ones for context, compared with the same
+    window without the new ids. A piece that ends in half a character
+    (``\ufffd``: a multi-byte character split across tokens) waits for the next
+    token, for at most ``MAX_WAIT`` tokens.
+    """
+
+    CONTEXT = 5  # earlier ids decoded with the new ones (boundaries, leading spaces)
+    MAX_WAIT = 16
+
+    def __init__(self, tokenizer: Any, prompt: list[int]) -> None:
+        self.tokenizer = tokenizer
+        self.ids = list(prompt[-self.CONTEXT - 1 :])
+        self.read = len(self.ids)  # ids before this have been printed
+        self.prefix = max(self.read - self.CONTEXT, 0)  # the window starts here
+
+    def add(self, token: int) -> str:
+        """Take one new id; the text it completes (maybe empty)."""
+        self.ids.append(token)
+        before = self.tokenizer.decode(self.ids[self.prefix : self.read])
+        after = self.tokenizer.decode(self.ids[self.prefix :])
+        waiting = len(self.ids) - self.read
+        if after.endswith("\ufffd") and waiting < self.MAX_WAIT:
+            return ""
+        return self._advance(before, after)
+
+    def finish(self) -> str:
+        """The text of ids still waiting for the rest of a character."""
+        if len(self.ids) == self.read:
+            return ""
+        before = self.tokenizer.decode(self.ids[self.prefix : self.read])
+        return self._advance(before, self.tokenizer.decode(self.ids[self.prefix :]))
+
+    def _advance(self, before: str, after: str) -> str:
+        piece = after[len(before) :] if after.startswith(before) else ""
+        self.prefix, self.read = self.read, len(self.ids)
+        del self.ids[: self.prefix]  # keep only the window
+        self.read -= self.prefix
+        self.prefix = 0
+        return piece
+
+
 def run(args: argparse.Namespace) -> int:
     import torch
 
@@ -105,10 +153,7 @@ def run(args: argparse.Namespace) -> int:
     if not args.no_echo and not args.chat:  # a chat prints the reply only
         out.write(args.prompt)
         out.flush()
-    # Decode prompt + new tokens each time and print what was added: decoding
-    # tokens one by one would lose BPE word boundaries (leading spaces).
-    ids = list(prompt)
-    shown = tokenizer.decode(ids)
+    text_of = IncrementalText(tokenizer, prompt)
     for token in stream(
         model,
         prompt_ids,
@@ -120,12 +165,10 @@ def run(args: argparse.Namespace) -> int:
         eos_id=None if args.ignore_eos else model.eos_id,
         stepper=stepper_for(model),  # CPU: the model's own cache; GPU: the static cache
     ):
-        ids.append(int(token[0]))
-        text = tokenizer.decode(ids)
-        if text.startswith(shown):
-            out.write(text[len(shown) :])
+        piece = text_of.add(int(token[0]))
+        if piece:
+            out.write(piece)
             out.flush()
-            shown = text
-    out.write("\n")
+    out.write(text_of.finish() + "\n")
     out.flush()
     return 0

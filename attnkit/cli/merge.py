@@ -18,6 +18,7 @@ import argparse
 from pathlib import Path
 
 from attnkit.errors import UsageError
+from attnkit.outputs import check_replaceable_dir
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -43,18 +44,17 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(
             f"--checkpoint {source}: not a LoRA checkpoint (no adapter.json); nothing to merge"
         )
-    out = Path(args.out)
     base = Path(args.base) if args.base else Path(info.base.path)
-    inputs = {source.resolve(), base.resolve()}
-    if out.resolve() in inputs or any(p.is_relative_to(out.resolve()) for p in inputs):
-        raise UsageError(f"--out {out}: would replace one of the inputs; choose another --out")
-    if out.exists() and not args.overwrite:
-        raise UsageError(f"--out {out}: already exists; pass --overwrite to replace it")
+    # The output-path policy: never over a file or device, an input or a directory
+    # holding one, a locked run; an existing directory only with --overwrite.
+    target = check_replaceable_dir(
+        args.out, overwrite=args.overwrite, inputs=[args.checkpoint, source, base]
+    )
     loaded = load_model(source, "cpu", base=args.base)
     saved = load_checkpoint(source, load_optimizer=False)
     lora = info.lora
     save_checkpoint(
-        out,
+        target,  # links followed: a link to a directory keeps pointing at the new one
         model_state=loaded.model.state_dict(),
         config=saved.config,
         tokenizer_json=saved.tokenizer_json,
@@ -70,6 +70,6 @@ def run(args: argparse.Namespace) -> int:
     n = sum(p.numel() for p in loaded.model.parameters())
     print(
         f"merged rank-{lora.rank} adapters ({', '.join(lora.targets)}) of {source} into "
-        f"{base}'s weights: {out} ({n / 1e6:.2f}M parameters)"
+        f"{base}'s weights: {args.out} ({n / 1e6:.2f}M parameters)"
     )
     return 0

@@ -28,6 +28,7 @@ import fcntl
 import hashlib
 import json
 import os
+import re
 import shutil
 import time
 from collections.abc import Callable, Iterator
@@ -102,9 +103,17 @@ def _locked(path: Path, blocking: bool = True) -> Iterator[bool]:
             fcntl.flock(f, fcntl.LOCK_UN)
 
 
+# What ``ensure`` names a preparation under way: ``{stage}-{16 hex}.tmp-{pid}``. Nothing
+# else in the cache root is removed (``data.cache_dir`` may name a directory holding the
+# user's own files, a ``backup.tmp-1`` among them).
+_TMP_NAME = re.compile(r"[a-z0-9_]+-[0-9a-f]{16}\.tmp-[0-9]+")
+
+
 def _remove_abandoned(root: Path, own_lock: str) -> None:
     """Remove ``.tmp-`` directories whose preparation is no longer running."""
     for tmp in root.glob("*.tmp-*"):
+        if not _TMP_NAME.fullmatch(tmp.name) or tmp.is_symlink() or not tmp.is_dir():
+            continue
         lock = tmp.name.split(".tmp-")[0] + ".lock"
         if lock == own_lock:  # ours: we hold its lock, so nobody else writes there
             shutil.rmtree(tmp, ignore_errors=True)

@@ -9,8 +9,12 @@ it). ``ChatTemplate.render`` fills it in as ``transformers``'
 ``messages``, ``add_generation_prompt`` (end with the assistant's header, for
 generation) and the ``bos_token``/``eos_token`` strings, in a sandboxed
 environment with ``trim_blocks``/``lstrip_blocks``, ``raise_exception`` and
-a ``tojson`` filter that does not escape HTML. Templates are untrusted text;
-the sandbox keeps them from reaching Python internals.
+a ``tojson`` filter that does not escape HTML. Templates are untrusted text
+(they come inside a GGUF file or a ``tokenizer_config.json``): the sandbox
+keeps them from reaching Python internals, and sizes are bounded
+(``MAX_TEXT`` characters): ``*`` and ``+`` whose result would be larger, and a
+rendering that writes more, are refused with one line before the memory is
+taken (``{{ 'x' * 10**10 }}`` would otherwise ask for 10 GB).
 
 A message is ``{"role": str, "content": str}`` (roles as the template knows
 them: ``system``, ``user``, ``assistant``). ``check_messages`` names the
@@ -26,6 +30,7 @@ from typing import Any, Protocol
 from attnkit.errors import DataError
 
 Message = Mapping[str, str]
+MAX_TEXT = 1 << 24  # characters (or items) a template may build or write: 16M
 
 
 class ChatTokenizer(Protocol):
@@ -42,6 +47,29 @@ def _tojson(x: Any, ensure_ascii: bool = False, indent: int | None = None,
             separators: Any = None, sort_keys: bool = False) -> str:  # fmt: skip
     return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators,
                       sort_keys=sort_keys)  # fmt: skip
+
+
+def _size(value: Any) -> int:
+    return len(value) if isinstance(value, str | bytes | list | tuple) else 0
+
+
+def _bounded_binop(left: Any, right: Any, op: str) -> None:
+    """Refuse ``*``, ``**`` and ``+`` whose result would be past ``MAX_TEXT``."""
+    import jinja2
+
+    too_big = False
+    if op == "*":
+        for seq, n in ((left, right), (right, left)):
+            if _size(seq) and isinstance(n, int) and _size(seq) * n > MAX_TEXT:
+                too_big = True
+    elif op == "+":
+        too_big = _size(left) + _size(right) > MAX_TEXT
+    elif op == "**":
+        too_big = isinstance(left, int | float) and isinstance(right, int) and abs(right) > 4096
+    if too_big:
+        raise jinja2.exceptions.TemplateError(
+            f"builds a value larger than the limit ({MAX_TEXT} characters) with {op!r}"
+        )
 
 
 def _raise_exception(message: str) -> None:
@@ -65,9 +93,15 @@ class ChatTemplate:
             from jinja2.sandbox import ImmutableSandboxedEnvironment
         except ImportError as e:  # pragma: no cover - jinja2 comes with the train extra
             raise DataError("chat templates need jinja2: pip install 'attnkit[train]'") from e
-        env = ImmutableSandboxedEnvironment(
-            trim_blocks=True, lstrip_blocks=True, extensions=[loopcontrols]
-        )
+
+        class Bounded(ImmutableSandboxedEnvironment):
+            intercepted_binops = frozenset({"*", "**", "+"})
+
+            def call_binop(self, context: Any, operator: str, left: Any, right: Any) -> Any:
+                _bounded_binop(left, right, operator)
+                return super().call_binop(context, operator, left, right)
+
+        env = Bounded(trim_blocks=True, lstrip_blocks=True, extensions=[loopcontrols])
         env.filters["tojson"] = _tojson
         env.globals["raise_exception"] = _raise_exception
         try:
@@ -81,15 +115,21 @@ class ChatTemplate:
         """The conversation as the model's text; ``DataError`` for what the template refuses."""
         import jinja2
 
+        pieces, written = [], 0
         try:
-            return str(
-                self._template.render(
-                    messages=[dict(m) for m in messages],
-                    add_generation_prompt=add_generation_prompt,
-                    bos_token=self.bos_token,
-                    eos_token=self.eos_token,
-                )
-            )
+            for piece in self._template.generate(
+                messages=[dict(m) for m in messages],
+                add_generation_prompt=add_generation_prompt,
+                bos_token=self.bos_token,
+                eos_token=self.eos_token,
+            ):
+                written += len(piece)
+                if written > MAX_TEXT:
+                    raise jinja2.exceptions.TemplateError(
+                        f"writes more than the limit ({MAX_TEXT} characters)"
+                    )
+                pieces.append(piece)
+            return "".join(pieces)
         except jinja2.exceptions.TemplateError as e:
             raise DataError(f"chat template: {e}") from None
 

@@ -120,6 +120,8 @@ def _read_tsv(path: Path) -> LabelledTexts:
     columns = _header(numbered[0][1].split("\t"))
     if columns is not None:
         numbered = numbered[1:]
+        if not numbered:
+            raise DataError(f"{path}: only a header line, no examples")
         expected = f"the header's {2 + (columns[2] is not None)} tab-separated columns"
     else:
         n = len(numbered[0][1].split("\t"))

@@ -7,6 +7,8 @@ print it without a traceback.
 
 from __future__ import annotations
 
+import os
+import stat
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -57,6 +59,46 @@ def check_readable(p: Path) -> None:
         raise DataError(f"{p}: file not found; check the path (and data.dir in a run config)")
     if p.is_dir():
         raise DataError(f"{p}: is a directory, expected a text file")
+    kind = endless_device(p)
+    if kind is not None:
+        raise DataError(f"{p}: is a {kind} device, not a text file")
+
+
+def endless_device(path: str | Path) -> str | None:
+    """``"character"`` or ``"block"`` when ``path`` is a device a reader must not read to
+    its end (``/dev/zero``, ``/dev/urandom``, a disk: it would fill memory), else ``None``.
+    ``/dev/null`` (empty) and a terminal (ends at Ctrl-D) are fine, as are FIFOs."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return None
+    if not (stat.S_ISCHR(mode) or stat.S_ISBLK(mode)) or os.path.realpath(path) == os.devnull:
+        return None
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)
+    except OSError:
+        return None  # the read will fail and say why
+    try:
+        return _device_kind(os.fstat(fd).st_mode, fd)
+    finally:
+        os.close(fd)
+
+
+def _device_kind(mode: int, fd: int) -> str | None:
+    if os.isatty(fd) or not (stat.S_ISCHR(mode) or stat.S_ISBLK(mode)):
+        return None
+    if os.path.samestat(os.fstat(fd), os.stat(os.devnull)):
+        return None
+    return "character" if stat.S_ISCHR(mode) else "block"
+
+
+def _stdin_device() -> str | None:
+    """``endless_device`` of standard input (``attnkit classify < /dev/zero``)."""
+    try:
+        fd = sys.stdin.fileno()
+        return _device_kind(os.fstat(fd).st_mode, fd)
+    except (OSError, ValueError, AttributeError):  # no real descriptor (tests, closed)
+        return None
 
 
 def _read_checked(path: str | Path) -> str:
@@ -108,6 +150,9 @@ def read_input_lines(path: str | Path | None) -> list[str]:
     (the commands' ``--input`` default), read the same way: no line endings, no BOM."""
     if path is not None:
         return read_lines(path)
+    kind = _stdin_device()
+    if kind is not None:
+        raise DataError(f"<stdin>: is a {kind} device, not text; redirect a file or a pipe")
     lines = [line.rstrip("\r\n") for line in sys.stdin]
     if lines:
         lines[0] = lines[0].removeprefix(_BOM)

@@ -24,11 +24,15 @@ base models use a narrower attention), an FFN attnkit lacks.
 from __future__ import annotations
 
 import json
+import re
+from collections.abc import Iterable
 from typing import Any
 
 from attnkit.data.pretrained_tokenizer import PretrainedTokenizer
+from attnkit.errors import CheckpointError
 from attnkit.interop.hf_files import (
     CONFIG,
+    WEIGHTS,
     HFDirectory,
     map_weights,
     read_tokenizer,
@@ -98,10 +102,27 @@ def t5_tokenizer(d: HFDirectory, c: TransformerConfig) -> PretrainedTokenizer:
                                unk_id=unk, skip_ids=special_ids(hf))  # fmt: skip
 
 
+def check_layer_counts(d: HFDirectory, keys: Iterable[str], config: TransformerConfig) -> None:
+    """Each stack's layer count is the number of blocks the file holds: checked before
+    ``t5_ties`` makes a key per layer (``num_layers: 10**9`` would fill memory first)."""
+    counts = (("encoder", "num_layers", config.num_encoder_layers),
+              ("decoder", "num_decoder_layers", config.num_decoder_layers))  # fmt: skip
+    for stack, name, want in counts:
+        block = re.compile(rf"{stack}\.block\.(\d+)\.")
+        held = {int(m.group(1)) for key in keys if (m := block.match(key))}
+        if len(held) != want or (held and max(held) != want - 1):  # never range(want)
+            holds = f"{len(held)} (indices {min(held)}..{max(held)})" if held else "none"
+            raise CheckpointError(
+                f"{d.file(WEIGHTS)}: {name} is {want} in {CONFIG}, but the file holds the "
+                f"tensors of {holds}; the file and {CONFIG} disagree"
+            )
+
+
 def import_t5(d: HFDirectory) -> Imported:
     """The attnkit config, state dict, tokenizer and notes of a T5 directory."""
     weights = read_weights(d)
     config = t5_config(d, own_output="lm_head.weight" in weights)
+    check_layer_counts(d, weights, config)
     tokenizer = t5_tokenizer(d, config)
     gated = config.activation in ("gated_gelu", "swiglu")
     table = t5_keys(gated=gated).tie(t5_ties(config))

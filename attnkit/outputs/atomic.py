@@ -24,6 +24,7 @@ from attnkit.outputs.policy import (
     check_output_dir,
     check_output_file,
     describe_os_error,
+    kind_of,
     label,
 )
 from attnkit.outputs.runlock import refuse_if_locked
@@ -131,10 +132,19 @@ def swap_directory(tmp: Path, target: Path) -> None:
       (``attnkit.checkpoints.rundir.remove_stale_temporaries`` renames the old
       copy of a checkpoint back);
     - after the second rename: ``target`` is new, a stale ``.NAME.old-*`` may remain.
-    ``target`` never names a half-written directory.
+    ``target`` never names a half-written directory. Whatever the caller checked,
+    a ``target`` that is not a directory (a file, a device, a symbolic link) is
+    refused here, before anything is renamed.
     """
     parent = target.parent
-    if not target.exists():
+    try:
+        mode: int | None = target.lstat().st_mode
+    except FileNotFoundError:
+        mode = None
+    if mode is not None and not stat.S_ISDIR(mode):  # the last guard: never a file or device
+        raise UsageError(f"{target}: is {kind_of(mode)}, not a directory; attnkit replaces only "
+                         "directories here")  # fmt: skip
+    if mode is None:
         os.rename(tmp, target)
         fsync_dir(parent)
         return

@@ -49,10 +49,11 @@ _KINDS = (
     (stat.S_ISFIFO, "a FIFO (named pipe)"),
     (stat.S_ISSOCK, "a socket"),
     (stat.S_ISREG, "a regular file"),
+    (stat.S_ISLNK, "a symbolic link"),
 )
 
 
-def _kind(mode: int) -> str:
+def kind_of(mode: int) -> str:
     return next((name for test, name in _KINDS if test(mode)), "not a regular file")
 
 
@@ -162,7 +163,7 @@ def _check(path: PathLike, option: str, inputs: Iterable[PathLike], *, directory
         link = "" if target == given.absolute() else f" (through the link {given})"
         kind = "a directory" if directory else "a regular file"
         raise UsageError(
-            f"{label(option, target)}: is {_kind(st.st_mode)}{link}, not {kind}; attnkit "
+            f"{label(option, target)}: is {kind_of(st.st_mode)}{link}, not {kind}; attnkit "
             f"replaces only {'directories' if directory else 'regular files'} here"
         )
     _check_inputs(target, inputs, option, directory=directory)

@@ -133,6 +133,11 @@ def add_openai_routes(
     templates: dict[str, Any] = {}
 
     def encode(text: str, field: str) -> list[int]:
+        try:  # JSON may carry a lone surrogate ("\\ud800"): a str no tokenizer takes (a 500)
+            text.encode("utf-8")
+        except UnicodeEncodeError as e:
+            raise RequestError(f"{field}: not valid Unicode (a lone surrogate, "
+                               f"{text[e.start]!a})", param=field) from None  # fmt: skip
         ids = engine.tokenizer.encode(text)
         if not ids:
             raise RequestError(f"{field}: holds no token the tokenizer knows", param=field)

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import stat
+
 import pytest
 import torch
 from lora_helpers import lora_run
@@ -42,10 +45,34 @@ def test_merge_takes_a_moved_base_and_refuses_what_it_cannot_do(tmp_path, capsys
     assert "not a LoRA checkpoint (no adapter.json)" in capsys.readouterr().err
     assert main(["merge", "--checkpoint", str(lora), "--base", str(moved), "--out",
                  str(lora)]) == 2  # fmt: skip
-    assert "would replace one of the inputs" in capsys.readouterr().err
+    assert "is also an input of this command" in capsys.readouterr().err
     assert main(["merge", "--checkpoint", str(lora), "--base", str(moved), "--out",
                  str(tmp_path / "a")]) == 2  # fmt: skip
-    assert "already exists; pass --overwrite" in capsys.readouterr().err
+    assert "already exists and is not empty; pass --overwrite" in capsys.readouterr().err
+
+
+def test_merge_out_follows_the_output_path_policy(tmp_path, capsys):
+    """--out (even with --overwrite) never replaces a device, a file or a link loop with a
+    directory: merge once swapped a character device for its checkpoint directory."""
+    _, lora, _ = lora_run(tmp_path)
+    device = tmp_path / "device"
+    os.mknod(device, 0o666 | stat.S_IFCHR, os.makedev(1, 3))  # like /dev/null (CI is root)
+    file = tmp_path / "notes.txt"
+    file.write_text("mine\n")
+    loop = tmp_path / "loop"
+    loop.symlink_to(tmp_path / "loop2")
+    (tmp_path / "loop2").symlink_to(loop)
+    cases = [(device, "is a character device, not a directory"),
+             (file, "is a regular file, not a directory"),
+             (loop, "symbolic link that cannot be followed"),
+             (lora.parent, "holds the input")]  # fmt: skip
+    for out, message in cases:
+        before = sorted(p.name for p in tmp_path.iterdir())
+        code = main(["merge", "--checkpoint", str(lora), "--out", str(out), "--overwrite"])
+        err = capsys.readouterr().err
+        assert code == 2 and err.count("\n") == 1 and message in err, err
+        assert sorted(p.name for p in tmp_path.iterdir()) == before  # no .old-* left either
+    assert stat.S_ISCHR(device.lstat().st_mode) and file.read_text() == "mine\n"
 
 
 @pytest.mark.parametrize("command", ["generate", "evaluate"])

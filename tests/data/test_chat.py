@@ -53,3 +53,42 @@ def test_missing_template_and_bad_messages_are_named():
         check_messages([{"content": "a"}])
     with pytest.raises(DataError, match="expected a non-empty list"):
         check_messages([])
+
+
+# Each renders in a child under a 2 GiB address-space limit, so a regression fails here
+# (MemoryError, or a kill) instead of taking the machine's memory.
+HUGE_TEMPLATES = [
+    "{{ 'x' * 10**10 }}",  # 10 GB in one multiplication
+    "{{ [0] * 10**9 }}",
+    "{% set ns = namespace(s='x') %}{% for i in range(40) %}{% set ns.s = ns.s + ns.s %}"
+    "{% endfor %}{{ ns.s }}",  # doubling: 2**40 characters
+    "{% for i in range(100000) %}{% for j in range(1000) %}xxxxxxxxxx{% endfor %}"
+    "{% endfor %}",  # 10**9 characters written
+]
+
+
+@pytest.mark.parametrize("source", HUGE_TEMPLATES)
+def test_a_template_that_builds_gigabytes_is_refused_before_allocating(source):
+    import os
+    import resource
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = (
+        "import sys\n"
+        "from attnkit.data.chat import ChatTemplate\n"
+        "from attnkit.errors import DataError\n"
+        "try:\n"
+        "    ChatTemplate(sys.argv[1]).render([{'role': 'user', 'content': 'hi'}])\n"
+        "except DataError as e:\n"
+        "    print(e)\n"
+    )
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).parents[2]), OMP_NUM_THREADS="1")
+    limit = 2 << 30
+    result = subprocess.run(
+        [sys.executable, "-c", script, source], capture_output=True, text=True, env=env,
+        timeout=300, preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_AS, (limit, limit)),
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-500:]
+    assert "chat template:" in result.stdout and "than the limit" in result.stdout, result.stdout

@@ -75,6 +75,8 @@ def test_jsonl_labels_strings_or_ints(tmp_path):
         ("a.jsonl", '{"label": 1, "text_a": "a", "text_b": "b"}\n{"label": 1, "text": "c"}\n',
          r"a.jsonl:2: mixes single sentences and sentence pairs"),
         ("a.tsv", "\n\n", r"a.tsv: file is empty"),
+        # a header alone: evaluate --labelled once died in argmax (IndexError)
+        ("a.tsv", "label\ttext\n\n", r"a.tsv: only a header line, no examples"),
     ],
 )  # fmt: skip
 def test_malformed_records_are_one_line_errors_naming_file_and_line(tmp_path, name, text, message):

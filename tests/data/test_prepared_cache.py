@@ -164,3 +164,22 @@ def test_a_different_tokenizer_is_named_as_such() -> None:
                              {"inputs": [], "read": {"skip_empty": True}}) == [
         "read.skip_empty False -> True"
     ]  # fmt: skip
+
+
+def test_only_its_own_abandoned_temporaries_are_removed(tmp_path: Path) -> None:
+    """``data.cache_dir`` may name a directory holding the user's files: a ``.tmp-`` name
+    that ``ensure`` did not make (or a link, or a file) is never removed."""
+    root = tmp_path / "cache"
+    mine = [root / "backup.tmp-2024", root / "notes.tmp-1", root / "pairs-1234.tmp-5"]
+    for directory in mine:
+        directory.mkdir(parents=True)
+        (directory / "keep.txt").write_text("x")
+    (root / "file-0123456789abcdef.tmp-7").write_text("a file, not a preparation")
+    abandoned = root / "pairs-0123456789abcdef.tmp-999999"
+    abandoned.mkdir()
+    data = tmp_path / "train.de"
+    data.write_text("a\nb\n")
+    ensure(root, "pairs", fingerprint(data), build_into([]))
+    assert not abandoned.exists()
+    assert all((directory / "keep.txt").is_file() for directory in mine)
+    assert (root / "file-0123456789abcdef.tmp-7").is_file()

@@ -202,6 +202,31 @@ def test_hf_nan_weight_is_refused_naming_the_tensor(marian_dir, tmp_path, capsys
     assert not out.exists()
 
 
+@pytest.fixture(scope="module")
+def t5_dir(tmp_path_factory) -> Path:
+    """A tiny T5 directory as transformers saves it (2 encoder and 3 decoder blocks)."""
+    pytest.importorskip("transformers")
+    from test_hf_import_t5 import _hf_t5, _tokenizer_json
+
+    root = tmp_path_factory.mktemp("t5") / "hf"
+    _hf_t5("relu", True).save_pretrained(root)
+    (root / "tokenizer.json").write_text(_tokenizer_json())
+    return root
+
+
+@pytest.mark.parametrize(
+    ("field", "message"),
+    [("num_layers", "num_layers is 1000000000 in config.json, but the file holds the tensors "
+      "of 2"),
+     ("num_decoder_layers", "num_decoder_layers is 1000000000")],
+)  # fmt: skip
+def test_t5_layer_counts_of_1e9_are_refused_before_allocating(t5_dir, tmp_path, field, message):
+    """T5's importer made one tie per layer (10**9 keys) before comparing the layer count
+    with the file's tensors: it ran out of memory."""
+    source = crafted(t5_dir, tmp_path / "t5", **{field: 10**9})
+    assert_refused("hf", source, tmp_path / "run", message)
+
+
 # -- the writer -------------------------------------------------------------------------
 
 

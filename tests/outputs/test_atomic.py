@@ -119,3 +119,27 @@ def _umask() -> int:
     mask = os.umask(0)
     os.umask(mask)
     return mask
+
+
+def test_the_swap_never_replaces_a_file_a_device_or_a_link(tmp_path):
+    """``swap_directory`` is the last guard for every checkpoint and export: whatever its
+    caller checked, a target that is not a directory is refused before anything moves."""
+    import stat as stat_module
+
+    from attnkit.outputs import swap_directory
+
+    device = tmp_path / "device"
+    os.mknod(device, 0o666 | stat_module.S_IFCHR, os.makedev(1, 3))
+    file = tmp_path / "file"
+    file.write_text("x")
+    link = tmp_path / "link"
+    link.symlink_to(tmp_path / "elsewhere")
+    for target, kind in ((device, "character device"), (file, "regular file"),
+                         (link, "symbolic link")):  # fmt: skip
+        staged = tmp_path / ".staged"
+        staged.mkdir()
+        with pytest.raises(UsageError, match=f"is a {kind}, not a directory"):
+            swap_directory(staged, target)
+        staged.rmdir()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["device", "file", "link"]
+    assert stat_module.S_ISCHR(device.lstat().st_mode) and file.read_text() == "x"

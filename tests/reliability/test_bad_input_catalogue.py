@@ -149,6 +149,12 @@ def bad_utf8(number: int) -> Callable[[Path], None]:
     return change
 
 
+def to_dev_zero(path: Path) -> None:
+    """A link to /dev/zero, which never ends: read whole, it would fill memory."""
+    path.unlink()
+    path.symlink_to("/dev/zero")
+
+
 def make_directory(path: Path) -> None:
     path.unlink()
     path.mkdir()
@@ -258,6 +264,9 @@ CASES = [
          lambda c: ["translate", "--checkpoint", str(c.trained.checkpoint),
                     "--input", str(c.text("in.txt", b"one\ncaf\xe9\n"))], 1,
          "in.txt:2: not valid UTF-8", "convert the file to UTF-8"),
+    Case("data/train-file-is-dev-zero",
+         lambda c: c.train(data=c.data(train_en=to_dev_zero)), 1,
+         "train.en: is a character device", "not a text file"),
     Case("data/translate-missing-input",
          lambda c: ["translate", "--checkpoint", str(c.trained.checkpoint),
                     "--input", str(c.tmp / "missing.txt")], 1,

@@ -7,9 +7,20 @@ from __future__ import annotations
 
 import builtins
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
-from reliability_helpers import cli, lines, snapshot, write_config, write_lines
+from reliability_helpers import (
+    REPO,
+    _limit_address_space,
+    cli,
+    lines,
+    snapshot,
+    write_config,
+    write_lines,
+)
 
 from attnkit.cli.main import main
 
@@ -115,3 +126,18 @@ def test_an_unreadable_data_file_is_one_line_and_changes_nothing(
     assert code == 1 and err.count("\n") == 1, err
     assert f"{denied}: permission denied" in err and "permissions" in err
     assert snapshot(tmp_path) == before
+
+
+def test_dev_zero_on_standard_input_is_one_line(trained, tmp_path):
+    """``attnkit translate < /dev/zero`` (and classify's standard input): read whole, it
+    would fill memory; refused unread, exit 1 (under the tests' address-space limit)."""
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(REPO))
+    with open("/dev/zero", "rb") as zero:
+        result = subprocess.run(
+            [sys.executable, "-m", "attnkit", "translate", "--checkpoint", str(trained.run)],
+            stdin=zero, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300,
+            preexec_fn=_limit_address_space,
+        )  # fmt: skip
+    assert result.returncode == 1 and result.stdout == "", result.stderr
+    assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr
+    assert "<stdin>: is a character device, not text" in result.stderr

@@ -203,6 +203,9 @@ def _refused(status: int, body: dict[str, Any], param: str | None) -> str:
     return str(error["message"])
 
 
+JSON = {"content-type": "application/json"}
+
+
 @pytest.mark.parametrize(
     ("body", "param"),
     [
@@ -216,10 +219,13 @@ def _refused(status: int, body: dict[str, Any], param: str | None) -> str:
         ({"messages": []}, "messages"),
         ({"messages": [{"role": "user", "content": "hi " * 200}]}, "messages"),
         ({"messages": QUESTION, "stop": ["a", "b", "c", "d", "e"]}, "stop"),
+        # a lone surrogate reached the tokenizer: a 500 (TypeError)
+        ({"messages": [{"role": "user", "content": "hi \ud800"}]}, "messages"),
     ],
 )
 def test_chat_errors_are_openai_shaped_400s(http, body, param):
-    r = http.post("/v1/chat/completions", json=body)
+    # json.dumps escapes a lone surrogate as \\ud800 (a client's UTF-8 encoder would refuse it)
+    r = http.post("/v1/chat/completions", content=json.dumps(body), headers=JSON)
     _refused(r.status_code, r.json(), param)
 
 
@@ -237,6 +243,9 @@ def test_the_client_raises_on_the_limit(client):
 def test_completion_errors(http):
     r = http.post("/v1/completions", json={"prompt": ["ok", "x" * 600]})
     assert "prompt[1]: " in _refused(r.status_code, r.json(), "prompt[1]")
+    r = http.post("/v1/completions", content=json.dumps({"prompt": ["ok", "\udfff"]}),
+                  headers=JSON)  # fmt: skip
+    assert "not valid Unicode" in _refused(r.status_code, r.json(), "prompt[1]")
     r = http.post("/v1/completions", json={"prompt": "hi", "suffix": "x"})
     _refused(r.status_code, r.json(), "suffix")
     r = http.post(
