@@ -47,7 +47,7 @@ from attnkit.serve.schemas import (
 from attnkit.serve.settings import ServeSettings
 from attnkit.visualize.explorer.page import ServedForm
 
-__all__ = ["PAGE_FORMS", "ServeSettings", "create_app", "shutdown_hook"]
+__all__ = ["CLASSIFIER_FORM", "PAGE_FORMS", "ServeSettings", "create_app", "shutdown_hook"]
 
 # The explorer page's text box, by the kind of model served: its button says what it does.
 PAGE_FORMS: dict[str, ServedForm] = {
@@ -59,6 +59,17 @@ PAGE_FORMS: dict[str, ServedForm] = {
         "Fill masks", "Text with [MASK] markers (Ctrl+Enter)", "filling\u2026", search=False
     ),
 }
+# A text classifier's page (an encoder-only checkpoint with a classification head). The
+# page renders attention payloads only, so its button runs /v1/explore on the text and
+# the note says where the labels are.
+CLASSIFIER_FORM = ServedForm(
+    "Classify",
+    "Text to classify (Ctrl+Enter)",
+    "reading\u2026",
+    search=False,
+    note="this page shows the classifier's attention over the text, not its label: "
+    "POST the text to /v1/classify for the predicted label and probabilities",
+)
 
 
 def shutdown_hook(app: RequestGuard) -> Callable[[], None]:
@@ -107,7 +118,7 @@ def create_app(engine: Engine, settings: ServeSettings | None = None) -> Request
     )
     started_at = time.time()
     page_url = "/v1/translate" if engine.kind == "seq2seq" else "/v1/explore"
-    form = PAGE_FORMS[engine.kind]
+    form = CLASSIFIER_FORM if is_classifier(engine) else PAGE_FORMS[engine.kind]
     page: dict[str, str] = {}
 
     @asynccontextmanager

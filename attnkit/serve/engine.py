@@ -13,92 +13,43 @@ The decoding methods take the request handles (``attnkit.serve.handles``) of
 their work and decode through a ``CancellableStepper``, so a cancelled request
 stops at the next step boundary (``RequestCancelled``) and, in a batch, only
 the cancelled requests' sentences stop.
+
+The engine is the one object callers hold; the work of some of its methods
+lives beside it: the fill-mask encoding and pass in ``attnkit.serve.mask_filling``,
+the explorer payloads in ``attnkit.serve.explore_payloads``, and the error, the
+endpoint table and the ``Translator`` protocol in ``attnkit.serve.engine_types``
+(all importable from here, as before).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 import torch
 
 from attnkit.checkpoints.loading import LoadedModel
 from attnkit.decoding.common import DecodeResult
-from attnkit.serve.cancellable import CancellableStepper, Owners, live_requests
+from attnkit.serve import explore_payloads, mask_filling
+from attnkit.serve.cancellable import CancellableStepper, Owners
+from attnkit.serve.engine_types import KIND_ENDPOINTS, MAX_LEN_B, RequestError, Translator
+from attnkit.serve.explore_payloads import EXPLORE_NOTES
 from attnkit.serve.handles import RequestHandle
+from attnkit.serve.mask_filling import Filled, MaskedText, MaskJob
 
-# The endpoint (and CLI command) that serves each kind of model.
-KIND_ENDPOINTS: dict[str, str] = {
-    "seq2seq": "/v1/translate",
-    "causal_lm": "/v1/generate",
-    "masked_lm": "/v1/fill-mask",
-}
-MAX_LEN_B = 50  # output length limit = source length + this, as `attnkit translate`
-EXPLORE_NOTES: dict[str, str] = {
-    "seq2seq": "translated with beam search, then the source and BOS + the best output were "
-    "run once more with need_weights (teacher forcing): encoder self-, decoder self- and "
-    "cross-attention (an RNN: its one cross-attention map); row i is output token i",
-    "causal_lm": "the prompt was continued (greedily in /v1/explore), then prompt + "
-    "continuation was run once with need_weights: causal self-attention over the sequence "
-    "(rows: every token; the prompt is 'source', the continuation 'target')",
-    "masked_lm": "the input (mask markers as the mask token) was run once with need_weights: "
-    "bidirectional self-attention over the input tokens; 'output' is the text with every "
-    "mask filled by its most likely token",
-}
-
-
-class RequestError(ValueError):
-    """A request the model cannot serve; ``status`` is the HTTP status to answer.
-
-    ``param`` and ``code``: the field and a short machine-readable reason, for
-    the OpenAI-compatible endpoints' error object (``attnkit.serve.error_shape``).
-    """
-
-    def __init__(
-        self, message: str, status: int = 422, *, param: str | None = None, code: str | None = None
-    ) -> None:
-        super().__init__(message)
-        self.status = status
-        self.param, self.code = param, code
-
-
-class Translator(Protocol):
-    """What decodes /v1/translate's batches under ``serve --engine`` (``attnkit.serve.
-    engine_translator.EngineTranslator``): ``Engine.translate``'s signature, a check, a
-    description."""
-
-    def check(self, *, beam: int, alpha: float, nbest: int) -> None: ...
-
-    def translate(
-        self,
-        sources: Sequence[Sequence[int]],
-        *,
-        beam: int,
-        alpha: float,
-        nbest: int,
-        handles: Sequence[RequestHandle] | None = None,
-    ) -> list[DecodeResult]: ...
-
-    def describe(self) -> dict[str, Any]: ...
-
-
-@dataclass(frozen=True)
-class MaskedText:
-    ids: list[int]
-    positions: list[int]
-
-
-@dataclass(frozen=True)
-class MaskJob:
-    """One fill-mask request: its text's ids and mask positions, candidates per mask."""
-
-    masked: MaskedText
-    top_k: int
-
-
-Filled = tuple[str, list[dict[str, Any]]]  # the filled text and each mask's candidates
+# The names callers import from here (their homes: engine_types, mask_filling, explore_payloads).
+__all__ = [
+    "EXPLORE_NOTES",
+    "KIND_ENDPOINTS",
+    "MAX_LEN_B",
+    "Engine",
+    "Filled",
+    "MaskJob",
+    "MaskedText",
+    "RequestError",
+    "Translator",
+]
 
 
 class Engine:
@@ -160,20 +111,11 @@ class Engine:
         return ids
 
     def encode_masked(self, text: str, marker: str, field: str = "text") -> MaskedText:
+        """The ids of ``text``, each ``marker`` a mask (``mask_filling.encode_masked``)."""
         mask_id = int(self.model.config.mask_id)
-        ids: list[int] = []
-        pieces = text.split(marker)
-        for i, piece in enumerate(pieces):
-            ids += self.tokenizer.encode(piece) if piece else []
-            if i < len(pieces) - 1:
-                ids.append(mask_id)
-        if len(ids) > self.max_len:
-            raise RequestError(
-                f"{field}: {len(ids)} tokens; the model reads at most {self.max_len}"
-            )
-        if not ids:
-            raise RequestError(f"{field}: holds no token the tokenizer knows")
-        return MaskedText(ids, [p for p, t in enumerate(ids) if t == mask_id])
+        return mask_filling.encode_masked(
+            self.tokenizer, mask_id, self.max_len, text, marker, field
+        )
 
     # -- model work (worker thread) ----------------------------------------------------
 
@@ -240,21 +182,7 @@ class Engine:
         }
 
     def translation_payload(self, src: Sequence[int], result: DecodeResult) -> dict[str, Any]:
-        from attnkit.visualize.explorer import build_payload
-        from attnkit.visualize.explorer.from_model import seq2seq_example
-
-        try:
-            with torch.no_grad():
-                example = seq2seq_example(
-                    self.model,
-                    self.tokenizer,
-                    src,
-                    [(h.tokens, h.score) for h in result.nbest[0]],
-                    title=self.loaded.family.name,
-                )
-        except ValueError as e:
-            raise RequestError(f"explore: {e}", status=400) from None
-        return build_payload(example)
+        return explore_payloads.translation_payload(self.loaded, src, result)
 
     @torch.no_grad()
     def generate(
@@ -295,14 +223,7 @@ class Engine:
         ]
 
     def causal_payload(self, prompt: Sequence[int], new: Sequence[int]) -> dict[str, Any]:
-        from attnkit.visualize.explorer import build_payload
-        from attnkit.visualize.explorer.from_model import causal_lm_example
-
-        with torch.no_grad():
-            example = causal_lm_example(
-                self.model, self.tokenizer, prompt, new, title=self.loaded.family.name
-            )
-        return build_payload(example)
+        return explore_payloads.causal_payload(self.loaded, prompt, new)
 
     def fill_mask(self, masked: MaskedText, top_k: int) -> tuple[str, list[dict[str, Any]]]:
         """The text with every mask filled by its best token, and each mask's candidates."""
@@ -310,56 +231,17 @@ class Engine:
         assert filled is not None
         return filled
 
-    @torch.no_grad()
     def fill_masks(
         self, jobs: Sequence[MaskJob], handles: Sequence[RequestHandle] | None = None
     ) -> list[Filled | None]:
         """``fill_mask`` of every job, in one pass over the right-padded texts (the padding
         is masked out of attention, so each row gets what it gets alone). The jobs whose
         ``handles`` are cancelled are left out (``None``); if all are, this raises."""
-        live = live_requests(handles, len(jobs))
-        results: list[Filled | None] = [None] * len(jobs)
-        if not live:
-            return results
-        tok, vocab = self.tokenizer, self.tokenizer.vocab_size
-        from attnkit.data.classification import collate_examples  # right-pads
-
-        rows = [jobs[i].masked.ids for i in live]
-        ids = collate_examples(rows, None, None, tok.pad_id).ids.to(self.device)
-        where = torch.zeros_like(ids, dtype=torch.bool)
-        for b, i in enumerate(live):
-            where[b, jobs[i].masked.positions] = True
-        # The mask positions' scores only: (N, V), row by row, positions in order.
-        logits = self.model(ids, classify=False, mlm_positions=where).mlm_logits.float()
-        logits[:, vocab:] = float("-inf")  # the mask id is no answer
-        probs = logits.softmax(-1)
-        n = 0
-        for i in live:
-            masked, top_k = jobs[i].masked, jobs[i].top_k
-            filled = list(masked.ids)
-            masks = []
-            for pos in masked.positions:
-                top = probs[n].topk(min(top_k, vocab))
-                n += 1
-                filled[pos] = int(top.indices[0])
-                masks.append({
-                    "position": pos,
-                    "candidates": [{"text": tok.decode([int(t)]), "score": float(p)}
-                                   for p, t in zip(top.values, top.indices)],
-                })  # fmt: skip
-            results[i] = (tok.decode(filled), masks)
-        return results
+        model, tokenizer = self.model, self.tokenizer
+        return mask_filling.fill_masks(model, tokenizer, jobs, handles, device=self.device)
 
     def masked_payload(self, masked: MaskedText, filled: str) -> dict[str, Any]:
-        from attnkit.visualize.explorer import build_payload
-        from attnkit.visualize.explorer.from_model import masked_lm_example
-
-        with torch.no_grad():
-            example = masked_lm_example(
-                self.model, self.tokenizer, masked.ids, output=filled,
-                title=self.loaded.family.name,
-            )  # fmt: skip
-        return build_payload(example)
+        return explore_payloads.masked_payload(self.loaded, masked, filled)
 
     def explore(
         self,

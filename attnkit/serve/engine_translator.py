@@ -39,7 +39,7 @@ from attnkit.decoding.common import DecodeResult, Hypothesis
 from attnkit.errors import UsageError
 from attnkit.interop.engines import ENGINES, DecodeOptions, Engine, RunOptions, open_engine
 from attnkit.serve.cancellable import CancellableStepper, Owners
-from attnkit.serve.engine import MAX_LEN_B, RequestError
+from attnkit.serve.engine_types import MAX_LEN_B, RequestError
 from attnkit.serve.handles import RequestHandle
 
 __all__ = ["DEFAULT_BEAM", "EngineTranslator", "open_translator"]
@@ -50,7 +50,7 @@ _OPTION = re.compile(r"^--([a-z][a-z-]*) ?([^:]*): (.*)$")
 
 class EngineTranslator:
     """An ``attnkit.interop.engines`` engine behind the server's batched translate call
-    (an ``attnkit.serve.engine.Translator``)."""
+    (an ``attnkit.serve.engine_types.Translator``)."""
 
     def __init__(self, engine: Engine, run: RunOptions) -> None:
         self.engine = engine

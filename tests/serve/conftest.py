@@ -2,6 +2,8 @@
 
 The checkpoints are trained once per session with ``attnkit train`` on a few
 hundred number pairs (translation) or a short text (LM, MLM): seconds each.
+``encoder_checkpoint(num_labels)`` builds an untrained encoder-only one, a text
+classifier when ``num_labels > 0``.
 """
 
 from __future__ import annotations
@@ -17,9 +19,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 
+from attnkit.checkpoints import save_checkpoint
 from attnkit.cli.main import main
 from attnkit.data.synthetic import number_splits
+from attnkit.data.tokenizers import CharTokenizer
+from attnkit.models import EncoderOnlyConfig, EncoderOnlyModel
 
 _TRANSLATION = """
 task: translation
@@ -79,6 +85,40 @@ def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Path
         if family not in runs:
             runs[family] = _train(tmp_path_factory.mktemp(f"serve-{family}"), family)
         return runs[family]
+
+    return get
+
+
+def _build_encoder(out: Path, num_labels: int) -> Path:
+    torch.manual_seed(1)
+    tok = CharTokenizer.train(["the cat sat on the mat. a dog on the log."])
+    config = EncoderOnlyConfig(d_model=32, num_heads=4, d_ff=64, num_layers=2, max_len=48,
+                               vocab_size=tok.vocab_size + 1, mask_id=tok.vocab_size,
+                               num_labels=num_labels, type_vocab_size=2, dropout=0.0,
+                               label_names=["neg", "neu", "pos"][:num_labels])  # fmt: skip
+    model = EncoderOnlyModel(config).eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "norm" not in name:  # spread the probabilities: a mixed-up row would show
+                p.mul_(3.0)
+    save_checkpoint(out, model_state=model.state_dict(), config=config.to_dict(),
+                    tokenizer_json=tok.to_json())  # fmt: skip
+    return out
+
+
+@pytest.fixture(scope="session")
+def encoder_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Callable[[int], Path]:
+    """``encoder_checkpoint(num_labels)``: a tiny random encoder-only checkpoint (built once
+    per ``num_labels``): an MLM head, and with ``num_labels`` > 0 a classification head
+    (labels ``neg``, ``neu``, ``pos``, in that order); segment embeddings, a character
+    tokenizer, 48 positions."""
+    runs: dict[int, Path] = {}
+
+    def get(num_labels: int) -> Path:
+        if num_labels not in runs:
+            out = tmp_path_factory.mktemp(f"encoder-{num_labels}") / "run"
+            runs[num_labels] = _build_encoder(out, num_labels)
+        return runs[num_labels]
 
     return get
 

@@ -183,7 +183,27 @@ def test_explore_endpoint_and_page_for_every_family(client, family, kind, text):
     action = {"seq2seq": "Translate", "causal_lm": "Generate", "masked_lm": "Fill masks"}[kind]
     config = json.loads(config)
     assert config["api_url"] == api and config["form"]["action"] == action
+    assert config["form"]["note"] == ""  # the answer shows what the button did
     assert "connect-src 'self'" in page.text
+
+
+def test_the_page_of_a_text_classifier_says_classify(encoder_checkpoint):
+    """Not "Fill masks": the button of a classifier's page says Classify, and its note
+    says that the page shows attention and where the labels are (POST /v1/classify)."""
+    with TestClient(create_app(Engine(load_model(encoder_checkpoint(3))))) as c:
+        page = c.get("/").text
+        config = json.loads(page.split('id="attnkit-config" type="application/json">')[1]
+                            .split("<")[0])  # fmt: skip
+        form = config["form"]
+        assert form["action"] == "Classify" and not form["search"]
+        assert "attention" in form["note"] and "/v1/classify" in form["note"]
+        # What the button posts answers with the attention over the text ...
+        body = {"text": ["the cat sat"], "beam": 4, "nbest": 4, "explore": True}
+        r = c.post(config["api_url"], json=body)
+        assert r.status_code == 200 and r.json()["explore"]["kind"] == "masked_lm"
+        # ... and the endpoint the note names labels it.
+        r = c.post("/v1/classify", json={"text": ["the cat sat"]})
+        assert r.status_code == 200 and r.json()["predictions"][0]["label"] in ("neg", "neu", "pos")
 
 
 @pytest.mark.parametrize(

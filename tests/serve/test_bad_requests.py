@@ -63,6 +63,40 @@ CASES: list[tuple[str, str, Any, dict[str, str], int, str]] = [
     ("body over the limit", "/v1/translate", {"text": ["x" * 1000] * 5}, {}, 413, "limit"),
     ("unknown path", "/v2/translate", OK, {}, 404, "/v2/translate: not found"),
     ("wrong method", "/v1/health", OK, {}, 405, "method POST"),
+    ("classify on a translator", "/v1/classify", OK, {}, 400, "use POST /v1/translate"),
+]  # fmt: skip
+
+# /v1/classify on a text classifier of 48 positions and a character tokenizer
+# (conftest's encoder_checkpoint(3)): (id, body, extra headers, status, error text).
+CLASSIFY_OK = {"text": ["the cat sat"]}
+CLASSIFY_CASES: list[tuple[str, Any, dict[str, str], int, str]] = [
+    ("malformed JSON", b'{"text": [', {}, 400, "malformed JSON"),
+    ("not an object", ["the cat"], {}, 422, "body: expected a JSON object"),
+    ("empty body", b"", {}, 422, "body"),
+    ("missing text", {"text_pair": ["a"]}, {}, 422, "text: field required"),
+    ("text not a list", {"text": "the cat"}, {}, 422, "text:"),
+    ("no texts", {"text": []}, {}, 422, "text:"),
+    ("empty text", {"text": ["a", ""]}, {}, 422, "text[1]"),
+    ("blank text", {"text": [" \t"]}, {}, 422, "text[0]: holds only"),
+    ("text not a string", {"text": [42]}, {}, 422, "text[0]"),
+    ("text null", {"text": None}, {}, 422, "text:"),
+    ("lone surrogate", b'{"text": ["\\ud800"]}', {}, 422, "text[0]"),
+    ("too many texts", {"text": ["a"] * 65}, {}, 422, "text:"),
+    ("too many characters", {"text": ["n" * 2001]}, {}, 422, "text[0]"),
+    ("too many tokens", {"text": ["a", "the cat sat " * 5]}, {}, 422,
+     "text[1]: 62 tokens; the model reads at most 48"),
+    ("pair of too many tokens", {"text": ["the cat sat"], "text_pair": ["on the mat " * 4]}, {},
+     422, "text[0] + text_pair[0]: 58 tokens"),
+    ("more pairs than texts", {"text": ["a"], "text_pair": ["b", "c"]}, {}, 422,
+     "text_pair: 2 texts for 1 in text"),
+    ("no pairs", {"text": ["a"], "text_pair": []}, {}, 422, "text_pair: 0 texts for 1"),
+    ("pairs not a list", {"text": ["a"], "text_pair": "b"}, {}, 422, "text_pair:"),
+    ("blank pair", {"text": ["a"], "text_pair": [" "]}, {}, 422, "text_pair[0]: holds only"),
+    ("pair not a string", {"text": ["a"], "text_pair": [1]}, {}, 422, "text_pair[0]"),
+    ("explore", {**CLASSIFY_OK, "explore": True}, {}, 422, "explore: unknown field"),
+    ("a fill-mask field", {**CLASSIFY_OK, "top_k": 3}, {}, 422, "top_k: unknown field"),
+    ("wrong content type", CLASSIFY_OK, {"content-type": "text/plain"}, 415, "Content-Type"),
+    ("body over the limit", {"text": ["x" * 1000] * 5}, {}, 413, "limit"),
 ]  # fmt: skip
 
 
@@ -94,6 +128,40 @@ def test_bad_request_gets_a_one_line_error(client, path, body, headers, status, 
     r = _post(client, path, body, headers)
     assert r.status_code == status, r.text
     assert needle in _one_line_error(r)
+
+
+@pytest.fixture(scope="module")
+def classifier(encoder_checkpoint: Callable[[int], Path]) -> Iterator[TestClient]:
+    app = create_app(
+        Engine(load_model(encoder_checkpoint(3))), ServeSettings(max_body_bytes=BODY_LIMIT)
+    )
+    with TestClient(app) as c:
+        yield c
+
+
+@pytest.mark.parametrize(
+    ("body", "headers", "status", "needle"),
+    [c[1:] for c in CLASSIFY_CASES],
+    ids=[c[0] for c in CLASSIFY_CASES],
+)
+def test_bad_classify_request_gets_a_one_line_error(classifier, body, headers, status, needle):
+    r = _post(classifier, "/v1/classify", body, headers)
+    assert r.status_code == status, r.text
+    assert needle in _one_line_error(r)
+
+
+def test_classify_still_answers_after_the_bad_requests(classifier):
+    for _, body, headers, _, _ in CLASSIFY_CASES:
+        _post(classifier, "/v1/classify", body, headers)
+    r = classifier.post("/v1/classify", json=CLASSIFY_OK)
+    assert r.status_code == 200 and len(r.json()["predictions"]) == 1
+    assert classifier.get("/v1/health").json()["queued"] == 0
+
+
+def test_classify_on_a_masked_lm_without_a_classifier_head(checkpoint):
+    with TestClient(create_app(Engine(load_model(checkpoint("encoder_only"))))) as c:
+        r = c.post("/v1/classify", json=CLASSIFY_OK)
+        assert r.status_code == 400 and "use POST /v1/fill-mask" in _one_line_error(r)
 
 
 def test_content_length_over_the_limit_is_refused_before_reading(client):

@@ -2,8 +2,9 @@
 pass and each gets what it gets alone.
 
 A tiny random encoder-only classifier (MLM head and a 3-label head, segment
-embeddings) with a character tokenizer; the model worker is held behind a gate
-so that the requests are queued together, then batched.
+embeddings) with a character tokenizer (``conftest.encoder_checkpoint``); the
+model worker is held behind a gate so that the requests are queued together,
+then batched.
 """
 
 from __future__ import annotations
@@ -18,10 +19,7 @@ import pytest
 import torch
 from fastapi.testclient import TestClient
 
-from attnkit.checkpoints import save_checkpoint
 from attnkit.checkpoints.loading import load_model
-from attnkit.data.tokenizers import CharTokenizer
-from attnkit.models import EncoderOnlyConfig, EncoderOnlyModel
 from attnkit.serve.app import ServeSettings, create_app
 from attnkit.serve.encoder_batch import ClassifyJob, classify, encode_examples
 from attnkit.serve.engine import Engine, MaskJob
@@ -32,26 +30,9 @@ TEXTS = ["the cat sat", "a dog", "on the mat on the log the dog sat", "t"]
 PAIRS = [None, ["the log", "no", "a", "cat dog cat"]]
 
 
-def _build(out: Path, num_labels: int) -> Path:
-    torch.manual_seed(1)
-    tok = CharTokenizer.train(["the cat sat on the mat. a dog on the log."])
-    config = EncoderOnlyConfig(d_model=32, num_heads=4, d_ff=64, num_layers=2, max_len=48,
-                               vocab_size=tok.vocab_size + 1, mask_id=tok.vocab_size,
-                               num_labels=num_labels, type_vocab_size=2, dropout=0.0,
-                               label_names=["neg", "neu", "pos"][:num_labels])  # fmt: skip
-    model = EncoderOnlyModel(config).eval()
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if "norm" not in name:  # spread the probabilities: a mixed-up row would show
-                p.mul_(3.0)
-    save_checkpoint(out, model_state=model.state_dict(), config=config.to_dict(),
-                    tokenizer_json=tok.to_json())  # fmt: skip
-    return out
-
-
 @pytest.fixture(scope="module")
-def classifier_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return _build(tmp_path_factory.mktemp("encoder") / "classifier", 3)
+def classifier_run(encoder_checkpoint: Callable[[int], Path]) -> Path:
+    return encoder_checkpoint(3)
 
 
 @pytest.fixture
@@ -178,7 +159,7 @@ def test_cancelled_requests_are_left_out_of_the_pass(classifier_run: Path):
     assert len(rows) == before
 
 
-def test_classify_errors(served, tmp_path: Path):
+def test_classify_errors(served, encoder_checkpoint: Callable[[int], Path]):
     r = served.post("/v1/classify", json={"text": ["a"], "text_pair": ["b", "c"]})
     assert r.status_code == 422 and r.json() == {"error": "text_pair: 2 texts for 1 in text"}
     r = served.post("/v1/classify", json={"text": ["the cat sat " * 5]})
@@ -189,7 +170,7 @@ def test_classify_errors(served, tmp_path: Path):
     assert r.status_code == 422 and "text[1]" in r.json()["error"]
     assert "POST /v1/classify" in served.get("/v1/nowhere").json()["error"]
     # An encoder-only checkpoint without a classification head: 400 naming fill-mask.
-    app = create_app(Engine(load_model(_build(tmp_path / "mlm", 0))), ServeSettings(threads=1))
+    app = create_app(Engine(load_model(encoder_checkpoint(0))), ServeSettings(threads=1))
     with TestClient(app) as client:
         r = client.post("/v1/classify", json={"text": ["a"]})
         assert r.status_code == 400 and "use POST /v1/fill-mask" in r.json()["error"]

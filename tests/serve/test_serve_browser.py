@@ -153,6 +153,26 @@ def test_served_explorer_end_to_end(context, served_transformer, checkpoint, tmp
     assert offline_errors == []
 
 
+def test_served_classifier_page_says_classify_and_where_the_labels_are(
+    context, fresh_server, encoder_checkpoint
+):
+    """A text classifier's button says Classify (not Fill masks); the page shows attention,
+    and its status line says so and names /v1/classify, before and after an answer."""
+    served = fresh_server(encoder_checkpoint(3))
+    page, requests, errors = _open(context, served.url + "/")
+    assert page.inner_text("[data-testid=translate]") == "Classify"
+    note = page.inner_text("[data-testid=status]")
+    assert "/v1/classify" in note and "attention" in note
+    page.fill("[data-testid=input-text]", "the cat sat")
+    with page.expect_response(lambda r: r.url.endswith("/v1/explore")) as info:
+        page.click("[data-testid=translate]")
+    assert info.value.status == 200
+    page.wait_for_selector(READY)
+    assert page.inner_text("[data-testid=status]") == note
+    assert {urlsplit(u).hostname for u in requests} == {"127.0.0.1"}, requests
+    assert errors == []
+
+
 def test_served_lm_page_and_docs_page_load_nothing_from_outside(context, served_lm):
     """An LM checkpoint's page says what its button does; /docs is described without a CDN."""
     page, requests, errors = _open(context, served_lm.url + "/")

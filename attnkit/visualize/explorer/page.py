@@ -37,13 +37,16 @@ __all__ = ["SCRIPTS", "ServedForm", "render_page", "write_page"]
 class ServedForm:
     """The served page's text box: what its button says and does (by model kind).
 
-    ``search``: show the beam and n-best inputs (translation only).
+    ``search``: show the beam and n-best inputs (translation only). ``note``: a line
+    the status bar shows when the page opens and under every answer (what the page
+    shows of the model's work and what it does not; empty: none).
     """
 
     action: str = "Translate"
     placeholder: str = "Text to translate (Ctrl+Enter)"
     busy: str = "translating\u2026"
     search: bool = True
+    note: str = ""
 
 
 SCRIPTS = ("data.js", "draw.js", "views.js", "app.js")

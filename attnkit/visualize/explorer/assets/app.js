@@ -90,7 +90,7 @@ AK.translate = async function (api, form, ev) {
     const p = Array.isArray(j.explore) ? j.explore[0] : j.explore;
     if (!p) throw new Error("the answer has no 'explore' payload");
     AK.render(p);
-    AK.status("");
+    AK.status(form.note || "");
   } catch (e) {
     AK.status(`failed: ${e.message || e}`, true);
   } finally {
@@ -160,6 +160,7 @@ AK.main = function () {
     $("translate").textContent = labels.action;
     $("input-text").placeholder = labels.placeholder;
     for (const id of ["beam", "nbest"]) $(id).parentElement.hidden = !labels.search;
+    if (labels.note) AK.status(labels.note);
     form.addEventListener("submit", (e) => AK.translate(config.api_url, labels, e));
     $("input-text").addEventListener("keydown", (e) => {
       if (e.key === "Enter" && (e.ctrlKey || e.metaKey)) form.requestSubmit();
