@@ -28,7 +28,14 @@ from torch import Tensor, nn
 from attnkit.kernels.torch_ops import onednn_available as available
 from attnkit.kernels.torch_ops import onednn_linear as _dnnl
 
-__all__ = ["OneDNNLinear", "OneDNNLinearModule", "available", "linear", "use_onednn_linear"]
+__all__ = [
+    "OneDNNLinear",
+    "OneDNNLinearModule",
+    "available",
+    "linear",
+    "use_onednn_linear",
+    "use_plain_linear",
+]
 
 
 class OneDNNLinear(torch.autograd.Function):
@@ -93,5 +100,22 @@ def use_onednn_linear(model: nn.Module) -> int:
             if type(child) is nn.Linear:
                 if id(child) not in replaced:
                     replaced[id(child)] = OneDNNLinearModule(child)
+                setattr(parent, name, replaced[id(child)])
+    return len(replaced)
+
+
+def use_plain_linear(model: nn.Module) -> int:
+    """Undo ``use_onednn_linear``: plain ``nn.Linear`` layers holding the same parameters."""
+    replaced: dict[int, nn.Linear] = {}
+    for parent in list(model.modules()):
+        for name, child in list(parent.named_children()):
+            if type(child) is OneDNNLinearModule:
+                if id(child) not in replaced:
+                    plain = nn.Linear.__new__(nn.Linear)
+                    nn.Module.__init__(plain)  # nothing allocated or drawn
+                    plain.in_features, plain.out_features = child.in_features, child.out_features
+                    plain.weight = child.weight
+                    plain.register_parameter("bias", child.bias)
+                    replaced[id(child)] = plain
                 setattr(parent, name, replaced[id(child)])
     return len(replaced)

@@ -80,7 +80,9 @@ class TrainConfig:
     freeze: tuple[str, ...] = ()
     compile: bool = False  # always compile the training forward (see also fast)
     # fp32 products on the CPU: oneDNN (1.3-2.3x MKL's sgemm on the AMD EPYC we measure
-    # on; bench/NOTES.md) or MKL (PyTorch's default). auto: oneDNN when available.
+    # on; bench/NOTES.md) or MKL (PyTorch's default; faster on the Xeon of issue 25).
+    # auto: the faster on the first batch, timed once per model and machine
+    # (attnkit/training/matmul_choice.py); oneDNN under torchrun.
     cpu_matmul: Literal["auto", "onednn", "mkl"] = "auto"
     # auto | on | off: compiled forward, chunked loss, fused Adam (auto: on for CUDA);
     # attnkit/training/fast.py says what each does. `--no-fast` sets off.

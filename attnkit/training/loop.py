@@ -53,8 +53,8 @@ import torch
 from attnkit.checkpoints import rundir
 from attnkit.device import resolve_device
 from attnkit.errors import ConfigError, TrainingError
-from attnkit.kernels import onednn_linear
 from attnkit.training import distributed as dist_util
+from attnkit.training import matmul_choice
 from attnkit.training.checkpointing import Checkpointer, Counters
 from attnkit.training.distributed import DistContext
 from attnkit.training.fast import fast_enabled, naming_compile_failures
@@ -105,10 +105,12 @@ class Trainer:
         self.weights = weights_for_run(run)
         self.weights.prepare(self.model)
         self.compiled = cfg.compile or (self.fast and not self.dist.enabled)
-        # oneDNN's fp32 GEMMs on the CPU (inductor lowers its own when compiling).
-        dnnl = self.device.type == "cpu" and cfg.cpu_matmul != "mkl" and not self.compiled
-        if dnnl and onednn_linear.available():
-            onednn_linear.use_onednn_linear(self.model)  # same parameters, faster fp32 GEMMs
+        # oneDNN's or MKL's fp32 GEMMs on the CPU (inductor lowers its own when compiling;
+        # under bf16/fp16 autocast the products are not fp32).
+        cpu = self.device.type == "cpu" and not self.compiled and self.amp_dtype is None
+        self._time_matmul, self.matmul_note = matmul_choice.prepare(
+            self.model, cfg.cpu_matmul, cpu=cpu, distributed=self.dist.enabled
+        )
         # DDP: a wrapper around self.model; FSDP2: self.model itself, sharded in place
         # (so the optimizer below sees the sharded parameters).
         self._train_model = dist_util.wrap_model(self.model, self.dist, cfg.distributed)
@@ -166,6 +168,8 @@ class Trainer:
         ddp = isinstance(model, torch.nn.parallel.DistributedDataParallel)
         for i in range(self.cfg.grad_accum):
             batch, real = self.task.next_batch()
+            if self._time_matmul:  # train.cpu_matmul auto, first batch of a new model here
+                self._choose_matmul(batch)
             # DDP all-reduces the gradients once, in the last micro-batch's backward.
             last = i == self.cfg.grad_accum - 1
             with nullcontext() if last or not ddp else model.no_sync():  # type: ignore[operator]
@@ -227,6 +231,16 @@ class Trainer:
             "skipped": skipped,
             "metrics": metrics,
         }
+
+    def _choose_matmul(self, batch: Any) -> None:
+        """Time this batch's forward and backward on MKL and oneDNN; keep the faster."""
+
+        def one_pass() -> None:
+            self.task.loss(self._train_model, batch).loss.backward()
+
+        choice = matmul_choice.measure(self.model, one_pass)
+        matmul_choice.remember(self.model, choice.backend)
+        self._time_matmul, self.matmul_note = False, choice.describe()
 
     def _check_nonfinite(self, what: str) -> None:
         """Warn about a skipped update, or stop once too many were skipped in a row."""
@@ -339,6 +353,8 @@ class Trainer:
                     set_total_steps(self.scheduler, aim, step=self.step,
                                     warmup_fraction=cfg.warmup_fraction)  # fmt: skip
             stats = self.train_step()
+            if self.step == first_step + 1 and self.matmul_note and main:
+                bar.write(self.matmul_note)
             window_tokens += stats["tokens"]
             if cfg.max_minutes is not None:
                 steps_left = remaining_steps(self.step - first_step, time.perf_counter() - start,
