@@ -36,7 +36,7 @@ import json
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Self
 
-from attnkit.data.tokenizers import Tokenizer, import_hf_tokenizers
+from attnkit.data.tokenizers import Tokenizer, hf_batch_ids, import_hf_tokenizers
 from attnkit.errors import DataError
 
 if TYPE_CHECKING:
@@ -94,8 +94,7 @@ class PretrainedTokenizer(Tokenizer):
         return list(self._hf.encode(text, add_special_tokens=False).ids)
 
     def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
-        encoded = self._hf.encode_batch(list(texts), add_special_tokens=False)
-        return [list(e.ids) for e in encoded]
+        return hf_batch_ids(self._hf, texts)
 
     def decode(self, ids: Sequence[int]) -> str:
         kept = [int(i) for i in ids if int(i) not in self.skip_ids]

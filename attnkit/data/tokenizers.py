@@ -50,6 +50,17 @@ def import_hf_tokenizers() -> ModuleType:
     return tokenizers
 
 
+def hf_batch_ids(hf: hf_tokenizers.Tokenizer, texts: Sequence[str]) -> list[list[int]]:
+    """The ids of ``texts`` from an HF ``tokenizers.Tokenizer``, on all cores, no special tokens.
+
+    ``encode_batch_fast`` (tokenizers >= 0.20) is ``encode_batch`` without the
+    character offsets, which attnkit never reads: the same ids, ~20% less work
+    for the Rust side on Multi30k-like text (bench/NOTES.md, issue 24).
+    """
+    encode = getattr(hf, "encode_batch_fast", None) or hf.encode_batch
+    return [e.ids for e in encode(list(texts), add_special_tokens=False)]
+
+
 class Tokenizer(ABC):
     """Text <-> token ids, with the special ids this tokenizer uses.
 
@@ -284,7 +295,7 @@ class BPETokenizer(_OwnSpecials):
         return self._hf.encode(text, add_special_tokens=False).ids
 
     def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
-        return [e.ids for e in self._hf.encode_batch(list(texts), add_special_tokens=False)]
+        return hf_batch_ids(self._hf, texts)
 
     def decode(self, ids: Sequence[int]) -> str:
         return self._hf.decode(self._drop_special(ids), skip_special_tokens=False)

