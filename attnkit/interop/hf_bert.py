@@ -24,9 +24,10 @@ The mapping (``config.json`` field -> attnkit config):
 * the pooler (``pooler.dense``) with a classifier (``classifier`` or NSP's
   ``cls.seq_relationship``) -> ``classifier.pooler`` / ``classifier.classifier``,
   ``num_labels`` = its rows, ``pooling="first"`` ([CLS]). A pooler without a
-  classifier is dropped (``num_labels=0``: attnkit's pooler belongs to its
-  classification head) and ``pooling`` is ``"mean"`` (sentence-transformers'
-  pooling for sentence embeddings; used by no attnkit head then);
+  classifier (``BertModel``) is kept as ``classifier.pooler`` of a head with no
+  labels (``num_labels=0``, ``pooler=True``), so fine-tuning a classifier
+  starts from the pretrained pooler as transformers' does; ``pooling`` is then
+  ``"mean"`` (sentence-transformers' pooling for sentence embeddings);
 * ids from the tokenizer files: ``[PAD]`` -> ``pad_id``, ``[CLS]`` ->
   ``bos_id``, ``[SEP]`` -> ``eos_id``, ``[MASK]`` -> ``mask_id``, ``[UNK]``.
 
@@ -130,10 +131,11 @@ def bert_table(keys: set[str]) -> tuple[Table, list[str], str | None]:
         rules += BERT_CLASSIFIER
     else:
         classifier = None
-        ignore += ["pooler.dense.{wb}", "classifier.{wb}", "cls.seq_relationship.{wb}"]
-        if has("pooler.dense.weight"):
-            notes.append("pooler.dense dropped: no classifier in the checkpoint (attnkit's "
-                         "pooler belongs to its classification head); num_labels=0")  # fmt: skip
+        ignore += ["classifier.{wb}", "cls.seq_relationship.{wb}"]
+        if has("pooler.dense.weight"):  # kept: fine-tuning starts from it, as in transformers
+            rules.append(BERT_CLASSIFIER[0])
+            notes.append("pooler.dense kept as the classification head's pooler (no classifier "
+                         "in the checkpoint: num_labels=0, pooler=true)")  # fmt: skip
     table = Table("attnkit's EncoderOnlyModel", tuple(rules), tuple(ignore), prefix="bert.")
     return table.tie({"mlm_head.output_proj.weight": "embed.tokens.weight"}), notes, classifier
 
@@ -188,6 +190,7 @@ def import_bert(d: HFDirectory) -> Imported:
         vocab_size=vocab,
         num_labels=num_labels,
         pooling="first" if num_labels else "mean",
+        pooler="classifier.pooler.weight" in state,
         type_vocab_size=type_vocab_size,
         pad_id=tokenizer.pad_id,
         bos_id=tokenizer.bos_id,

@@ -71,15 +71,21 @@ class MLMHead(nn.Module):
 
 
 class ClassificationHead(nn.Module):
-    """Pooled sequence ``(B, D)`` -> ``(B, num_labels)`` through BERT's tanh pooler."""
+    """Pooled sequence ``(B, D)`` -> ``(B, num_labels)`` through BERT's tanh pooler.
+
+    ``num_labels = 0``: the pooler alone (a pretrained one kept for fine-tuning);
+    it is then never called.
+    """
 
     def __init__(self, d_model: int, num_labels: int, dropout: float):
         super().__init__()
         self.pooler = nn.Linear(d_model, d_model)
         self.dropout = nn.Dropout(dropout)
-        self.classifier = nn.Linear(d_model, num_labels)
+        self.classifier = nn.Linear(d_model, num_labels) if num_labels else None
 
     def forward(self, pooled: Tensor) -> Tensor:
+        if self.classifier is None:
+            raise ValueError("this classification head has a pooler and no labels (num_labels=0)")
         scores: Tensor = self.classifier(self.dropout(torch.tanh(self.pooler(pooled))))
         return scores
 
@@ -110,7 +116,9 @@ class EncoderOnlyModel(nn.Module):
         self.mlm_head = MLMHead(c.d_model, c.vocab_size, c.activation, c.norm_eps)
         self.mlm_head.output_proj.weight = tokens.weight  # tied, as in BERT
         self.classifier = (
-            ClassificationHead(c.d_model, c.num_labels, c.dropout) if c.num_labels else None
+            ClassificationHead(c.d_model, c.num_labels, c.dropout)
+            if c.num_labels or c.pooler
+            else None
         )
         builders.init_weights(self, self.mlm_head.output_proj, tied=True, d_model=c.d_model)
 
@@ -158,7 +166,7 @@ class EncoderOnlyModel(nn.Module):
         )
         hidden = encoded.hidden
         class_logits = None
-        if classify and self.classifier is not None:
+        if classify and self.classifier is not None and self.config.num_labels:
             class_logits = self.classifier(pool(hidden, real, self.config.pooling))
         mlm_logits = None
         if mlm:

@@ -65,7 +65,10 @@ class EncoderOnlyConfig(AttentionStackConfig):
     sequence summary it reads (``"first"`` token, as BERT's [CLS], or the
     ``"mean"`` over real tokens); ``label_names`` (empty, or one per label)
     name its outputs, so a classifier's checkpoint carries its label mapping.
-    ``type_vocab_size > 0`` adds BERT's token-type (segment) embeddings, one
+    ``pooler``: the classification head's tanh pooler exists even with
+    ``num_labels = 0`` (an imported BERT's pretrained ``pooler.dense``, kept so
+    that fine-tuning starts from it, as transformers' does; with labels the
+    head always has one). ``type_vocab_size > 0`` adds BERT's token-type (segment) embeddings, one
     row per segment of a sentence pair; 0 (the default, and every checkpoint
     written before the field existed) has none.
     """
@@ -80,6 +83,7 @@ class EncoderOnlyConfig(AttentionStackConfig):
     vocab_size: int = 8001
     num_labels: int = 2
     pooling: Pooling = "first"
+    pooler: bool = False
     label_names: tuple[str, ...] = ()
     type_vocab_size: int = 0
     pad_id: int = 0

@@ -8,10 +8,11 @@ The trainer asks ``weights_for_run(run)`` once and hands the answer on:
   (``--init``, whose weights the task loaded), ``prepare`` installs the
   adapters (``attnkit.adapters.install_lora``: everything frozen, the targeted
   projections wrapped) and keeps trainable what the base checkpoint does not
-  have (a new classification head, trained in full as PEFT's
-  ``modules_to_save``). A checkpoint holds only those trainable tensors plus
-  ``adapter.json``, the base's path and SHA-256 from the run's ``init``
-  record (``attnkit.checkpoints.adapters``); a resume loads them into the
+  have and any classification head (its pooler too, when the base brought a
+  pretrained one), trained in full as PEFT's ``modules_to_save``. A
+  checkpoint holds only those trainable tensors plus ``adapter.json``, the
+  base's path and SHA-256 from the run's ``init`` record
+  (``attnkit.checkpoints.adapters``); a resume loads them into the
   re-installed adapters, whose base the task loaded again from ``--init``.
 """
 
@@ -34,6 +35,7 @@ from attnkit.checkpoints.files import MODEL_FILE
 from attnkit.checkpoints.loading import load_model_state
 from attnkit.checkpoints.safe_files import tensor_names
 from attnkit.errors import CheckpointError, ConfigError
+from attnkit.models.encoder_only import ClassificationHead
 from attnkit.training.runconfig import RunConfig
 
 
@@ -87,12 +89,17 @@ class LoRAWeights:
         self.info = AdapterInfo(config, base)
         self.trained: list[str] = []  # state-dict names of everything that trains
         self.adapted: list[str] = []  # the projections holding adapters
-        self.fresh: list[str] = []  # what the base lacks, trained in full (a new head)
+        self.fresh: list[str] = []  # a head or what the base lacks: trained in full
 
     def prepare(self, model: nn.Module) -> None:
         base_keys = tensor_names(Path(self.info.base.path) / MODEL_FILE)
         params = dict(model.named_parameters())
-        self.fresh = [name for name in params if name not in base_keys]
+        # A classification head trains in full (PEFT's modules_to_save), new or not: an
+        # imported BERT brings its pretrained pooler, which the new labels are read through.
+        heads = {f"{prefix}.{name}" for prefix, module in model.named_modules()
+                 if isinstance(module, ClassificationHead)
+                 for name, _ in module.named_parameters()}  # fmt: skip
+        self.fresh = [name for name in params if name not in base_keys or name in heads]
         self.adapted = install_lora(model, self.info.lora)
         for name in self.fresh:  # a new head: trained in full
             params[name].requires_grad_(True)

@@ -99,11 +99,20 @@ def test_hidden_states_and_sentence_embeddings_match_hf(imported, reference):
     assert cos.min().item() >= 0.99999, cos
 
 
-def test_import_record_says_what_is_approximate(imported):
+def test_import_record_says_what_is_approximate(minilm, imported):
+    from transformers import BertModel
+
     notes = " ".join(json.loads((imported / "import.json").read_text())["notes"])
-    assert "placeholder" in notes and "pooler" in notes
+    assert "placeholder" in notes and "pooler.dense kept" in notes
     assert "segment" not in notes  # token types are imported as such now
-    assert load_model(imported, "cpu").config.type_vocab_size == 2
+    model = load_model(imported, "cpu").model
+    assert model.config.type_vocab_size == 2
+    # BertModel's pretrained pooler is kept (a head with no labels) for fine-tuning
+    assert (model.config.num_labels, model.config.pooler) == (0, True)
+    reference = BertModel.from_pretrained(minilm)
+    assert torch.equal(model.classifier.pooler.weight, reference.pooler.dense.weight)
+    out = model(torch.tensor([[101, 2023, 102]]), mlm=False)
+    assert out.class_logits is None  # no labels: nothing to score
 
 
 def test_sentence_pairs_match_bert_with_token_type_ids(minilm, imported):

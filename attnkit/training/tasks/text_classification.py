@@ -131,8 +131,10 @@ class TextClassificationTask:
             head_fields=HEAD_FIELDS,
         )  # fmt: skip
         self.initial = initial
-        if initial is not None and known != names:  # other labels: a new head, whatever fits
-            state = {k: v for k, v in initial.state.items() if not k.startswith("classifier.")}
+        if initial is not None and known != names:  # other labels: new output rows; the
+            # pooler (trained, or an import's pretrained one) is kept, as transformers does
+            state = {k: v for k, v in initial.state.items()
+                     if not k.startswith("classifier.classifier.")}  # fmt: skip
             self.initial = dataclasses.replace(initial, state=state)
         max_len = run.data.max_len
         if max_len > self.model_config.max_len:

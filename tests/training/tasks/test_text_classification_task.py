@@ -95,7 +95,8 @@ def test_init_from_a_classifier_keeps_its_head_or_rebuilds_it_for_new_labels(tmp
     model = Trainer(run, task, tmp_path / "second", progress=False).model
     for name, value in initial.state.items():  # the same labels: every weight carried over
         assert torch.equal(model.state_dict()[name], value), name
-    # Other labels (a third one): a new head with the new names, the encoder carried over.
+    # Other labels (a third one): new output rows with the new names; the encoder and
+    # the trained pooler carried over (as transformers keeps the pooler).
     rows = [r.replace("neg", "meh", 1) if i % 3 == 0 else r
             for i, r in enumerate(_sentences(200, 2))]  # fmt: skip
     (tmp_path / "other").mkdir()
@@ -104,9 +105,7 @@ def test_init_from_a_classifier_keeps_its_head_or_rebuilds_it_for_new_labels(tmp
     assert task.model_config.label_names == ("meh", "neg", "pos")
     model = Trainer(other, task, tmp_path / "third", progress=False).model
     assert model.classifier.classifier.weight.shape[0] == 3
-    assert not torch.equal(
-        model.classifier.pooler.weight, initial.state["classifier.pooler.weight"]
-    )
+    assert torch.equal(model.classifier.pooler.weight, initial.state["classifier.pooler.weight"])
     assert torch.equal(model.embed.tokens.weight, initial.state["embed.tokens.weight"])
 
 
@@ -203,9 +202,10 @@ def test_real_minilm_first_token_head_is_bert_for_sequence_classification(tmp_pa
     task, model = _minilm_task(tmp_path, imported, "first")
     assert task.model_config.type_vocab_size == 2 and task.model_config.label_names == ("0", "1")
     hf = BertForSequenceClassification.from_pretrained(source, num_labels=2).eval()
-    with torch.no_grad():  # the same (fresh) head in both
-        hf.bert.pooler.dense.weight.copy_(model.classifier.pooler.weight)
-        hf.bert.pooler.dense.bias.copy_(model.classifier.pooler.bias)
+    # the pretrained pooler came with the import, as transformers loads it
+    assert torch.equal(model.classifier.pooler.weight, hf.bert.pooler.dense.weight)
+    assert torch.equal(model.classifier.pooler.bias, hf.bert.pooler.dense.bias)
+    with torch.no_grad():  # the same fresh output rows in both
         hf.classifier.weight.copy_(model.classifier.classifier.weight)
         hf.classifier.bias.copy_(model.classifier.classifier.bias)
     enc = _hf_batch(source)
