@@ -5,8 +5,8 @@ oneDNN's fp32 GEMMs trained the Multi30k model 1.3x faster than MKL's sgemm,
 but MKL won on MiniLM's short SST-2 rows; on an Intel Xeon with AMX, oneDNN's
 path trained at 0.81x MKL's (issue 25). So ``auto`` does not guess: before
 the first update it times one forward and backward pass of the first batch
-with each (``measure``): a warm-up pass, then the smaller of two timed passes,
-and keeps the faster.
+with each (``measure``): a warm-up pass, then the smaller of two timed passes
+(one when a pass takes over a second), and keeps the faster.
 
 The pass runs in eval mode (no dropout) under a forked random generator, and
 its gradients are dropped, so the run trains exactly as it would have with that
@@ -115,9 +115,11 @@ def remember(model: nn.Module, backend: Backend, root: Path | None = None) -> No
 
 
 def _timed(one_pass: Callable[[], None]) -> float:
+    start = time.perf_counter()
     one_pass()  # warm-up: oneDNN creates its primitives, the allocator its blocks
-    best = float("inf")
-    for _ in range(2):
+    # a pass of over a second (SmolLM2: ~5 s) is timed once: long enough to be steady
+    best, repeats = float("inf"), 1 if time.perf_counter() - start > 1.0 else 2
+    for _ in range(repeats):
         start = time.perf_counter()
         one_pass()
         best = min(best, time.perf_counter() - start)
