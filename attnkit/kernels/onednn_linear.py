@@ -53,10 +53,12 @@ class OneDNNLinear(torch.autograd.Function):
         grad_x = grad_w = grad_b = None
         flat_x = x.reshape(-1, x.size(-1))
         flat_g = grad_y.reshape(-1, grad_y.size(-1))
+        # Transposed views, not copies: oneDNN reads the strides (a LoRA step on SmolLM2
+        # copied every frozen weight once per backward; bench/onednn_backward.py).
         if ctx.needs_input_grad[0]:
-            grad_x = _dnnl(grad_y, weight.t().contiguous(), None)
+            grad_x = _dnnl(grad_y, weight.t(), None)
         if ctx.needs_input_grad[1]:
-            grad_w = _dnnl(flat_g.t().contiguous(), flat_x.t().contiguous(), None)
+            grad_w = _dnnl(flat_g.t(), flat_x.t(), None)
         if ctx.has_bias and ctx.needs_input_grad[2]:
             grad_b = flat_g.sum(0)
         return grad_x, grad_w, grad_b
