@@ -52,6 +52,28 @@ CASES = [
          lambda c: ["import", "--from", "hf", str(c.trained.checkpoint), "--out",
                     str(c.trained.checkpoint), "--overwrite"], 2,
          "--out", "is also an input of this command"),
+    # -- nor inside an input checkpoint (export --out CKPT/hf wrote into the checkpoint) --
+    *[Case(f"output/export-{target}-inside-the-checkpoint",
+           lambda c, target=target: ["export", "--checkpoint", str(c.checkpoint()), "--to",
+                                     target, "--out", str(c.tmp / "checkpoint" / target)], 2,
+           "--out", "lies inside the input")
+      for target in ("hf", "onnx", "ctranslate2")],
+    Case("output/export-gguf-inside-the-checkpoint",
+         lambda c: ["export", "--checkpoint", str(c.checkpoint()), "--to", "gguf",
+                    "--out", str(c.tmp / "checkpoint" / "model.gguf")], 2,
+         "--out", "lies inside the input"),
+    Case("output/export-inside-the-checkpoint-a-run-resolves-to",
+         lambda c: ["export", "--checkpoint", str(run := c.run_copy()), "--to", "hf", "--out",
+                    str(run / "checkpoints" / c.trained.checkpoint.name / "hf")], 2,
+         "--out", "lies inside the input"),
+    Case("output/average-out-inside-a-checkpoint",
+         lambda c: ["average", "--checkpoints", str(c.checkpoint()),
+                    "--out", str(c.tmp / "checkpoint" / "averaged")], 2,
+         "--out", "lies inside the input"),
+    Case("output/train-overwrite-inside-the-init-checkpoint",
+         lambda c: [*c.train()[:4], str((init := c.checkpoint()) / "finetuned"),
+                    "--init", str(init), "--overwrite"], 2,
+         "--out", "lies inside the input"),
 ]  # fmt: skip
 
 
