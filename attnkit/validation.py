@@ -9,7 +9,9 @@ Three functions cover what every config needs:
   (``train.max_step: unknown key; did you mean 'train.max_steps'?``);
 * ``check_fields(config)``: called from ``__post_init__``, checks every
   field's value against its annotation (``d_model: expected int, got str 'x'``;
-  a ``Literal`` lists its choices);
+  a ``Literal`` lists its choices; a list or tuple says the length it wants or
+  names the item at fault: ``train.betas: expected 2 values (float, float) or
+  null, got 3 values [...]``, ``train.betas[1]: expected float, got str 'x'``);
 * small range helpers (``at_least``, ``in_range``, ``require``) whose messages
   start with the field name.
 
@@ -53,7 +55,40 @@ def _describe(annotation: Any) -> str:
     if annotation is type(None):
         return "null"
     origin = typing.get_origin(annotation)
+    if origin in (tuple, list) or annotation in (tuple, list):
+        args = typing.get_args(annotation)
+        if origin is tuple and args and args[-1] is not Ellipsis:  # tuple[float, float]
+            return f"{len(args)} values ({', '.join(_describe(a) for a in args)})"
+        return f"a list of {_describe(args[0])}" if args else "a list"
     return getattr(origin or annotation, "__name__", str(annotation))
+
+
+def _item_problem(name: str, value: Any, annotation: Any) -> str | None:
+    """Why a list or tuple ``value`` does not fit a list or tuple ``annotation`` (or one
+    in a union): its length, or the first item that does not fit (named ``name[i]``)."""
+    if not isinstance(value, list | tuple):
+        return None
+    union = typing.get_origin(annotation) in (typing.Union, types.UnionType)
+    for option in typing.get_args(annotation) if union else (annotation,):
+        origin, args = typing.get_origin(option), typing.get_args(option)
+        if origin not in (tuple, list) or not args:
+            continue
+        if origin is tuple and args[-1] is not Ellipsis:
+            if len(value) != len(args):
+                return (
+                    f"{name}: expected {_describe(annotation)}, "
+                    f"got {len(value)} value{'s' * (len(value) != 1)} {list(value)!r}"
+                )
+            wanted = args
+        else:
+            wanted = (args[0],) * len(value)
+        for i, (item, want) in enumerate(zip(value, wanted)):
+            if not type_ok(item, want):
+                try:
+                    check_value(f"{name}[{i}]", item, want)
+                except ConfigError as e:
+                    return str(e)
+    return None
 
 
 def type_ok(value: Any, annotation: Any) -> bool:
@@ -117,6 +152,9 @@ def check_value(name: str, value: Any, annotation: Any) -> None:
         return
     if typing.get_origin(annotation) is Literal:
         raise ConfigError(f"{name}: expected {_describe(annotation)}; got {value!r}")
+    problem = _item_problem(name, value, annotation)
+    if problem:
+        raise ConfigError(problem)
     raise ConfigError(
         f"{name}: expected {_describe(annotation)}, got {type(value).__name__} {value!r}"
     )

@@ -44,9 +44,9 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.out)
     if out.exists() and not args.overwrite:
         raise UsageError(f"{out}: already exists; pass --overwrite to replace it")
-    # Never over a file or device, one of the inputs or a directory holding them,
-    # or a run that is training (its lock is held).
-    target = check_replaceable_dir(out, overwrite=args.overwrite, inputs=dirs)
+    # Never over a file or device, one of the inputs, a directory holding them or inside
+    # one (--run R --out R/averaged is beside them), or a run that is training (its lock).
+    target = check_replaceable_dir(out, overwrite=args.overwrite, inputs=dirs, checkpoints=dirs)
     averaged = average_checkpoints(dirs)
     newest = load_checkpoint(dirs[-1], load_optimizer=False)
     save_checkpoint(

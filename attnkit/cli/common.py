@@ -139,6 +139,7 @@ def check_out_dir(
     resume: bool = False,
     overwrite: bool = False,
     inputs: Sequence[str | Path] = (),
+    checkpoints: Sequence[str | Path] = (),
     resumable: bool = True,
 ) -> None:
     """Raise ``UsageError`` unless ``open_run_dir`` may use ``out``; changes nothing.
@@ -149,13 +150,15 @@ def check_out_dir(
     (``resumable=False``: the command has no ``--resume`` to suggest). The
     output-path policy (``attnkit.outputs``) applies: ``out`` must be a
     directory or new, and with ``--overwrite`` must not hold one of ``inputs``
-    (the config, the data), which emptying it would delete.
+    (the config, the data), which emptying it would delete; a new run must not
+    lie inside one of ``checkpoints`` (``--init``'s).
     """
     from attnkit.outputs import check_output_dir
 
     if resume and overwrite:
         raise UsageError("--resume and --overwrite: choose one")
-    check_output_dir(out, option="--out", inputs=inputs if overwrite else ())
+    check_output_dir(out, option="--out", inputs=inputs if overwrite else (),
+                     checkpoints=() if resume else checkpoints)  # fmt: skip
     if resume:
         from attnkit.checkpoints.rundir import latest_checkpoint
 
@@ -194,6 +197,7 @@ def open_run_dir(
     resume: bool = False,
     overwrite: bool = False,
     inputs: Sequence[str | Path] = (),
+    checkpoints: Sequence[str | Path] = (),
     lock: RunLock | None = None,
     resumable: bool = True,
 ) -> RunLock:
@@ -207,7 +211,8 @@ def open_run_dir(
     from attnkit.outputs import RunLock
     from attnkit.outputs.runlock import LOCK_FILE
 
-    check_out_dir(out, resume=resume, overwrite=overwrite, inputs=inputs, resumable=resumable)
+    check_out_dir(out, resume=resume, overwrite=overwrite, inputs=inputs,
+                  checkpoints=checkpoints, resumable=resumable)  # fmt: skip
     if lock is None:
         out.mkdir(parents=True, exist_ok=True)
         lock = RunLock(out).acquire()

@@ -96,14 +96,15 @@ def run(args: argparse.Namespace) -> int:
 
     out = Path(args.out)
     options = _options(args)
-    inputs = [*checkpoint_inputs(args.checkpoint), *([args.metrics] if args.metrics else [])]
+    checkpoints = checkpoint_inputs(args.checkpoint)  # nothing written inside: --out CKPT/hf
+    inputs = [*checkpoints, *([args.metrics] if args.metrics else [])]
     if args.to in FILE_TARGETS:
-        check_output_file(out, option="--out", inputs=inputs)
+        check_output_file(out, option="--out", inputs=inputs, checkpoints=checkpoints)
         if out.exists() and not args.overwrite:
             raise UsageError(f"--out {out}: already exists; pass --overwrite to replace it")
         options["inputs"] = tuple(inputs)
     else:
-        check_replaceable_dir(out, overwrite=args.overwrite, inputs=inputs)
+        check_replaceable_dir(out, overwrite=args.overwrite, inputs=inputs, checkpoints=checkpoints)
     loaded = load_model(args.checkpoint, "cpu")
     module, _, name = EXPORTERS[args.to].partition(":")
     exporter = getattr(importlib.import_module(module), name)

@@ -37,6 +37,7 @@ def run(args: argparse.Namespace) -> int:
     from attnkit.checkpoints.files import load_checkpoint, save_checkpoint
     from attnkit.checkpoints.loading import load_model
     from attnkit.checkpoints.rundir import resolve_checkpoint
+    from attnkit.cli.common import checkpoint_inputs
 
     source = resolve_checkpoint(args.checkpoint)
     info = read_adapter_info(source)
@@ -46,10 +47,12 @@ def run(args: argparse.Namespace) -> int:
         )
     base = Path(args.base) if args.base else Path(info.base.path)
     # The output-path policy: never over a file or device, an input or a directory
-    # holding one, a locked run; an existing directory only with --overwrite.
+    # holding one, a locked run; an existing directory only with --overwrite; nothing
+    # inside the adapters' checkpoint or the base's (inside the adapters' run is fine).
     target = check_replaceable_dir(
-        args.out, overwrite=args.overwrite, inputs=[args.checkpoint, source, base]
-    )
+        args.out, overwrite=args.overwrite, inputs=[args.checkpoint, source, base],
+        checkpoints=[source, *(checkpoint_inputs(base) or [base])],
+    )  # fmt: skip
     loaded = load_model(source, "cpu", base=args.base)
     saved = load_checkpoint(source, load_optimizer=False)
     lora = info.lora

@@ -46,6 +46,7 @@ from attnkit.cli.common import (
     add_set_argument,
     check_out_dir,
     check_training_fits,
+    checkpoint_inputs,
     lock_run_dir,
     open_run_dir,
 )
@@ -91,11 +92,14 @@ def run(args: argparse.Namespace, *, callbacks: Sequence = ()) -> int:
     run_config = load_run_config(args.config, overrides)
     name = Path(args.config).stem if args.config else "run"
     out = Path(args.out or Path("runs") / name)
-    # --overwrite empties OUT: it must not hold the config, the data or --init's checkpoint.
+    # --overwrite empties OUT: it must not hold the config, the data or --init's checkpoint;
+    # a new run is not written inside that checkpoint (beside it in its run is fine).
     inputs = [p for p in (args.config, run_config.data.dir, args.init) if p]
+    checkpoints = checkpoint_inputs(args.init) if args.init else []
     dist = init_distributed(args.device)  # under torchrun: join the group, one device per rank
     # Check everything (out dir, data, tokenizer, model) before touching the disk.
-    check_out_dir(out, resume=args.resume, overwrite=args.overwrite, inputs=inputs)
+    check_out_dir(out, resume=args.resume, overwrite=args.overwrite, inputs=inputs,
+                  checkpoints=checkpoints)  # fmt: skip
     # Rank 0 holds OUT's lock for the whole run, taken before anything in OUT changes.
     lock = dist.on_main(lock_run_dir, out)
     try:
@@ -119,7 +123,7 @@ def run(args: argparse.Namespace, *, callbacks: Sequence = ()) -> int:
         )
         lock = dist.on_main(
             open_run_dir, out, resume=args.resume, overwrite=args.overwrite, inputs=inputs,
-            lock=lock,
+            checkpoints=checkpoints, lock=lock,
         )  # fmt: skip
         if args.resume and trainer.resume() and dist.is_main:
             print(f"resuming {out} from step {trainer.step}")

@@ -12,9 +12,11 @@ environment with ``trim_blocks``/``lstrip_blocks``, ``raise_exception`` and
 a ``tojson`` filter that does not escape HTML. Templates are untrusted text
 (they come inside a GGUF file or a ``tokenizer_config.json``): the sandbox
 keeps them from reaching Python internals, and sizes are bounded
-(``MAX_TEXT`` characters): ``*`` and ``+`` whose result would be larger, and a
-rendering that writes more, are refused with one line before the memory is
-taken (``{{ 'x' * 10**10 }}`` would otherwise ask for 10 GB).
+(``MAX_TEXT`` characters, ``attnkit.data.chat_bounds``): an operator
+(``*``, ``+``, ``~``, ``%``, ...), filter or method whose result would be
+larger, and a rendering that writes more, are refused with one line before
+the memory is taken (``{{ 'x' * 10**10 }}`` would otherwise ask for 10 GB).
+Whatever else a template raises (``{{ 1 / 0 }}``) is one line too.
 
 A message is ``{"role": str, "content": str}`` (roles as the template knows
 them: ``system``, ``user``, ``assistant``). ``check_messages`` names the
@@ -30,7 +32,6 @@ from typing import Any, Protocol
 from attnkit.errors import DataError
 
 Message = Mapping[str, str]
-MAX_TEXT = 1 << 24  # characters (or items) a template may build or write: 16M
 
 
 class ChatTokenizer(Protocol):
@@ -49,27 +50,10 @@ def _tojson(x: Any, ensure_ascii: bool = False, indent: int | None = None,
                       sort_keys=sort_keys)  # fmt: skip
 
 
-def _size(value: Any) -> int:
-    return len(value) if isinstance(value, str | bytes | list | tuple) else 0
-
-
-def _bounded_binop(left: Any, right: Any, op: str) -> None:
-    """Refuse ``*``, ``**`` and ``+`` whose result would be past ``MAX_TEXT``."""
+def _reason(e: Exception) -> str:
     import jinja2
 
-    too_big = False
-    if op == "*":
-        for seq, n in ((left, right), (right, left)):
-            if _size(seq) and isinstance(n, int) and _size(seq) * n > MAX_TEXT:
-                too_big = True
-    elif op == "+":
-        too_big = _size(left) + _size(right) > MAX_TEXT
-    elif op == "**":
-        too_big = isinstance(left, int | float) and isinstance(right, int) and abs(right) > 4096
-    if too_big:
-        raise jinja2.exceptions.TemplateError(
-            f"builds a value larger than the limit ({MAX_TEXT} characters) with {op!r}"
-        )
+    return str(e) if isinstance(e, jinja2.exceptions.TemplateError) else f"{type(e).__name__}: {e}"
 
 
 def _raise_exception(message: str) -> None:
@@ -88,32 +72,29 @@ class ChatTemplate:
 
     def __init__(self, source: str, *, bos_token: str = "", eos_token: str = "") -> None:
         try:
-            import jinja2
             from jinja2.ext import loopcontrols
-            from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+            from attnkit.data.chat_bounds import BoundedEnvironment
         except ImportError as e:  # pragma: no cover - jinja2 comes with the train extra
             raise DataError("chat templates need jinja2: pip install 'attnkit[train]'") from e
 
-        class Bounded(ImmutableSandboxedEnvironment):
-            intercepted_binops = frozenset({"*", "**", "+"})
-
-            def call_binop(self, context: Any, operator: str, left: Any, right: Any) -> Any:
-                _bounded_binop(left, right, operator)
-                return super().call_binop(context, operator, left, right)
-
-        env = Bounded(trim_blocks=True, lstrip_blocks=True, extensions=[loopcontrols])
-        env.filters["tojson"] = _tojson
+        env = BoundedEnvironment(
+            trim_blocks=True, lstrip_blocks=True, extensions=[loopcontrols],
+            filters={"tojson": _tojson},
+        )  # fmt: skip
         env.globals["raise_exception"] = _raise_exception
         try:
             self._template = env.from_string(source)
-        except jinja2.exceptions.TemplateError as e:
-            raise DataError(f"chat template: not a valid Jinja template ({e})") from None
+        except Exception as e:  # a syntax error, or a source nested past the parser's recursion
+            raise DataError(f"chat template: not a valid Jinja template ({_reason(e)})") from None
         self.source = source
         self.bos_token, self.eos_token = bos_token, eos_token
 
     def render(self, messages: Sequence[Message], *, add_generation_prompt: bool = False) -> str:
         """The conversation as the model's text; ``DataError`` for what the template refuses."""
         import jinja2
+
+        from attnkit.data.chat_bounds import MAX_TEXT
 
         pieces, written = [], 0
         try:
@@ -128,10 +109,11 @@ class ChatTemplate:
                     raise jinja2.exceptions.TemplateError(
                         f"writes more than the limit ({MAX_TEXT} characters)"
                     )
-                pieces.append(piece)
+                if piece:  # (ten billion empty pieces would be 80 GB of list)
+                    pieces.append(piece)
             return "".join(pieces)
-        except jinja2.exceptions.TemplateError as e:
-            raise DataError(f"chat template: {e}") from None
+        except Exception as e:  # what the template raises or runs into (1 / 0, a bad type)
+            raise DataError(f"chat template: {_reason(e)}") from None
 
 
 def chat_template_of(tokenizer: Any) -> ChatTemplate:

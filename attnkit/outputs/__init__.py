@@ -12,9 +12,14 @@ Principle 15 (every output path is owned). The rules, the same for every command
   or a link to something that is not a regular file (or directory) is refused.
 * **Never an input.** An output that is one of the command's inputs
   (``evaluate --hyp-out`` naming ``--src``), a file inside an input directory
-  (a checkpoint's ``model.safetensors``), or a directory to be replaced that
-  holds an input, is refused (compared with ``os.path.samefile`` and resolved
-  paths, so ``./a``, ``a`` and a link to ``a`` are the same file).
+  (a checkpoint's ``model.safetensors``), anything inside an input model
+  directory (``export --out CKPT/hf``; the command names its checkpoints:
+  ``checkpoints=``), or a directory to be replaced that holds an input, is
+  refused (compared with ``os.path.samefile`` and resolved paths, so ``./a``,
+  ``a`` and a link to ``a`` are the same file). A checkpoint given as its run
+  directory is the checkpoint it resolves to, so ``average --run R --out
+  R/averaged`` writes beside the run's checkpoints, not inside one; a run may
+  lie under its data directory.
 * **Missing parent directories are created** (as ``mkdir -p`` would), but only
   when the output is written; before that the nearest existing ancestor must be a
   directory this process may write into, else the refusal names the path. On a

@@ -176,10 +176,11 @@ def check_replaceable_dir(
     overwrite: bool = False,
     option: str = "--out",
     inputs: Iterable[PathLike] = (),
+    checkpoints: Iterable[PathLike] = (),
 ) -> Path:
     """``check_output_dir``, and a non-empty ``out`` only with ``overwrite``, never a locked
     run directory. Returns the real path; changes nothing."""
-    target = check_output_dir(out, option=option, inputs=inputs)
+    target = check_output_dir(out, option=option, inputs=inputs, checkpoints=checkpoints)
     if target.is_dir() and any(target.iterdir()) and not overwrite:
         raise UsageError(
             f"{label(option, out)}: already exists and is not empty; pass --overwrite to replace it"

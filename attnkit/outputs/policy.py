@@ -118,8 +118,21 @@ def _inside(path: Path, directory: Path) -> bool:
     return real == root or root in real.parents
 
 
-def _check_inputs(target: Path, inputs: Iterable[PathLike], option: str, *, directory: bool):
+def _check_inputs(
+    target: Path,
+    inputs: Iterable[PathLike],
+    option: str,
+    *,
+    directory: bool,
+    checkpoints: Iterable[PathLike] = (),
+) -> None:
     where = label(option, target)
+    for checkpoint in map(Path, checkpoints):  # nothing written in it (export --out CKPT/hf)
+        if not checkpoint.is_dir() or not _inside(target, checkpoint):
+            continue
+        if _same(target, checkpoint):
+            raise UsageError(f"{where}: is also an input of this command; write somewhere else")
+        raise UsageError(f"{where}: lies inside the input {checkpoint}; write somewhere else")
     for given in inputs:
         source = Path(given)
         if not source.exists():
@@ -135,25 +148,48 @@ def _check_inputs(target: Path, inputs: Iterable[PathLike], option: str, *, dire
             )
 
 
-def check_output_file(path: PathLike, *, option: str = "", inputs: Iterable[PathLike] = ()) -> Path:
+def check_output_file(
+    path: PathLike,
+    *,
+    option: str = "",
+    inputs: Iterable[PathLike] = (),
+    checkpoints: Iterable[PathLike] = (),
+) -> Path:
     """Check that ``path`` may be written as a file; returns the path to write (links followed).
 
     ``option`` (``--hyp-out``) names the path in errors; ``inputs`` are the
-    files and directories the command reads. Changes nothing on disk.
+    files and directories the command reads, ``checkpoints`` the model
+    directories among them (see ``check_output_dir``). Changes nothing on disk.
     """
-    return _check(path, option, inputs, directory=False)
+    return _check(path, option, inputs, checkpoints, directory=False)
 
 
-def check_output_dir(path: PathLike, *, option: str = "", inputs: Iterable[PathLike] = ()) -> Path:
+def check_output_dir(
+    path: PathLike,
+    *,
+    option: str = "",
+    inputs: Iterable[PathLike] = (),
+    checkpoints: Iterable[PathLike] = (),
+) -> Path:
     """Check that ``path`` may be created or replaced as a directory; returns the real path.
 
     Whether an existing, non-empty directory may be replaced (``--overwrite``)
     is the command's decision; this checks the kind, the inputs and the parent.
+    ``checkpoints`` are input model directories (a checkpoint, a Hugging Face
+    model): an output may not be one, hold one, or lie inside one. An output
+    directory may lie inside other input directories (a run under the data).
     """
-    return _check(path, option, inputs, directory=True)
+    return _check(path, option, inputs, checkpoints, directory=True)
 
 
-def _check(path: PathLike, option: str, inputs: Iterable[PathLike], *, directory: bool) -> Path:
+def _check(
+    path: PathLike,
+    option: str,
+    inputs: Iterable[PathLike],
+    checkpoints: Iterable[PathLike],
+    *,
+    directory: bool,
+) -> Path:
     if not os.fspath(path):
         raise UsageError(f"{option or 'output'}: empty path")
     given = Path(path)
@@ -166,6 +202,6 @@ def _check(path: PathLike, option: str, inputs: Iterable[PathLike], *, directory
             f"{label(option, target)}: is {kind_of(st.st_mode)}{link}, not {kind}; attnkit "
             f"replaces only {'directories' if directory else 'regular files'} here"
         )
-    _check_inputs(target, inputs, option, directory=directory)
+    _check_inputs(target, inputs, option, directory=directory, checkpoints=checkpoints)
     _check_parent(target, option)
     return target

@@ -53,8 +53,9 @@ def test_merge_takes_a_moved_base_and_refuses_what_it_cannot_do(tmp_path, capsys
 
 def test_merge_out_follows_the_output_path_policy(tmp_path, capsys):
     """--out (even with --overwrite) never replaces a device, a file or a link loop with a
-    directory: merge once swapped a character device for its checkpoint directory."""
-    _, lora, _ = lora_run(tmp_path)
+    directory: merge once swapped a character device for its checkpoint directory; nor
+    writes inside the adapters' checkpoint or the base's."""
+    base, lora, _ = lora_run(tmp_path)
     device = tmp_path / "device"
     os.mknod(device, 0o666 | stat.S_IFCHR, os.makedev(1, 3))  # like /dev/null (CI is root)
     file = tmp_path / "notes.txt"
@@ -65,13 +66,16 @@ def test_merge_out_follows_the_output_path_policy(tmp_path, capsys):
     cases = [(device, "is a character device, not a directory"),
              (file, "is a regular file, not a directory"),
              (loop, "symbolic link that cannot be followed"),
-             (lora.parent, "holds the input")]  # fmt: skip
+             (lora.parent, "holds the input"),
+             (lora / "merged", f"lies inside the input {lora}"),
+             (base / "merged", f"lies inside the input {base}")]  # fmt: skip
     for out, message in cases:
-        before = sorted(p.name for p in tmp_path.iterdir())
+        before = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*"))
         code = main(["merge", "--checkpoint", str(lora), "--out", str(out), "--overwrite"])
         err = capsys.readouterr().err
         assert code == 2 and err.count("\n") == 1 and message in err, err
-        assert sorted(p.name for p in tmp_path.iterdir()) == before  # no .old-* left either
+        after = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*"))
+        assert after == before  # nothing written, no .old-* left either
     assert stat.S_ISCHR(device.lstat().st_mode) and file.read_text() == "mine\n"
 
 

@@ -98,6 +98,22 @@ def test_a_file_inside_an_input_directory_is_refused(tmp_path):
     assert check_output_file(tmp_path / "beside.txt", inputs=[checkpoint])
 
 
+def test_nothing_is_written_inside_an_input_checkpoint(tmp_path):
+    """export --to hf --out CKPT/hf wrote into the checkpoint it read."""
+    checkpoint = tmp_path / "run" / "checkpoints" / "step_1"
+    checkpoint.mkdir(parents=True)
+    (tmp_path / "link").symlink_to(checkpoint)
+    for out in (checkpoint / "hf", checkpoint / "new" / "deeper", tmp_path / "link" / "hf"):
+        for check in (check_output_dir, check_output_file):
+            message = _refused(check, out, checkpoints=[checkpoint])
+            assert f"lies inside the input {checkpoint}" in message
+    assert "is also an input" in _refused(check_output_dir, checkpoint, checkpoints=[checkpoint])
+    # Beside it in its run is fine, and so is a run under an input that is not a model
+    # (the data directory).
+    assert check_output_dir(tmp_path / "run" / "hf", checkpoints=[checkpoint])
+    assert check_output_dir(tmp_path / "run" / "new", inputs=[tmp_path / "run"])
+
+
 def test_a_directory_holding_an_input_is_refused(tmp_path):
     run = tmp_path / "run"
     (run / "checkpoints" / "step_1").mkdir(parents=True)

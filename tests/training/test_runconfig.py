@@ -76,3 +76,37 @@ def test_a_config_nested_thousands_deep_is_one_config_error(tmp_path):
         load_run_config(deep)
     with pytest.raises(ConfigError, match="--set model.x: value nested too deeply"):
         load_run_config(None, ["model.x=" + "[" * 3000 + "]" * 3000])
+
+
+@pytest.mark.parametrize(
+    "override,message",
+    [
+        ("train.betas=[0.9, 0.98, 0.5]",
+         "train.betas: expected 2 values (float, float) or null, got 3 values [0.9, 0.98, 0.5]"),
+        ("train.betas=[0.9]", "train.betas: expected 2 values (float, float) or null, got 1 value"),
+        ("train.betas=[0.9, high]", "train.betas[1]: expected float, got str 'high'"),
+        ("train.betas=0.9", "train.betas: expected 2 values (float, float) or null, got float"),
+    ],
+)  # fmt: skip
+def test_a_list_of_the_wrong_length_or_item_says_which(override, message):
+    """Not "expected tuple, got tuple": the length wanted and given, or the item at fault."""
+    with pytest.raises(ConfigError) as e:
+        RunConfig.from_dict(apply_overrides({}, [override]))
+    assert str(e.value).startswith(message), str(e.value)
+    assert "tuple" not in str(e.value)
+
+
+def test_nested_and_literal_items_are_named_by_index():
+    from typing import Literal
+
+    from attnkit.validation import check_value
+
+    cases = [
+        (tuple[Literal["q", "v"], ...], ("q", "x"), "x[1]: expected one of q, v; got 'x'"),
+        (tuple[tuple[int, int], ...], ((1, 2), (3,)), "x[1]: expected 2 values (int, int), got 1"),
+        (list[str], "abc", "x: expected a list of str, got str 'abc'"),
+    ]
+    for annotation, value, message in cases:
+        with pytest.raises(ConfigError) as e:
+            check_value("x", value, annotation)
+        assert str(e.value).startswith(message), str(e.value)
