@@ -194,11 +194,12 @@ def initial_for_run(run_config: Any, out: Path, *, init: str | None, resume: boo
 
 
 def _fresh_note(model: Any, initial: Any) -> str:
-    """``"; freshly initialised: classifier"``: the modules the checkpoint did not supply."""
+    """``"; freshly initialised: classifier.classifier"``: the modules (not their
+    parents: an imported BERT supplies the pooler of the head) the checkpoint did not supply."""
     from attnkit.adapters import base_name
 
     state = initial.state
     named = ((base_name(name), t) for name, t in model.state_dict().items())  # LoRA: the base's
-    fresh = sorted({name.split(".")[0] for name, t in named if name is not None
+    fresh = sorted({name.rsplit(".", 1)[0] for name, t in named if name is not None
                     and (name not in state or state[name].shape != t.shape)})  # fmt: skip
     return f"; freshly initialised: {', '.join(fresh)}" if fresh else ""
