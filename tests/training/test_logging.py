@@ -65,7 +65,7 @@ def test_only_rank_0_logs(tmp_path):
 def test_an_unknown_sink_is_refused_by_name():
     from attnkit.training.runconfig import RunConfig
 
-    with pytest.raises(ConfigError, match=r"^train.log_to: expected"):
+    with pytest.raises(ConfigError, match=r"^train\.log_to\[1\]: expected one of jsonl, tensorb"):
         RunConfig.from_dict({"train": {"log_to": ["jsonl", "wandb"]}})
     assert RunConfig.from_dict({"train": {"log_to": ["jsonl", "tensorboard"]}}).train.log_to == (
         "jsonl",
