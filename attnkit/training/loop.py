@@ -169,7 +169,12 @@ class Trainer:
         for i in range(self.cfg.grad_accum):
             batch, real = self.task.next_batch()
             if self._time_matmul:  # train.cpu_matmul auto, first batch of a new model here
-                self._choose_matmul(batch)
+
+                def one_pass(b: Any = batch) -> None:
+                    self.task.loss(model, b).loss.backward()
+
+                self.matmul_note = matmul_choice.choose(self.model, one_pass)
+                self._time_matmul = False
             # DDP all-reduces the gradients once, in the last micro-batch's backward.
             last = i == self.cfg.grad_accum - 1
             with nullcontext() if last or not ddp else model.no_sync():  # type: ignore[operator]
@@ -231,16 +236,6 @@ class Trainer:
             "skipped": skipped,
             "metrics": metrics,
         }
-
-    def _choose_matmul(self, batch: Any) -> None:
-        """Time this batch's forward and backward on MKL and oneDNN; keep the faster."""
-
-        def one_pass() -> None:
-            self.task.loss(self._train_model, batch).loss.backward()
-
-        choice = matmul_choice.measure(self.model, one_pass)
-        matmul_choice.remember(self.model, choice.backend)
-        self._time_matmul, self.matmul_note = False, choice.describe()
 
     def _check_nonfinite(self, what: str) -> None:
         """Warn about a skipped update, or stop once too many were skipped in a row."""

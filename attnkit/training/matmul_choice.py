@@ -167,3 +167,10 @@ def measure(model: nn.Module, one_pass: Callable[[], None]) -> MatmulChoice:
     if backend == "mkl":
         onednn_linear.use_plain_linear(model)
     return MatmulChoice(backend, mkl / dnnl, time.perf_counter() - start)
+
+
+def choose(model: nn.Module, one_pass: Callable[[], None]) -> str:
+    """``measure``, keep the choice for the next run of this model here; the note to print."""
+    choice = measure(model, one_pass)
+    remember(model, choice.backend)
+    return choice.describe()
