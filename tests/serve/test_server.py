@@ -201,10 +201,13 @@ def test_abandoned_translations_are_dropped_and_a_small_request_answers_at_once(
     # Decoding the 12 abandoned requests would take ~12 x one_large; at most one had begun.
     assert small < 2.0 + 1.5 * one_large, (small, one_large)
     after = _health(url)
-    gone = (after["dropped_queued"] - before["dropped_queued"]) + (
-        after["cancelled_running"] - before["cancelled_running"]
-    )
-    assert gone == 12, (before, after)
+    cancelled = after["cancelled_running"] - before["cancelled_running"]
+    gone = after["dropped_queued"] - before["dropped_queued"] + cancelled
+    # One large request can take less than the 0.3 s before the hang-up (CI measured it):
+    # it finished and was answered, neither dropped nor cancelled. Every one is accounted
+    # for, and at most two ran to the end.
+    finished = after["batched_requests"] - before["batched_requests"] - 1 - cancelled
+    assert gone + finished == 12 and finished <= 2, (before, after)
 
 
 def test_abandoned_generations_are_dropped_and_a_small_request_answers_at_once(served_lm):
