@@ -81,22 +81,25 @@ def add_precision_argument(parser: argparse.ArgumentParser) -> None:
         "--precision",
         default="fp32",
         choices=("fp32", "bf16", "int8", "int8w"),
-        help="CPU inference weights: fp32 (default; oneDNN-packed, same results to float "
-        "rounding), bf16 (AVX512-BF16 GEMMs), int8 (per-channel weights, dynamic "
+        help="CPU inference weights: fp32 (default; oneDNN-packed or plain MKL linears, "
+        "whichever this machine runs faster: timed once per model, then cached), "
+        "bf16 (AVX512-BF16 GEMMs), int8 (per-channel weights, dynamic "
         "activations; fastest, smallest; inaccurate on Llama-type models, whose activations "
         "have outliers), int8w (int8 weights, bf16 activations: small and accurate on those "
         "models). bf16/int8/int8w change results: see the README",
     )
 
 
-def apply_precision(model: Any, precision: str, *, path: str = "fast") -> Any:
+def apply_precision(model: Any, precision: str, *, path: str = "fast", rows: int = 32) -> Any:
     """``model`` converted for ``--precision`` in place (``attnkit.quantize``); returns it.
 
-    fp32 packs the weights on the fast CPU path only: ``--no-fast`` (the
-    reference path) and ``--compile`` keep the plain ``nn.Linear`` modules.
-    On a GPU only fp32 exists (the packed and int8 kernels are CPU kernels).
+    fp32 on the fast CPU path packs the weights for oneDNN where that is the
+    faster on this machine (``attnkit.quantize.fp32_choice``, timed once at
+    ``rows`` rows per product, then cached); ``--no-fast`` (the reference path)
+    and ``--compile`` keep the plain ``nn.Linear`` modules. On a GPU only fp32
+    exists (the packed and int8 kernels are CPU kernels).
     """
-    from attnkit.quantize import quantize_model
+    from attnkit.quantize import fp32_choice, quantize_model
 
     on_cpu = all(p.device.type == "cpu" for p in model.parameters())
     if not on_cpu:
@@ -107,6 +110,8 @@ def apply_precision(model: Any, precision: str, *, path: str = "fast") -> Any:
         return model
     if path == "compiled":
         raise UsageError(f"--precision {precision}: not with --compile (use one or the other)")
+    if precision == "fp32":
+        return quantize_model(model, "fp32", pack_fp32=fp32_choice.choose(model, rows).packed)
     return quantize_model(model, precision)
 
 

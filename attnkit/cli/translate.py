@@ -107,7 +107,9 @@ def stepper_from_args(model, args: argparse.Namespace):
     if args.compile and not isinstance(model, SupportsStaticCache):
         raise UsageError("--compile: only Transformer checkpoints have a compiled decode step")
     path = decode_path(args)
-    return stepper_for(apply_precision(model, args.precision, path=path), path)
+    # a decode step's products: beam rows for each of a few sentences still decoding
+    rows = max(1, getattr(args, "beam", 1)) * 8
+    return stepper_for(apply_precision(model, args.precision, path=path, rows=rows), path)
 
 
 def engine_from_args(args: argparse.Namespace, command: str, loaded: Any = None) -> Any:

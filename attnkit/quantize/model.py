@@ -99,12 +99,36 @@ def _identity(x: Tensor) -> Tensor:
     return x
 
 
+def convertible_linears(model: nn.Module) -> list[nn.Linear]:
+    """The ``nn.Linear`` modules ``quantize_model`` converts, in module order, each once.
+
+    Routers and the small matrices of a learned attention score stay float: they
+    decide rather than transform.
+    """
+    keep_float = {
+        id(m)
+        for owner in model.modules()
+        if isinstance(owner, Score | MoEFeedForward)
+        for m in (owner.modules() if isinstance(owner, Score) else [owner.router])
+    }
+    seen: set[int] = set()
+    found: list[nn.Linear] = []
+    for module in model.modules():
+        if type(module) is nn.Linear and id(module) not in keep_float | seen:
+            seen.add(id(module))
+            found.append(module)
+    return found
+
+
 @torch.no_grad()
-def quantize_model(model: nn.Module, precision: str) -> nn.Module:
+def quantize_model(model: nn.Module, precision: str, *, pack_fp32: bool = True) -> nn.Module:
     """Convert ``model``'s linears (and embeddings for bf16/int8) in place; returns it in eval mode.
 
     Works on every family (``attnkit.models.FAMILIES``): whatever is an
-    ``nn.Linear`` is converted, except routers and score matrices.
+    ``nn.Linear`` is converted, except routers and score matrices
+    (``convertible_linears``). ``pack_fp32=False`` (fp32 only) keeps the plain
+    linears (MKL's sgemm), for a machine where they are the faster
+    (``attnkit.quantize.fp32_choice``); the decode backend is set either way.
 
     Raises ``ValueError`` naming ``precision`` for an unknown one, and for a
     model on a non-CPU device (the kernels are CPU kernels).
@@ -114,26 +138,27 @@ def quantize_model(model: nn.Module, precision: str) -> nn.Module:
     if any(p.device.type != "cpu" for p in model.parameters()):
         raise ValueError("precision: these kernels run on the CPU; load the model there")
     model.eval()
-    keep_float = {
-        id(m)
-        for owner in model.modules()
-        if isinstance(owner, Score | MoEFeedForward)
-        for m in (owner.modules() if isinstance(owner, Score) else [owner.router])
-    }
+    if precision != "fp32" or pack_fp32:
+        _convert_linears(model, precision)
+    if precision != "fp32":
+        _quantize_embeddings(model, precision)
+    use_backend(model, OneQueryDecode())  # a CPU inference model: decode steps as GEMVs
+    return model
+
+
+def _convert_linears(model: nn.Module, precision: str) -> None:
+    converted = {id(m) for m in convertible_linears(model)}
     for module in list(model.modules()):
-        if isinstance(module, FeedForward) and module.activation is nn.functional.relu:
+        if (isinstance(module, FeedForward) and module.activation is nn.functional.relu
+                and id(module.w1) in converted):  # fmt: skip
             # ReLU fused into the first GEMM (the activation becomes a no-op).
             module.w1 = _linear(module.w1, precision, "relu")  # type: ignore[assignment]
             module.activation = _identity
         if isinstance(module, TokenEmbedding):
             continue
         for name, child in list(module.named_children()):
-            if type(child) is nn.Linear and id(child) not in keep_float:
+            if type(child) is nn.Linear and id(child) in converted:
                 setattr(module, name, _linear(child, precision))
-    if precision != "fp32":
-        _quantize_embeddings(model, precision)
-    use_backend(model, OneQueryDecode())  # a CPU inference model: decode steps as GEMVs
-    return model
 
 
 def _quantize_embeddings(model: nn.Module, precision: str) -> None:

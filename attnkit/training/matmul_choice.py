@@ -20,9 +20,6 @@ reads it instead of measuring. A cache that cannot be written is not an error.
 
 from __future__ import annotations
 
-import hashlib
-import json
-import platform
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -31,10 +28,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from attnkit.data.cache import default_root
-from attnkit.errors import AttnkitError
 from attnkit.kernels import onednn_linear
-from attnkit.outputs.atomic import atomic_file
+from attnkit.kernels.machine_choice import ChoiceCache, best_time, machine_key
 
 CACHE_FILE = "cpu_matmul.json"
 Backend = str  # "onednn" | "mkl"
@@ -62,68 +57,28 @@ class MatmulChoice:
                 f"{self.seconds:.1f} s)")  # fmt: skip
 
 
-def cpu_name() -> str:
-    """The CPU's model name (``/proc/cpuinfo``'s, else ``platform.processor()``)."""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
+_CACHE = ChoiceCache(CACHE_FILE, ("onednn", "mkl"))
 
 
 def model_key(model: nn.Module) -> str:
     """A key for this model's products on this machine (see the module doc)."""
-    digest = hashlib.sha256()
-    digest.update(f"{cpu_name()}|{torch.__version__}|{torch.get_num_threads()}".encode())
-    for name, p in model.named_parameters():
-        digest.update(f"|{name}:{tuple(p.shape)}:{p.requires_grad}".encode())
-    return digest.hexdigest()[:32]
+    return machine_key(
+        f"{name}:{tuple(p.shape)}:{p.requires_grad}" for name, p in model.named_parameters()
+    )
 
 
-def _cache_path(root: Path | None) -> Path:
-    return (root if root is not None else default_root()) / CACHE_FILE
-
-
-def _read(path: Path) -> dict[str, str]:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    if not isinstance(data, dict):
-        return {}
-    return {str(k): v for k, v in data.items() if v in ("onednn", "mkl")}
+def _cache(root: Path | None) -> ChoiceCache:
+    return _CACHE if root is None else ChoiceCache(CACHE_FILE, _CACHE.allowed, root)
 
 
 def cached(model: nn.Module, root: Path | None = None) -> Backend | None:
     """The backend chosen before for this model on this machine, or ``None``."""
-    return _read(_cache_path(root)).get(model_key(model))
+    return _cache(root).get(model_key(model))
 
 
 def remember(model: nn.Module, backend: Backend, root: Path | None = None) -> None:
     """Keep ``backend`` for this model on this machine (best effort: never raises)."""
-    path = _cache_path(root)
-    entries = _read(path)
-    entries[model_key(model)] = backend
-    try:
-        with atomic_file(path, option="cpu_matmul cache") as tmp:
-            tmp.write_text(json.dumps(entries, indent=1, sort_keys=True), encoding="utf-8")
-    except (AttnkitError, OSError):  # a path we may not write: measured again next time
-        pass
-
-
-def _timed(one_pass: Callable[[], None]) -> float:
-    start = time.perf_counter()
-    one_pass()  # warm-up: oneDNN creates its primitives, the allocator its blocks
-    # a pass of over a second (SmolLM2: ~5 s) is timed once: long enough to be steady
-    best, repeats = float("inf"), 1 if time.perf_counter() - start > 1.0 else 2
-    for _ in range(repeats):
-        start = time.perf_counter()
-        one_pass()
-        best = min(best, time.perf_counter() - start)
-    return best
+    _cache(root).put(model_key(model), backend)
 
 
 def prepare(model: nn.Module, setting: str, *, cpu: bool, distributed: bool) -> tuple[bool, str]:
@@ -156,9 +111,9 @@ def measure(model: nn.Module, one_pass: Callable[[], None]) -> MatmulChoice:
     model.eval()
     try:
         with torch.random.fork_rng(devices=[]):
-            mkl = _timed(one_pass)
+            mkl = best_time(one_pass)
             onednn_linear.use_onednn_linear(model)
-            dnnl = _timed(one_pass)
+            dnnl = best_time(one_pass)
     finally:
         model.train(training)
         for p in model.parameters():

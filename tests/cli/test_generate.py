@@ -139,7 +139,9 @@ def test_precision_reaches_generate(checkpoint, capsys, monkeypatch, precision):
     run, model, tok = checkpoint
     seen = []
     real = quantize.quantize_model
-    monkeypatch.setattr(quantize, "quantize_model", lambda m, p: seen.append(p) or real(m, p))
+    monkeypatch.setattr(
+        quantize, "quantize_model", lambda m, p, **kw: seen.append(p) or real(m, p, **kw)
+    )
     argv = ["--checkpoint", str(run), "--max-new-tokens", "20", "--temperature", "0"]
     assert cli.run(parse(*argv, "--prompt", "not", "--no-echo", "--precision", precision)) == 0
     text = capsys.readouterr().out

@@ -32,7 +32,7 @@ def one_pass_of(model: nn.Module):
 def test_measure_keeps_the_faster_and_leaves_no_trace(monkeypatch, winner):
     model = mlp().train()
     times = iter([2.0, 1.0] if winner == "onednn" else [1.0, 2.0])  # MKL's, then oneDNN's
-    monkeypatch.setattr(matmul_choice, "_timed", lambda one_pass: (one_pass(), next(times))[1])
+    monkeypatch.setattr(matmul_choice, "best_time", lambda one_pass: (one_pass(), next(times))[1])
     rng = torch.get_rng_state()
     choice = matmul_choice.measure(model, one_pass_of(model))
     assert choice.backend == winner

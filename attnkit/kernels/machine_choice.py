@@ -1,0 +1,107 @@
+"""Choices of kernel that depend on the machine: timed once, kept in a small JSON cache.
+
+No CPU kernel is fastest everywhere (issue 25: oneDNN's packed fp32 linears
+trained and decoded faster than MKL's on an AMD EPYC, slower on an Intel Xeon
+with AMX), so attnkit times the candidates on the machine it runs on and keeps
+the answer: ``CACHE/NAME.json`` (``$ATTNKIT_CACHE_DIR``, see
+``attnkit.data.cache``) maps a key to the chosen name. The key (``machine_key``)
+is made of the CPU's model name, torch's version, the thread count and what
+the caller adds (the model's parameter shapes, the row count): another machine,
+torch or model measures again. Two users of it: training's
+``train.cpu_matmul: auto`` and inference's fp32 linears (``attnkit.quantize``).
+A cache that cannot be read is empty; one that cannot be written is not an error.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import platform
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+import torch
+
+from attnkit.data.cache import default_root
+from attnkit.errors import AttnkitError
+from attnkit.outputs.atomic import atomic_file
+
+
+def cpu_name() -> str:
+    """The CPU's model name (``/proc/cpuinfo``'s, else ``platform.processor()``)."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def machine_key(parts: Iterable[str]) -> str:
+    """A key for ``parts`` on this machine (CPU model, torch version, threads)."""
+    digest = hashlib.sha256()
+    digest.update(f"{cpu_name()}|{torch.__version__}|{torch.get_num_threads()}".encode())
+    for part in parts:
+        digest.update(f"|{part}".encode())
+    return digest.hexdigest()[:32]
+
+
+class ChoiceCache:
+    """``CACHE/file``: key -> one of ``allowed`` (anything else in the file is ignored).
+
+    Args:
+        file: the file name under the cache root, e.g. ``"cpu_matmul.json"``.
+        allowed: the names a choice may take.
+        root: the cache root (default: ``attnkit.data.cache.default_root()``, read
+            when used, so ``$ATTNKIT_CACHE_DIR`` set later still counts).
+    """
+
+    def __init__(self, file: str, allowed: Iterable[str], root: Path | None = None) -> None:
+        self.file, self.allowed, self.root = file, frozenset(allowed), root
+
+    @property
+    def path(self) -> Path:
+        return (self.root if self.root is not None else default_root()) / self.file
+
+    def _read(self) -> dict[str, str]:
+        try:
+            data = json.loads(self.path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return {}
+        if not isinstance(data, dict):
+            return {}
+        return {str(k): v for k, v in data.items() if v in self.allowed}
+
+    def get(self, key: str) -> str | None:
+        """The choice kept for ``key``, or ``None``."""
+        return self._read().get(key)
+
+    def put(self, key: str, choice: str) -> None:
+        """Keep ``choice`` for ``key`` (best effort: never raises)."""
+        entries = self._read()
+        entries[key] = choice
+        try:
+            with atomic_file(self.path, option=f"{self.file} cache") as tmp:
+                tmp.write_text(json.dumps(entries, indent=1, sort_keys=True), encoding="utf-8")
+        except (AttnkitError, OSError):  # a path we may not write: measured again next time
+            pass
+
+
+def best_time(one_pass: Callable[[], None], *, repeats: int = 2, long_s: float = 1.0) -> float:
+    """Seconds of ``one_pass``: a warm-up call, then the smallest of ``repeats`` timed calls.
+
+    The warm-up lets oneDNN create its primitives and the allocator its blocks;
+    a warm-up over ``long_s`` seconds is followed by one timed call only (long
+    enough to be steady).
+    """
+    start = time.perf_counter()
+    one_pass()
+    best, n = float("inf"), 1 if time.perf_counter() - start > long_s else repeats
+    for _ in range(n):
+        start = time.perf_counter()
+        one_pass()
+        best = min(best, time.perf_counter() - start)
+    return best
