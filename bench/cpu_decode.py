@@ -12,6 +12,9 @@ Engines (``--engines``, comma-separated):
 * ``attnkit_fp32``, ``attnkit_bf16``, ``attnkit_int8`` -- ``--precision``:
   ``quantize_model(model, ...)`` (oneDNN-packed fp32/bf16, fbgemm int8) on
   the CPU fast path (``stepper_for(model, "fast")``);
+* ``attnkit_plain`` -- fp32 on the same fast path with MKL's plain linears
+  (``quantize_model(model, "fp32", pack_fp32=False)``): ``--precision fp32``
+  takes whichever of the two this machine runs faster (``fp32_choice``);
 * ``attnkit_static`` (not in the default list) -- the static cache (the GPU's
   fast path) with plain linears;
 * ``attnkit_compiled`` (not in the default list) -- ``--compile``: the static
@@ -53,8 +56,8 @@ from attnkit.decoding import StaticCacheStepper, beam_search, greedy_search, ste
 from attnkit.decoding.constraints import MinLength
 from attnkit.quantize import model_bytes, quantize_model
 
-ALL_ENGINES = ["attnkit_reference", "attnkit_fp32", "attnkit_bf16", "attnkit_int8",
-               "hf", "ct2_fp32", "ct2_int8"]  # fmt: skip
+ALL_ENGINES = ["attnkit_reference", "attnkit_fp32", "attnkit_plain", "attnkit_bf16",
+               "attnkit_int8", "hf", "ct2_fp32", "ct2_int8"]  # fmt: skip
 OTHER_ENGINES = ["attnkit_static", "attnkit_compiled"]
 REFERENCE = "attnkit_fp32"  # token agreement is measured against this engine
 CT2_COMPUTE = {"ct2_fp32": "float32", "ct2_int8": "int8"}
@@ -122,6 +125,8 @@ def attnkit_stepper(name: str, model: Any) -> Any:
         return StaticCacheStepper(model)
     if name == "attnkit_compiled":
         return stepper_for(model, "compiled")
+    if name == "attnkit_plain":  # fp32 with MKL's plain linears (fp32_choice's other pick)
+        return stepper_for(quantize_model(copy.deepcopy(model), "fp32", pack_fp32=False))
     return stepper_for(quantize_model(copy.deepcopy(model), name.removeprefix("attnkit_")))
 
 
@@ -152,7 +157,7 @@ def rss_child(args: argparse.Namespace) -> None:
     else:
         model = build_model(args.vocab, args.preset)
         kept = attnkit_stepper(name, model)
-        if name in ("attnkit_fp32", "attnkit_bf16", "attnkit_int8"):
+        if name in ("attnkit_fp32", "attnkit_plain", "attnkit_bf16", "attnkit_int8"):
             del model  # the float model is gone; only the converted copy stays
     after = trimmed_rss()
     weights = kept if isinstance(kept, torch.nn.Module) else getattr(kept, "model", None)

@@ -15,6 +15,10 @@ Engines (``--engines``):
   ``quantize_model`` (oneDNN-packed fp32, AVX512-BF16 weights, fbgemm int8
   with dynamic activations, int8 weights with bf16 activations) on the
   model's own KV cache (``stepper_for(model)``);
+* ``attnkit_plain``: fp32 on the same path with MKL's plain linears
+  (``quantize_model(model, "fp32", pack_fp32=False)``): ``--precision fp32``
+  takes whichever of ``attnkit`` and this the machine runs faster
+  (``attnkit.quantize.fp32_choice``, timed at load);
 * ``attnkit_compiled``: plain fp32 linears on the static cache, the decode
   step compiled (``StaticCacheStepper(model, compile=True)``, inductor's C++);
 * ``hf``: ``AutoModelForCausalLM.from_pretrained(dir, gguf_file=...)`` in fp32,
@@ -61,7 +65,9 @@ def attnkit_engine(checkpoint: Path, variant: str) -> tuple[float, Run]:
     stepper: Any
     if variant == "attnkit_compiled":  # plain fp32 linears on the compiled static cache
         stepper = StaticCacheStepper(model, compile=True)
-    else:  # what `attnkit generate --precision P` runs on the CPU
+    elif variant == "attnkit_plain":  # fp32 with MKL's plain linears (fp32_choice's other pick)
+        stepper = stepper_for(quantize_model(model, "fp32", pack_fp32=False))
+    else:  # what `attnkit generate --precision P` runs on the CPU (fp32: oneDNN-packed)
         precision = variant.removeprefix("attnkit").removeprefix("_") or "fp32"
         stepper = stepper_for(quantize_model(model, precision))
     seconds = time.perf_counter() - start
