@@ -10,6 +10,7 @@ import pytest
 import swin_reference as ref
 import torch
 
+from attnkit.attention import windows
 from attnkit.attention.windows import WindowAttention
 from attnkit.models.swin import SwinConfig, SwinTransformer
 
@@ -21,7 +22,12 @@ TOL = {"rtol": 1e-6, "atol": 1e-6}
     [((8, 8), 4, 0), ((8, 8), 4, 2), ((6, 9), 3, 1), ((6, 9), 3, 0), ((12, 12), 6, 3),
      ((4, 4), 2, 1), ((5, 5), 5, 0)],
 )  # fmt: skip
-def test_window_attention_equals_the_old_one_with_its_weights_and_gradients(grid, window, shift):
+@pytest.mark.parametrize("path", ["chosen", "windowed", "dense"])
+def test_window_attention_equals_the_old_one_with_its_weights_and_gradients(
+    grid, window, shift, path, monkeypatch
+):
+    if path != "chosen":  # both paths on every shape, whatever use_dense would pick
+        monkeypatch.setattr(windows, "use_dense", lambda tokens, n: path == "dense")
     torch.manual_seed(0)
     module = WindowAttention(16, num_heads=2, window=window).double()
     torch.nn.init.normal_(module.bias_table, std=1.0)  # a bias large enough to matter
@@ -82,3 +88,18 @@ def test_the_swin_model_equals_the_old_forward_and_backward(name):
     )
     for got, want in zip(new_grads, old_grads, strict=True):
         torch.testing.assert_close(got, want, **TOL)
+
+
+def test_the_cached_layouts_follow_the_dtype_and_the_grid():
+    torch.manual_seed(0)
+    module = WindowAttention(8, num_heads=2, window=2)
+    x = torch.randn(2, 4, 6, 8)
+    module(x, 1)
+    module.double()
+    for grid in ((4, 6), (6, 4), (4, 4)):  # one module, several grids (the generic API)
+        x = torch.randn(2, *grid, 8, dtype=torch.float64)
+        for shift in (0, 1):
+            torch.testing.assert_close(
+                module(x, shift)[0], ref.window_attention(module, x, shift)[0]
+            )
+    assert {key[-1] for key in module._layouts} == {torch.float32, torch.float64}
