@@ -171,9 +171,9 @@ def _cpu_layout(height: int, width: int, window: int, shift: int, dense: bool) -
         return _Layout(True, None, None, index, None if mask.all() else mask)
     order = window_order(height, width, window, shift)
     identity = bool((order == torch.arange(order.numel())).all())
-    mask = shifted_window_mask(height, width, window, shift)[:, None] if shift else None
+    shift_mask = shifted_window_mask(height, width, window, shift)[:, None] if shift else None
     inverse = None if identity else torch.argsort(order)
-    return _Layout(False, None if identity else order, inverse, None, mask)
+    return _Layout(False, None if identity else order, inverse, None, shift_mask)
 
 
 class WindowAttention(nn.Module):
@@ -261,11 +261,13 @@ class WindowAttention(nn.Module):
         layout = self._layout(height, width, shift, dense, x)
         flat = x.reshape(b, tokens, c)
         if dense:
-            bias = self.bias_table[layout.index].permute(2, 0, 1)  # type: ignore[index]
+            assert layout.index is not None
+            bias = self.bias_table[layout.index].permute(2, 0, 1)  # (h, H W, H W)
             if layout.bias_mask is not None:
                 bias = bias + layout.bias_mask
             qkv = self.qkv_proj(flat).view(b, tokens, 3, h, d).permute(2, 0, 3, 1, 4)
-            out, _ = self._attend(*qkv.unbind(0), bias.to(x.dtype))  # (B, h, H W, d)
+            q, k, v = qkv.unbind(0)  # (B, h, H W, d) each
+            out, _ = self._attend(q, k, v, bias.to(x.dtype))
             out = self.out_proj(out.transpose(1, 2).reshape(b, tokens, c))
             return out.view(b, height, width, c), None
         if layout.order is not None:
@@ -275,7 +277,8 @@ class WindowAttention(nn.Module):
         bias = self.position_bias()  # (h, n, n)
         if layout.bias_mask is not None:
             bias = bias + layout.bias_mask  # (nW, h, n, n): the shift mask per window
-        out, weights = self._attend(*qkv.unbind(0), bias.to(x.dtype))  # (B, nW, h, n, d)
+        q, k, v = qkv.unbind(0)  # (B, nW, h, n, d) each
+        out, weights = self._attend(q, k, v, bias.to(x.dtype))
         out = self.out_proj(out.transpose(2, 3).reshape(b, tokens, c))
         if layout.inverse is not None:
             out = out.index_select(1, layout.inverse)  # back to raster order, roll undone
