@@ -26,8 +26,9 @@ against it exactly.
 What runs (issue 27: Swin's step on small images was mostly overhead): steps 1
 and 3's rolls and the partition are one ``index_select`` each way by a cached
 ``window_order``; step 2's mask is built once per grid and shift as an additive
-0 / -inf ``(nW, 1, n, n)`` tensor added to the ``(h, n, n)`` bias, broadcast over
-the batch (never expanded to ``(B nW, h, n, n)``); windows of fewer than 16
+0 / -inf ``(nW, 1, n, n)`` tensor added to the ``(h, n, n)`` bias, which the
+``baddbmm`` computing the scores adds in its output pass (no per-forward mask, no
+``masked_fill``, no empty-row guard: every token sees itself); windows of fewer than 16
 tokens on grids of at most 64 attend as one masked dense attention per image
 (``use_dense``: a batched matmul of 4x4 matrices costs as much as one of 16x16).
 
