@@ -25,7 +25,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-import torch
 from torch import Tensor, nn
 
 from attnkit.attention.windows import WindowAttention
@@ -167,9 +166,13 @@ class PatchMerging(nn.Module):
         self.reduction = nn.Linear(4 * dim, 2 * dim, bias=False)
 
     def forward(self, x: Tensor) -> Tensor:
-        # The paper's order: (even row, even col), (odd, even), (even, odd), (odd, odd).
-        parts = (x[:, 0::2, 0::2], x[:, 1::2, 0::2], x[:, 0::2, 1::2], x[:, 1::2, 1::2])
-        merged: Tensor = self.reduction(self.norm(torch.cat(parts, dim=-1)))
+        # The paper's order: (even row, even col), (odd, even), (even, odd), (odd, odd),
+        # i.e. column parity outer, row parity inner: one permuted copy, whose backward
+        # is one copy too (the paper's four strided slices and a cat backpropagate
+        # through four zero-filled full-size tensors).
+        b, h, w, c = x.shape
+        groups = x.reshape(b, h // 2, 2, w // 2, 2, c).permute(0, 1, 3, 4, 2, 5)
+        merged: Tensor = self.reduction(self.norm(groups.reshape(b, h // 2, w // 2, 4 * c)))
         return merged
 
 
