@@ -1,7 +1,7 @@
 """Beam search, batched over sentences and beams (fairseq's ``SequenceGenerator`` scheme).
 
-All ``B`` sentences x ``K`` beams run as one ``(B*K)`` batch; after each step
-the state follows the surviving beams through ``state.reorder(flat_indices)``.
+All live sentences x ``K`` beams run as one batch of rows; after each step the
+state follows the surviving beams through ``state.reorder(flat_indices)``.
 
 Each step, per sentence:
 
@@ -19,12 +19,22 @@ finished hypotheses, or at its length limit. The pool keeps the ``K`` best by
 first. Because EOS only counts among the best ``K``, ``beam_size=1`` is exactly
 greedy search, whatever ``alpha``.
 
-Shapes: ``B`` sentences, ``K`` beams, ``V`` vocabulary, ``T`` longest limit.
+Two tricks of CTranslate2's keep the batch small (the results are the same):
+
+* the first step runs on the ``B`` unexpanded rows (only beam 0 is live
+  then); the state is copied to ``K`` beams per sentence after it;
+* done sentences leave the batch (their rows are dropped from the state) when
+  enough of them have piled up (``COMPACT_FRACTION``), at the ``check_every``
+  steps where the search looks at the host anyway.
+
+Shapes: ``B`` sentences, ``n`` of them still decoded, ``K`` beams, ``V``
+vocabulary, ``T`` longest limit, ``N`` = ``nbest``.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor
@@ -39,8 +49,17 @@ from attnkit.decoding.common import (
     output_limits,
     resolve_check_every,
 )
-from attnkit.decoding.protocol import AnyStepper
+from attnkit.decoding.protocol import AnyStepper, FixedBatch
 from attnkit.errors import UsageError
+
+COMPACT_FRACTION = 0.25
+"""Drop done sentences from the batch once they are at least this share of the
+sentences still in it. A drop costs a gather of the bookkeeping and of the source
+side (cross-attention keys/values, memory mask), a host sync in the state, and
+fresh spare buffers in the caches (their batch size changed); the beams' own
+keys/values move in the step's reorder anyway. Waiting until a quarter of the
+rows is idle bounds the wasted work per step at a quarter, with at most
+``log(B) / log(4/3)`` drops per search (14 for 64 sentences)."""
 
 
 def _take(x: Tensor, index: Tensor) -> Tensor:
@@ -48,6 +67,74 @@ def _take(x: Tensor, index: Tensor) -> Tensor:
     if x.dim() == 2:
         return x.gather(1, index)
     return x.gather(1, index[:, :, None].expand(-1, -1, x.size(2)))
+
+
+@dataclass
+class _Pool:
+    """Finished hypotheses, best first, per sentence.
+
+    Attributes:
+        tokens: ``(n, K, T)`` output tokens (no EOS), pad after them.
+        length: ``(n, K)`` long, output tokens (no EOS).
+        raw: ``(n, K)`` summed log-probs.
+        rank: ``(n, K)`` ``raw / lp``; ``-inf`` marks an empty slot.
+    """
+
+    tokens: Tensor
+    length: Tensor
+    raw: Tensor
+    rank: Tensor
+
+    @classmethod
+    def empty(cls, n: int, k: int, bound: int, pad: int, like: Tensor) -> _Pool:
+        """``n`` sentences x ``k`` empty slots; scores in ``like``'s dtype and device."""
+        tokens = torch.full((n, k, bound), pad, dtype=torch.long, device=like.device)
+        raw = like.new_full((n, k), -math.inf)
+        return cls(tokens, torch.zeros_like(tokens[:, :, 0]), raw, raw.clone())
+
+    def rows(self, index: Tensor) -> _Pool:
+        """Sentences ``index`` ``(m,)``."""
+        return _Pool(*(p.index_select(0, index) for p in self._parts()))
+
+    def head(self, slots: int) -> _Pool:
+        """The first ``slots`` slots of every sentence (views)."""
+        return _Pool(*(p[:, :slots] for p in self._parts()))
+
+    def put(self, index: Tensor, other: _Pool) -> None:
+        """Write ``other``'s sentences to rows ``index`` ``(m,)`` (same slot count)."""
+        for mine, theirs in zip(self._parts(), other._parts()):
+            mine.index_copy_(0, index, theirs)
+
+    def _parts(self) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        return self.tokens, self.length, self.raw, self.rank
+
+    def add(
+        self, rows: Tensor | None, raw: Tensor, length: Tensor, tokens: Tensor, lp: float | Tensor
+    ) -> None:
+        """Merge ``A`` new hypotheses into sentences ``rows`` ``(m,)`` (``None``: all).
+
+        ``raw`` ``(m, A)`` (``-inf``: nothing), ``length`` ``(1, A)``, ``tokens``
+        ``(m, A, t)`` (``t``: the columns any hypothesis can have filled yet), ``lp``
+        the length penalty they share. Keeps the ``K`` best, stably (ties: the
+        older, then the earlier candidate).
+        """
+        k, t = self.rank.size(1), tokens.size(2)
+        old = self if rows is None else self.rows(rows)
+        all_rank = torch.cat([old.rank, raw / lp], dim=1)
+        keep = torch.sort(all_rank, dim=1, descending=True, stable=True).indices[:, :k]
+        rank = _take(all_rank, keep)
+        raw = _take(torch.cat([old.raw, raw], dim=1), keep)
+        length = _take(torch.cat([old.length, length.expand(keep.size(0), -1)], dim=1), keep)
+        # Columns t and later are pad in every slot and candidate: they need not move.
+        tok = _take(torch.cat([old.tokens[:, :, :t], tokens], dim=1), keep)
+        if rows is None:
+            self.rank, self.raw, self.length = rank, raw, length
+            self.tokens[:, :, :t] = tok
+        else:
+            self.rank.index_copy_(0, rows, rank)
+            self.raw.index_copy_(0, rows, raw)
+            self.length.index_copy_(0, rows, length)
+            self.tokens[rows, :, :t] = tok
 
 
 @torch.no_grad()
@@ -62,6 +149,7 @@ def beam_search(
     max_len_b: int = 50,
     max_len: int | None = None,
     check_every: int | None = None,
+    compact: bool = True,
 ) -> DecodeResult:
     """Beam-search every sentence of ``src_ids`` ``(B, S)`` at once.
 
@@ -71,6 +159,9 @@ def beam_search(
             the paper uses 0.6 with beam size 4, §6.1).
         nbest: hypotheses returned per sentence, ``1 <= nbest <= beam_size``.
         max_len_a, max_len_b, max_len, check_every: as in ``greedy_search``.
+        compact: drop done sentences from the batch (module doc). Only at
+            ``check_every`` steps (``0``: never), and never for a stepper that
+            declares ``FixedBatch`` (a compiled step, an int8 model).
 
     Returns:
         ``DecodeResult``: ``nbest`` lists best first; ``scores`` are raw sums of
@@ -86,36 +177,48 @@ def beam_search(
     )
     B, K, device, eos = src_ids.size(0), beam_size, src_ids.device, model.eos_id
     check_every = resolve_check_every(check_every, device)
+    compact = compact and not (isinstance(model, FixedBatch) and model.fixed_batch)
+    # On the CPU a host sync costs nothing: update the pool only for the sentences
+    # that finish something (most steps: none). On an accelerator that would sync
+    # every step, so there every sentence's pool is updated every step, as before.
+    sync_free = device.type == "cpu"
     limits = limits.to(device)
     neg_inf = -math.inf
 
-    state = model.start(src_ids, max_steps=bound)  # encode once, then copy each row K times
-    state = state.reorder(torch.arange(B, device=device).repeat_interleave(K))
-    base = torch.arange(B, device=device)[:, None] * K  # (B, 1) first flat row per sentence
-    tokens = torch.full((B * K,), model.bos_id, dtype=torch.long, device=device)
+    # Step 0 runs on the B encoded rows: only beam 0 is live there, so K copies
+    # would compute the same thing K times. ``width`` is the rows per sentence.
+    state = model.start(src_ids, max_steps=bound)
+    width = 1
+    tokens = torch.full((B,), model.bos_id, dtype=torch.long, device=device)
+    ids = torch.arange(B, device=device)  # (n,) each decoded sentence's row in src_ids
+    first_row = torch.arange(B, device=device)[:, None]  # (B, 1) x width: first row per sentence
+    # Two history buffers take turns (gathered from one into the other, no allocation).
     history = torch.full((B, K, bound), model.pad_id, dtype=torch.long, device=device)
-    live: Tensor | None = None  # (B, K) cumulative log-probs, -inf = no beam
-    # The pool of finished hypotheses, K per sentence, best first.
-    pool_tokens = history.clone()
-    pool_len = torch.zeros(B, K, dtype=torch.long, device=device)  # output tokens, no EOS
-    pool_raw: Tensor | None = None
-    pool_rank: Tensor | None = None  # raw / lp, -inf = empty slot
+    spare = history.clone()
+    live: Tensor | None = None  # (n, width) cumulative log-probs, -inf = no beam
+    pool: _Pool | None = None  # the n decoded sentences' finished hypotheses
+    out: _Pool | None = None  # (B, N): the sentences that left the batch, by row of src_ids
     done = torch.zeros(B, dtype=torch.bool, device=device)
-    positions = torch.arange(2 * K, device=device)
 
     for t in range(bound):
         logits, state = model.step(tokens, state)
-        logp = log_probs(logits).view(B, K, -1)
-        V = logp.size(2)
-        if live is None:  # only beam 0 starts, so the first step has no duplicates
-            live = logp.new_full((B, K), neg_inf)
-            live[:, 0] = 0.0
-            pool_raw = logp.new_full((B, K), neg_inf)
-            pool_rank = pool_raw.clone()
-        assert pool_raw is not None and pool_rank is not None
+        logp = log_probs(logits)
+        n, V = logp.size(0) // width, logp.size(1)
+        if live is None or pool is None:
+            live = logp.new_zeros(B, 1)
+            pool = _Pool.empty(B, K, bound, model.pad_id, live)
+            n_cand = min(2 * K, K * V)  # what K beams of V tokens give from step 1 on
+            first_k = (torch.arange(n_cand, device=device) < K)[None, :]
+            # Per candidate: 2K EOS-finished ones (t output tokens), K at the limit (t + 1).
+            add_len = torch.cat([torch.zeros(1, n_cand), torch.ones(1, K)], dim=1)
+            add_len = add_len.long().to(device)
         live = live.masked_fill(done[:, None], neg_inf)  # done sentences go quiet
-        cand = (live[:, :, None] + logp).view(B, K * V)
-        cand_scores, cand_idx = cand.topk(min(2 * K, K * V), dim=1)  # (B, 2K) best first
+        cand = (live[:, :, None] + logp.view(n, width, V)).view(n, width * V)
+        cand_scores, cand_idx = cand.topk(min(n_cand, width * V), dim=1)  # (n, 2K) best first
+        if cand_scores.size(1) < n_cand:  # step 0 with V < 2K: pad with no-beam candidates
+            fill = n_cand - cand_scores.size(1)
+            cand_scores = torch.cat([cand_scores, cand_scores.new_full((n, fill), neg_inf)], 1)
+            cand_idx = torch.cat([cand_idx, cand_idx.new_zeros(n, fill)], 1)
         cand_beam, cand_tok = cand_idx // V, cand_idx % V
         finite = cand_scores > neg_inf
         is_eos = cand_tok == eos
@@ -123,44 +226,71 @@ def beam_search(
         # Next live beams: the first K non-EOS candidates, in rank order.
         pick = torch.argsort(is_eos.long(), dim=1, stable=True)[:, :K]
         new_live, new_beam, new_tok = (_take(x, pick) for x in (cand_scores, cand_beam, cand_tok))
-        new_history = _take(history, new_beam)
+        new_history = spare
+        if t:  # only the t filled columns move; later ones are pad in both buffers
+            index = new_beam[:, :, None].expand(-1, -1, t)
+            torch.gather(history[:, :, :t], 1, index, out=new_history[:, :, :t])
         new_history[:, :, t] = new_tok
 
         # Finish EOS among the best K, and every live beam at the length limit.
-        eos_ok = is_eos & finite & (positions[: cand_scores.size(1)] < K)[None, :]
+        eos_ok = is_eos & finite & first_k
         at_limit = (limits <= t + 1)[:, None] & (new_live > neg_inf)
         add_raw = torch.cat(
             [cand_scores.masked_fill(~eos_ok, neg_inf), new_live.masked_fill(~at_limit, neg_inf)],
             dim=1,
         )
-        add_tokens = torch.cat([_take(history, cand_beam), new_history], dim=1)
-        add_len = torch.cat(
-            [torch.full_like(cand_beam, t), torch.full_like(new_beam, t + 1)], dim=1
-        )
-        # Everything finished at this step has t + 1 scored tokens.
-        all_rank = torch.cat([pool_rank, add_raw / length_penalty(t + 1, alpha)], dim=1)
-        keep = torch.sort(all_rank, dim=1, descending=True, stable=True).indices[:, :K]
-        pool_rank = _take(all_rank, keep)
-        pool_raw = _take(torch.cat([pool_raw, add_raw], dim=1), keep)
-        pool_len = _take(torch.cat([pool_len, add_len], dim=1), keep)
-        pool_tokens = _take(torch.cat([pool_tokens, add_tokens], dim=1), keep)
+        rows: Tensor | None = None  # the sentences that finish something now; None: all
+        if sync_free:
+            rows = (add_raw > neg_inf).any(dim=1).nonzero().squeeze(1)
+            rows = None if rows.numel() == n else rows
+        if rows is None or rows.numel():
+            past, now, beams = history, new_history, cand_beam
+            if rows is not None:
+                past, now, beams = (x.index_select(0, rows) for x in (history, now, beams))
+                add_raw = add_raw.index_select(0, rows)
+            # (m, 3K, t + 1): an EOS-finished candidate's tokens end before column t.
+            add_tokens = torch.cat([_take(past[:, :, : t + 1], beams), now[:, :, : t + 1]], dim=1)
+            # Everything finished at this step has t + 1 scored tokens.
+            pool.add(rows, add_raw, add_len + t, add_tokens, length_penalty(t + 1, alpha))
 
-        full = (pool_rank > neg_inf).all(dim=1)
-        done = done | full | (limits <= t + 1)
-        live, history = new_live, new_history
-        # Beams never leave their sentence: a state may skip moving source-side parts.
-        state = state.reorder((base + new_beam).view(-1), group_size=K)
+        done = done | (pool.rank > neg_inf).all(dim=1) | (limits <= t + 1)
+        live, history, spare = new_live, new_history, history
+        flat = (first_row[:n] * width + new_beam).view(-1)  # (n K,) each new row's old row
         tokens = new_tok.view(-1)
-        if check_every and (t + 1) % check_every == 0 and bool(done.all()):
-            break
+        n_done = 0
+        if check_every and (t + 1) % check_every == 0:  # the one host sync per check_every
+            n_done = int(done.sum())
+            if n_done == n:
+                break
+        # Not at step 0, which also expands the rows to K beams: a state recognises a
+        # plain expansion (and then shares the source side among the beams).
+        if compact and t and n_done >= COMPACT_FRACTION * n:  # n_done >= 1 (n >= 1)
+            keep, gone = (~done).nonzero().squeeze(1), done.nonzero().squeeze(1)
+            if out is None:
+                out = _Pool.empty(B, nbest, bound, model.pad_id, live)
+            out.put(ids.index_select(0, gone), pool.rows(gone).head(nbest))
+            pool = pool.rows(keep)
+            ids, live, history, spare, limits, done = (
+                x.index_select(0, keep) for x in (ids, live, history, spare, limits, done)
+            )
+            tokens = tokens.view(n, K).index_select(0, keep).view(-1)
+            # Whole sentences go: the state may keep its source side shared (DecoderState).
+            state = state.reorder(flat.view(n, K).index_select(0, keep).view(-1))
+        else:
+            # Step 0 copies each row K times (no group yet); later beams stay in their sentence.
+            state = state.reorder(flat, group_size=K if width == K else None)
+        width = K
 
-    assert pool_raw is not None and pool_rank is not None
-    filled = (pool_rank[:, :nbest] > neg_inf).tolist()
-    rows, lens = pool_tokens[:, :nbest].tolist(), pool_len[:, :nbest].tolist()
-    raws = pool_raw[:, :nbest].tolist()
+    assert pool is not None
+    if out is None:  # nothing left the batch: the pool is in src_ids' order
+        out = pool.head(nbest)
+    else:
+        out.put(ids, pool.head(nbest))
+    filled = (out.rank > neg_inf).tolist()
+    tokens_, lens, raws = out.tokens.tolist(), out.length.tolist(), out.raw.tolist()
     return DecodeResult.from_nbest(
         [
             [Hypothesis(toks[:n], s) for toks, n, s, ok in zip(r, ln, rw, f) if ok]
-            for r, ln, rw, f in zip(rows, lens, raws, filled)
+            for r, ln, rw, f in zip(tokens_, lens, raws, filled)
         ]
     )

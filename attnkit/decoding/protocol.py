@@ -22,8 +22,15 @@ wrappers (``attnkit.decoding.static``, ``attnkit.decoding.constraints``) that
 change how a model steps without touching the searches.
 
 Capabilities beyond it are declared by protocols too, never probed:
-``CausalStepper`` (a language model with a context length, for ``stream``)
-and ``SupportsStaticCache`` (``attnkit.decoding.static``).
+``CausalStepper`` (a language model with a context length, for ``stream``),
+``SupportsStaticCache`` (``attnkit.decoding.static``) and ``FixedBatch`` (a
+stepper that wants the batch size to stay put).
+
+Beam search also reorders to fewer rows (``indices`` shorter than the batch):
+the done sentences leave the batch, each kept sentence's ``K`` rows staying
+together. It then passes no ``group_size``: a state that shares the source side
+among a sentence's beams keeps it shared when every new group of rows comes
+from one old group (``DecoderState``), and otherwise makes it follow the rows.
 """
 
 from __future__ import annotations
@@ -68,6 +75,16 @@ class CausalStepper(Stepper[S], Protocol[S]):
 
     @property
     def context_length(self) -> int: ...
+
+
+@runtime_checkable
+class FixedBatch(Protocol):
+    """A stepper whose batch should stay as it is during a search when ``fixed_batch``
+    is true: each new shape costs it a compile (a compiled step), or a row's outputs
+    depend on the other rows (int8 activations quantised per tensor), so dropping
+    rows would change what the rest decode."""
+
+    fixed_batch: bool
 
 
 AnyStepper = Stepper[Any]

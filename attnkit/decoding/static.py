@@ -95,6 +95,9 @@ class StaticCacheStepper:
         self.model = model
         self.pad_id, self.bos_id, self.eos_id = model.pad_id, model.bos_id, model.eos_id
         self.compile, self.mode, self.fullgraph = compile, mode, fullgraph
+        # A compiled step compiles (and on CUDA records a graph) per batch size: beam
+        # search then keeps finished sentences in the batch (``FixedBatch``).
+        self.fixed_batch = compile
         self._compiled: Callable[..., Tensor] | None = None
         self._failed = False
         # Compiled steps on CUDA replay on fixed addresses: reuse buffers across calls.

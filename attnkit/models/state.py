@@ -136,13 +136,19 @@ class DecoderState:
         indices that never leave their group) the source side stays where it
         is: only self-attention K/V move. Copying each row ``K`` times in order
         (beam search's expansion) shares the source side among the copies;
-        any other reorder gives every row its own again.
+        keeping whole groups (beam search dropping done sentences: each new
+        group's rows come from one old group) keeps it shared, those groups'
+        copies; any other reorder gives every row its own again.
         """
         if group_size is not None and self.group in (1, group_size):
             self.cache = self.cache.reorder(indices, cross=False)
         elif group_size is None and self.group == 1 and (copies := _copies(indices)) > 1:
             self.cache = self.cache.reorder(indices, cross=False)
             self.group = copies
+        elif (groups := _whole_groups(indices, self.group)) is not None:
+            self.cache = self.cache.reorder(indices, cross=groups)
+            if self.memory_mask is not None:
+                self.memory_mask = self.memory_mask.index_select(0, groups)
         else:
             source = indices // self.group  # each new row's source-side row
             self.cache = self.cache.reorder(indices, cross=source)
@@ -169,3 +175,14 @@ def _copies(indices: Tensor) -> int:
     copies = n // rows
     expected = torch.arange(rows, device=indices.device).repeat_interleave(copies)
     return copies if torch.equal(indices, expected) else 1
+
+
+def _whole_groups(indices: Tensor, group: int) -> Tensor | None:
+    """The old group ``(B' / group,)`` of each new group of ``group`` rows, when every
+    new group's rows come from one old group (and ``group > 1``); else ``None``."""
+    if group == 1 or indices.numel() % group:
+        return None
+    blocks = indices.view(-1, group) // group
+    groups = blocks[:, 0]
+    # One host sync; beam search drops sentences a few times per batch at most.
+    return groups if bool((blocks == groups[:, None]).all()) else None

@@ -167,11 +167,12 @@ def test_beams_share_the_source_side_and_decode_as_if_they_did_not(monkeypatch):
             return m.step(tokens, state)
 
     shared = beam_search(Spy(), src, beam_size=4, max_len=7)
-    assert seen[0] == (4, 3, 3) and seen[-1] == (4, 3, 3)  # 12 rows, 3 source rows
+    assert seen[0] == (1, 3, 3)  # the first step runs on the unexpanded rows
+    assert seen[1] == (4, 3, 3) and seen[-1] == (4, 3, 3)  # 12 rows, 3 source rows
     monkeypatch.setattr(state_module, "_copies", lambda indices: 1)  # every row its own
     seen.clear()
     own = beam_search(Spy(), src, beam_size=4, max_len=7)
-    assert seen[0] == (1, 12, 12)
+    assert seen[1] == (1, 12, 12)
     assert shared.tokens == own.tokens
     torch.testing.assert_close(torch.tensor(shared.scores), torch.tensor(own.scores))
 
