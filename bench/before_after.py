@@ -7,8 +7,9 @@ code (``PYTHONPATH`` and the working directory are that checkout), and reads
 the ``--json`` each run writes. For every row of the benchmark it prints the
 median of each side and their ratio.
 
-Rows understood: ``bench/cpu_decode.py`` (sentences/s per engine and search)
-and ``bench/cpu_generate.py`` (decode tokens/s and prefill ms per engine).
+Rows understood: ``bench/cpu_decode.py`` (sentences/s per engine and search),
+``bench/real_decode.py`` (sentences/s per engine) and ``bench/cpu_generate.py``
+(decode tokens/s and prefill ms per engine).
 Hold the CPU lock around the whole comparison:
 
     flock -x /tmp/attnkit-cpu.lock python bench/before_after.py \\
@@ -36,6 +37,10 @@ Rows = dict[tuple[str, str], float]  # (row, metric) -> value; metric "x/s" high
 def rows_of(payload: dict[str, Any]) -> Rows:
     """The measured figures of one run's JSON, by row and metric."""
     rows: Rows = {}
+    if "engines" in payload:  # real_decode.py: {engine: {sentences_per_s, bleu, ...}}
+        for engine, r in payload["engines"].items():
+            rows[(f"{engine}, beam {payload['beam']}", "sent/s")] = r["sentences_per_s"]
+        return rows
     for r in payload["results"]:
         if "sentences_per_s" in r:  # cpu_decode.py
             search = "greedy" if r["beam"] == 1 else f"beam {r['beam']}"
