@@ -19,9 +19,7 @@ finished hypotheses, or at its length limit. The pool keeps the ``K`` best by
 first. Because EOS only counts among the best ``K``, ``beam_size=1`` is exactly
 greedy search, whatever ``alpha``.
 
-Two tricks of CTranslate2's keep the batch small (the results are the same, up
-to float rounding; an int8 model's activation scale covers the batch, so its
-translations can change as the batch does):
+Two tricks of CTranslate2's keep the batch small (the results are the same):
 
 * the first step runs on the ``B`` unexpanded rows (only beam 0 is live
   then); the state is copied to ``K`` beams per sentence after it;
@@ -163,7 +161,7 @@ def beam_search(
         max_len_a, max_len_b, max_len, check_every: as in ``greedy_search``.
         compact: drop done sentences from the batch (module doc). Only at
             ``check_every`` steps (``0``: never), and never for a stepper that
-            declares ``FixedBatch`` (a compiled step).
+            declares ``FixedBatch`` (a compiled step, an int8 model).
 
     Returns:
         ``DecodeResult``: ``nbest`` lists best first; ``scores`` are raw sums of

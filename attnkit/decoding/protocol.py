@@ -80,10 +80,9 @@ class CausalStepper(Stepper[S], Protocol[S]):
 @runtime_checkable
 class FixedBatch(Protocol):
     """A stepper whose batch should stay as it is during a search when ``fixed_batch``
-    is true: each new shape costs it a compile (a compiled step). (int8 models, whose
-    rows' outputs depend on the other rows through the per-tensor activation scale,
-    do not declare it: their outputs depend on the batch anyway, and dropping
-    finished sentences is worth more.)"""
+    is true: each new shape costs it a compile (a compiled step), or a row's outputs
+    depend on the other rows (int8 activations quantised per tensor), so dropping
+    rows would change what the rest decode."""
 
     fixed_batch: bool
 

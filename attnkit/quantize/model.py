@@ -143,9 +143,12 @@ def quantize_model(model: nn.Module, precision: str, *, pack_fp32: bool = True) 
     if precision != "fp32":
         _quantize_embeddings(model, precision)
     use_backend(model, OneQueryDecode())  # a CPU inference model: decode steps as GEMVs
-    # int8's activation scale covers a call's rows, so its outputs already depend on the
-    # other sentences of a batch; beam search still drops finished sentences from it
-    # (1.4x on fp32, measured), which can change an int8 translation as the batch would.
+    if precision == "int8":
+        # Int8Linear quantises its input per tensor, so a row's outputs depend on the
+        # other rows: beam search keeps the batch as it is (``FixedBatch``) rather than
+        # change the outputs of the sentences left when others finish. (Module's
+        # __setattr__ is typed for tensors and modules; a bool needs no registration.)
+        object.__setattr__(model, "fixed_batch", True)
     return model
 
 
