@@ -32,7 +32,7 @@ from __future__ import annotations
 import atexit
 import os
 import sys
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -295,6 +295,15 @@ def clip_grad_norm(parameters: Sequence[nn.Parameter], max_norm: float) -> float
             if p.grad is not None:
                 p.grad.mul_(coef)
     return norm
+
+
+def scaled_grad_norm(parameters: Iterable[nn.Parameter], factor: float, max_norm: float) -> float:
+    """Multiply every gradient by ``factor``, then clip to ``max_norm`` (``0``: no clipping);
+    the total norm before clipping."""
+    params = [p for p in parameters if p.grad is not None]
+    for p in params:
+        p.grad.mul_(factor)  # type: ignore[union-attr]
+    return clip_grad_norm(params, max_norm) if max_norm > 0 else grad_norm(params)
 
 
 def _full(t: Tensor) -> Tensor:

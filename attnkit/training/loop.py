@@ -201,13 +201,7 @@ class Trainer:
         # over the global batch, however it was split across ranks and micro-batches.
         factor = self.dist.world_size / max(n_tokens, 1)
         self.scaler.unscale_(self.optimizer)
-        params = [p for p in self.model.parameters() if p.grad is not None]
-        for p in params:
-            p.grad.mul_(factor)  # type: ignore[union-attr]
-        if self.cfg.clip_norm > 0:
-            norm = dist_util.clip_grad_norm(params, self.cfg.clip_norm)
-        else:
-            norm = dist_util.grad_norm(params)
+        norm = dist_util.scaled_grad_norm(self.model.parameters(), factor, self.cfg.clip_norm)
         skipped = ""
         if math.isfinite(loss_sum) and math.isfinite(norm):
             self.scaler.step(self.optimizer)  # optimizer.step() unless fp16 overflowed
