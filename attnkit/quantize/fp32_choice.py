@@ -37,7 +37,7 @@ from attnkit.quantize.model import convertible_linears
 
 CACHE_FILE = "cpu_fp32_linears.json"
 ENV = "ATTNKIT_FP32_LINEARS"
-_CACHE = ChoiceCache(CACHE_FILE, ("packed", "plain"))
+CHOICES = ("packed", "plain")
 
 
 @dataclass(frozen=True)
@@ -68,10 +68,6 @@ def _key(linears: list[nn.Linear], rows: int) -> str:
     return machine_key([f"rows={rows}", *shapes])
 
 
-def _cache(root: Path | None) -> ChoiceCache:
-    return _CACHE if root is None else ChoiceCache(CACHE_FILE, _CACHE.allowed, root)
-
-
 @torch.no_grad()
 def measure(linears: list[nn.Linear], rows: int) -> Fp32Choice:
     """Time one pass through ``linears`` at ``rows`` rows, plain then packed.
@@ -92,9 +88,7 @@ def measure(linears: list[nn.Linear], rows: int) -> Fp32Choice:
         return one_pass
 
     plain = best_time(pass_of(list(linears)))
-    packed_layers = [PackedLinear(m.weight, m.bias) for m in linears]
-    packed = best_time(pass_of(list(packed_layers)))
-    del packed_layers
+    packed = best_time(pass_of([PackedLinear(m.weight, m.bias) for m in linears]))
     return Fp32Choice(packed < plain, plain / max(packed, 1e-12), time.perf_counter() - start)
 
 
@@ -108,7 +102,7 @@ def choose(model: nn.Module, rows: int, root: Path | None = None) -> Fp32Choice:
     linears = convertible_linears(model)
     if not linears:
         return Fp32Choice(packed=True, speedup=None)
-    cache = _cache(root)
+    cache = ChoiceCache(CACHE_FILE, CHOICES, root)
     key = _key(linears, rows)
     known = cache.get(key)
     if known is not None:

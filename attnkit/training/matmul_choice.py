@@ -57,7 +57,7 @@ class MatmulChoice:
                 f"{self.seconds:.1f} s)")  # fmt: skip
 
 
-_CACHE = ChoiceCache(CACHE_FILE, ("onednn", "mkl"))
+CHOICES = ("onednn", "mkl")
 
 
 def model_key(model: nn.Module) -> str:
@@ -67,18 +67,14 @@ def model_key(model: nn.Module) -> str:
     )
 
 
-def _cache(root: Path | None) -> ChoiceCache:
-    return _CACHE if root is None else ChoiceCache(CACHE_FILE, _CACHE.allowed, root)
-
-
 def cached(model: nn.Module, root: Path | None = None) -> Backend | None:
     """The backend chosen before for this model on this machine, or ``None``."""
-    return _cache(root).get(model_key(model))
+    return ChoiceCache(CACHE_FILE, CHOICES, root).get(model_key(model))
 
 
 def remember(model: nn.Module, backend: Backend, root: Path | None = None) -> None:
     """Keep ``backend`` for this model on this machine (best effort: never raises)."""
-    _cache(root).put(model_key(model), backend)
+    ChoiceCache(CACHE_FILE, CHOICES, root).put(model_key(model), backend)
 
 
 def prepare(model: nn.Module, setting: str, *, cpu: bool, distributed: bool) -> tuple[bool, str]:
