@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import shutil
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -112,10 +111,7 @@ def apply_precision(model: Any, precision: str, *, path: str = "fast", rows: int
     if path == "compiled":
         raise UsageError(f"--precision {precision}: not with --compile (use one or the other)")
     if precision == "fp32":
-        choice = fp32_choice.choose(model, rows)
-        if choice.speedup is not None:  # measured just now: say so, once per model here
-            print(choice.describe(), file=sys.stderr)
-        return quantize_model(model, "fp32", pack_fp32=choice.packed)
+        return quantize_model(model, "fp32", pack_fp32=fp32_choice.choose(model, rows).packed)
     return quantize_model(model, precision)
 
 

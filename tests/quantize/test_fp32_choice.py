@@ -85,16 +85,3 @@ def test_the_environment_forces_a_choice_and_a_wrong_value_is_refused(tmp_path, 
 def test_rows_below_one_are_refused():
     with pytest.raises(ValueError, match="rows"):
         fp32_choice.measure(convertible_linears(tiny_transformer()), rows=0)
-
-
-def test_the_cli_says_what_it_measured_once(tmp_path, monkeypatch, capsys):
-    from attnkit.cli.common import apply_precision
-
-    monkeypatch.setenv("ATTNKIT_CACHE_DIR", str(tmp_path))
-    apply_precision(tiny_transformer(), "fp32", rows=2)
-    err = capsys.readouterr().err
-    assert err.startswith("fp32 linears: ") and "measured in" in err and err.count("\n") == 1
-    model = apply_precision(tiny_transformer(), "fp32", rows=2)  # the same model: cached
-    assert capsys.readouterr().err == ""
-    want = "PackedLinear" if "oneDNN" in err else "Linear"
-    assert kinds(model) == {want}
