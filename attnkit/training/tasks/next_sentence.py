@@ -16,13 +16,14 @@ Data: ``{data.dir}/{data.text}``, read into memory: one sentence per line,
 documents separated by blank lines; the last ``data.valid_fraction`` of the
 documents are held out. The tokenizer is the resumed run's, ``tokenizer.path``,
 or one trained (and, with ``data.loading: prepared``, cached) as for ``mlm``.
-Batches: ``train.max_tokens // model.max_len`` pairs of at most
-``model.max_len`` tokens (the longer segment of a pair loses tokens first, away
-from the join),
+Batches: ``train.max_tokens // L`` pairs of at most ``L`` tokens, ``L`` being
+``data.block_size`` (at most ``model.max_len``; BERT's first 90% of steps used
+128) or else ``model.max_len`` (the longer segment of a pair loses tokens
+first, away from the join),
 drawn from generators saved for resume; under torchrun every rank draws the
 same global batch and keeps rows ``rank, rank + N, ...``.
 Validation: ``train.eval_blocks`` held-out pairs (a pair is one block of up to
-``model.max_len`` tokens), and their masks, drawn from ``train.seed`` so every
+``L`` tokens), and their masks, drawn from ``train.seed`` so every
 evaluation scores the same ones: ``mlm_loss``, ``ppl`` (the MLM's), ``nsp_loss``,
 ``nsp_accuracy`` and ``loss`` (the objective).
 """
@@ -97,10 +98,18 @@ class NextSentenceTask:
         if c.pooling != "first":
             raise ConfigError(f"model.pooling: train.nsp's head reads [CLS] (pooling: first), "
                               f"got {c.pooling}")  # fmt: skip
-        if c.max_len < 5:
-            raise ConfigError(f"model.max_len: {c.max_len} positions leave no room for a pair "
+        # A pair is cut to data.block_size tokens, or to the model's positions: BERT trained
+        # 90% of its steps on 128-token pairs and the rest on 512 (Devlin et al., 2019, A.2),
+        # and a model imported with 512 positions can do the same.
+        block = run.data.block_size
+        if block is not None and block > c.max_len:
+            raise ConfigError(f"data.block_size: {block} tokens per pair, the model has "
+                              f"{c.max_len} positions (model.max_len)")  # fmt: skip
+        self.max_len = block if block is not None else c.max_len
+        if self.max_len < 5:
+            key = "data.block_size" if block is not None else "model.max_len"
+            raise ConfigError(f"{key}: {self.max_len} positions leave no room for a pair "
                               "[CLS] A [SEP] B [SEP]")  # fmt: skip
-        self.max_len = c.max_len  # a pair is cut to the model's positions
         self.batch_size = max(1, self.cfg.max_tokens // self.max_len)  # pairs per batch and rank
         self.special_ids = tokenizer.special_ids
         self.batch_rng = torch.Generator().manual_seed(self.cfg.seed)
@@ -237,9 +246,6 @@ def next_sentence_task(
     if data.text is None:
         raise ConfigError("data.text: train.nsp reads one text file (one sentence per line, "
                           "blank lines between documents); set data.text")  # fmt: skip
-    if data.block_size is not None:
-        raise ConfigError("data.block_size: does not apply with train.nsp (a pair is cut to "
-                          "model.max_len); remove it")  # fmt: skip
     if data.loading == "streaming":
         raise ConfigError("data.loading: streaming applies to translation; train.nsp reads "
                           "its text into memory")  # fmt: skip

@@ -144,12 +144,33 @@ def test_nsp_keys_apply_to_mlm_only_and_are_checked(tmp_path):
         RunConfig.from_dict({"task": "lm", "train": {"nsp_weight": 0.5}})
     with pytest.raises(ConfigError, match="nsp_weight: must be >= 0"):
         _run(tmp_path, nsp_weight=-1.0)
-    with pytest.raises(ConfigError, match="data.block_size: does not apply with train.nsp"):
-        task_from_run(_run(tmp_path, data={"block_size": 16}))
+    with pytest.raises(ConfigError, match=r"data.block_size: 999 tokens per pair, the model has"):
+        task_from_run(_run(tmp_path, data={"block_size": 999}))
+    with pytest.raises(ConfigError, match=r"data.block_size: 4 positions leave no room"):
+        task_from_run(_run(tmp_path, data={"block_size": 4}))
     with pytest.raises(ConfigError, match="model.type_vocab_size"):
         task_from_run(_run(tmp_path, model={"type_vocab_size": 0}))
     with pytest.raises(ConfigError, match="model.pooling: train.nsp's head reads"):
         task_from_run(_run(tmp_path, model={"pooling": "mean"}))
+
+
+def test_data_block_size_cuts_pairs_below_the_models_positions(tmp_path):
+    """BERT's 128-token phase on a model with more positions: pairs and batches follow
+    data.block_size; the model keeps its positions."""
+    whole = task_from_run(_run(tmp_path))
+    short = task_from_run(_run(tmp_path, data={"block_size": 12}))
+    assert short.model_config.max_len == whole.model_config.max_len > 12
+    assert short.batch_size == (32 * 24) // 12 > whole.batch_size
+    inputs, types, _, _ = short.make_batch(
+        short.train,
+        short.batch_size,
+        torch.Generator().manual_seed(0),
+        torch.Generator().manual_seed(1),
+    )
+    assert inputs.shape[0] == short.batch_size and inputs.shape[1] <= 12
+    assert types.shape == inputs.shape
+    assert inputs.shape[1] == 12  # the pairs fill their 12 tokens (documents of 40 characters)
+    assert "pairs of up to 12 tokens" in short.describe()
 
 
 def test_the_shipped_config_is_mlm_with_nsp_on_speeches(tmp_path):
