@@ -147,7 +147,20 @@ def test_the_tied_output_is_rescaled_by_d_model_to_the_minus_half():
     out = m(src, tgt)
     torch.testing.assert_close(out.logits, out.hidden @ m.logits_weight().T)
     plain = _model(scale_output=False)
+    plain.load_state_dict(m.state_dict())  # the same weights (T5's init differs: below)
     torch.testing.assert_close(out.logits, plain(src, tgt).logits * 32**-0.5)
+
+
+@pytest.mark.parametrize("d_model", [32, 256])
+def test_t5s_init_gives_the_first_logits_unit_scale(d_model):
+    """T5 draws its shared embeddings from N(0, 1), so after the d_model**-0.5 rescale the
+    first logits have unit scale; N(0, D**-0.5) left them D**0.5 times too small."""
+    torch.manual_seed(0)
+    m = EncoderDecoder(_config(d_model=d_model, d_ff=2 * d_model)).eval()
+    assert 0.9 < m.src_embed.tokens.weight.std().item() < 1.1
+    with torch.no_grad():
+        logits = m(_ids(8, 12), _ids(8, 10, bos=True)).logits
+    assert 0.5 < logits.std().item() < 2.0
 
 
 def test_inputs_sharing_ties_the_embeddings_but_not_the_output():
