@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 from catalogue_helpers import (
     Case,
+    Ctx,
     bad_utf8,
     check,
     drop_last_line,
@@ -15,6 +16,20 @@ from catalogue_helpers import (
     to_dev_zero,
 )
 from reliability_helpers import lines, write_lines
+
+
+def classifier(c: Ctx, model: str) -> str:
+    """A tiny text-classification config (labelled examples in ``tmp``) with ``model``
+    appended to its model section."""
+    c.text("labelled.tsv", "label\ttext\npos\tgood cat\nneg\tbad dog\n")
+    return (
+        "task: text_classification\n"
+        f"data: {{dir: {c.tmp}, train: labelled.tsv, valid: labelled.tsv, max_len: 16}}\n"
+        "tokenizer: {kind: char}\n"
+        f"model: {{d_model: 16, num_heads: 2, d_ff: 32, num_layers: 1, max_len: 16, {model}}}\n"
+        "train: {max_steps: 1, batch_size: 2, warmup_steps: 0, log_every: 1, save_every: 0}\n"
+    )
+
 
 CASES = [
     # -- data files -----------------------------------------------------------------
@@ -135,6 +150,10 @@ CASES = [
                     str(c.text("deep.yaml", "model: " + "[" * 3000 + "]" * 3000 + "\n")),
                     "--out", str(c.tmp / "out")], 2,
          "deep.yaml", "nested too deeply"),
+    # -- a list field holding a mapping: the item named, not 'expected tuple, got tuple' --
+    Case("config/label-names-holding-a-mapping",
+         lambda c: c.train(config=classifier(c, "label_names: [neg, {a: 2}]")), 2,
+         "model.label_names[1]", "expected str, got dict {'a': 2}"),
 ]  # fmt: skip
 
 
