@@ -8,6 +8,8 @@ without eating the machine; a few run at the real ceiling in a child under a
 
 from __future__ import annotations
 
+import time
+
 import pytest
 from chat_helpers import CHAT, SMOLLM2_TEMPLATE
 
@@ -148,3 +150,17 @@ def test_templates_that_build_gigabytes_are_refused_at_the_real_ceiling():
     lines = result.stdout.splitlines()
     assert len(lines) == len(GIGABYTES), result.stdout
     assert all(line.startswith("chat template:") and "than the limit" in line for line in lines)
+
+
+def test_doubling_with_tilde_is_refused_at_once_at_the_real_ceiling():
+    # A plain {% set %} inside a loop is the loop's own in Jinja (it never carries
+    # over), so this form doubles nothing; a namespace carries it over.
+    plain = "{% set s = 'x' %}{% for i in range(40) %}{% set s = s ~ s %}{% endfor %}{{ s }}"
+    assert _render(plain) == "x"
+    start = time.process_time()  # CPU time: the wall clock of a shared machine varies
+    with pytest.raises(DataError) as refused:
+        _render(GIGABYTES[0])  # 2**40 characters unbounded; refused at 2**24
+    assert time.process_time() - start < 0.5
+    message = str(refused.value)
+    assert "\n" not in message and message.startswith("chat template: ")
+    assert "than the limit (16777216 characters) with '~'" in message
