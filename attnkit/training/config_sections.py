@@ -117,6 +117,9 @@ class DataConfig:
     block_size: int | None = None
     # instruction: records end to end in blocks of block_size tokens (no padding)
     pack: bool = False
+    # mlm with train.nsp: what a document is, for NotNext pairs: "blank_lines" (paragraphs,
+    # BERT's articles) or "file" (the whole text one document: B from anywhere else)
+    documents: Literal["blank_lines", "file"] = "blank_lines"
 
     def __post_init__(self) -> None:
         if isinstance(self.corpora, list | tuple):

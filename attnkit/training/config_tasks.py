@@ -56,6 +56,7 @@ TASK_KEYS: dict[str, tuple[str, ...]] = {
     "data.max_len": (*SEQ2SEQ_TEXT, *TEXT_CLASSIFICATION),
     "data.block_size": (*LM_TASKS, "instruction"),
     "data.pack": ("instruction",),
+    "data.documents": ("mlm",),
     "data.skip_empty": SEQ2SEQ_TEXT,
     "data.corpora": SEQ2SEQ_TEXT,
     "data.shuffle_buffer": ("translation",),

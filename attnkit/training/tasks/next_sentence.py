@@ -13,8 +13,11 @@ record logs both parts (``mlm_loss``, ``nsp_loss``) and the batch's
 ``nsp_accuracy`` (its ``nll`` is the MLM's).
 
 Data: ``{data.dir}/{data.text}``, read into memory: one sentence per line,
-documents separated by blank lines; the last ``data.valid_fraction`` of the
-documents are held out. The tokenizer is the resumed run's, ``tokenizer.path``,
+documents separated by blank lines (``data.documents: blank_lines``), or the
+whole text one document (``file``: a corpus whose blank lines part units too
+short to be documents, such as a play's speeches); the last
+``data.valid_fraction`` of the documents (of the sentences, for one document)
+are held out. The tokenizer is the resumed run's, ``tokenizer.path``,
 or one trained (and, with ``data.loading: prepared``, cached) as for ``mlm``.
 Batches: ``train.max_tokens // L`` pairs of at most ``L`` tokens, ``L`` being
 ``data.block_size`` (at most ``model.max_len``; BERT's first 90% of steps used
@@ -256,6 +259,8 @@ def next_sentence_task(
     elif tokenizer is None:
         tokenizer = text_tokenizer(inputs, run.tokenizer, root=cache_root(run), log=log)
     text = "".join(iter_text_pieces(inputs))
+    if data.documents == "file":  # one document: NotNext B starts anywhere but after A
+        text = "\n".join(line for line in text.splitlines() if line.strip())
     fraction = data.held_out_fraction(run.task)
     train, valid = split_pairs(text, tokenizer, fraction, name=f"data.text {data.text}")
     return NextSentenceTask(run, tokenizer, train, valid, initial=initial)

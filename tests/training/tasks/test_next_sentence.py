@@ -173,6 +173,21 @@ def test_data_block_size_cuts_pairs_below_the_models_positions(tmp_path):
     assert "pairs of up to 12 tokens" in short.describe()
 
 
+def test_data_documents_file_makes_the_text_one_document(tmp_path):
+    """Blank lines part documents by default; with documents: file a NotNext B may come from
+    anywhere but after A, and an IsNext pair may cross a blank line."""
+    default = task_from_run(_run(tmp_path))
+    whole = task_from_run(_run(tmp_path, data={"documents": "file"}))
+    assert not default.train.single_document and whole.train.single_document
+    assert len(whole.train.sentences) == len(default.train.sentences)
+    assert len(whole.train.firsts) == len(whole.train.sentences) - 1
+    pairs = whole.train.sample(64, torch.Generator().manual_seed(0), bos_id=1, eos_id=2, max_len=24)
+    for label, a, b in zip(pairs.labels, pairs.a, pairs.b, strict=True):
+        assert (b.start == a.stop) == (label == 0)
+    with pytest.raises(ConfigError, match=r"data.documents: applies to task mlm"):
+        RunConfig.from_dict({"task": "lm", "data": {"documents": "file"}})
+
+
 def test_the_shipped_config_is_mlm_with_nsp_on_speeches(tmp_path):
     root = Path(__file__).resolve().parents[3]
     run = load_run_config(root / "configs" / "tinyshakespeare_nsp.yaml",
