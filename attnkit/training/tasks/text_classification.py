@@ -113,6 +113,16 @@ class TextClassificationTask:
         known = tuple(getattr(initial.config, "label_names", ())) if initial else ()
         if known and set(names) <= set(known):
             names = known  # an earlier classifier of these labels: keep its order and head
+        listed = run.model.get("label_names")
+        if isinstance(listed, list | tuple) and all(isinstance(n, str) for n in listed):
+            # the config fixes the labels' order (their output rows): train by it, so the
+            # checkpoint's names are the labels each row learned (not the data's order
+            # renamed); the model config checks the list itself (no duplicates, ...)
+            unlisted = [n for n in names if n not in listed]
+            if unlisted:
+                raise ConfigError(f"model.label_names: {train.source} has labels "
+                                  f"{unlisted} that it does not list")  # fmt: skip
+            names = tuple(listed)
         given = run.model.get("num_labels")
         if given is not None and given != len(names):
             raise ConfigError(f"model.num_labels: {given}, but {train.source} has {len(names)} "

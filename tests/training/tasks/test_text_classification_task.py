@@ -118,6 +118,20 @@ def test_labels_the_checkpoint_knows_keep_its_order(tmp_path):
     assert task.model_config.label_names == ("neg", "pos")
 
 
+def test_label_names_in_the_config_set_the_rows_the_labels_train(tmp_path):
+    """model.label_names orders the output rows, and training follows that order: the
+    checkpoint never names a row after a label it did not learn."""
+    run = _run(
+        tmp_path, _sentences(100, 0), _sentences(20, 1), model={"label_names": ["pos", "neg"]}
+    )
+    task = task_from_run(run)
+    assert task.model_config.label_names == task.label_names == ("pos", "neg")
+    rows = _sentences(100, 0)
+    assert task.train_labels == [0 if r.startswith("pos") else 1 for r in rows]
+    with pytest.raises(ConfigError, match=r"model.label_names: .* has labels \['pos'\] that"):
+        task_from_run(_run(tmp_path, rows, _sentences(20, 1), model={"label_names": ["neg", "x"]}))
+
+
 def test_the_batch_stream_resumes_exactly_across_an_epoch(tmp_path):
     run = _run(tmp_path, _sentences(50, 0), _sentences(10, 1), batch_size=8)
     task = task_from_run(run)
