@@ -36,10 +36,24 @@ def score_translation(checkpoint: str, data: Path, work: Path, beam: int) -> dic
     sources = (data / "multi30k" / "test2016.de").read_text(encoding="utf-8").splitlines()
     src = _prefixed(sources, MT_PREFIX, work / "test2016.prefixed.de")
     out = subprocess.run(
-        [*ATTNKIT, "evaluate", "--checkpoint", checkpoint, "--src", str(src),
-         "--ref", str(data / "multi30k" / "test2016.en"), "--beam", str(beam),
-         "--alpha", "0.6", "--json"],
-        check=True, capture_output=True, text=True,
+        [
+            *ATTNKIT,
+            "evaluate",
+            "--checkpoint",
+            checkpoint,
+            "--src",
+            str(src),
+            "--ref",
+            str(data / "multi30k" / "test2016.en"),
+            "--beam",
+            str(beam),
+            "--alpha",
+            "0.6",
+            "--json",
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
     ).stdout
     return json.loads(out)
 
@@ -50,12 +64,13 @@ def score_sst2(checkpoint: str, data: Path, work: Path) -> dict[str, object]:
     src = _prefixed(list(sentences), SST2_PREFIX, work / "sst2_dev.prefixed.txt")
     out = subprocess.run(
         [*ATTNKIT, "translate", "--checkpoint", checkpoint, "--input", str(src), "--greedy"],
-        check=True, capture_output=True, text=True,
+        check=True,
+        capture_output=True,
+        text=True,
     ).stdout.splitlines()
     right = sum(hyp.strip() == label for hyp, label in zip(out, labels, strict=True))
     other = sum(hyp.strip() not in ("0", "1") for hyp in out)
-    return {"accuracy": right / len(labels), "right": right, "n": len(labels),
-            "not_a_label": other}
+    return {"accuracy": right / len(labels), "right": right, "n": len(labels), "not_a_label": other}
 
 
 def main() -> None:
@@ -67,9 +82,11 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         work, data = Path(tmp), Path(args.data)
-        result = {"checkpoint": args.checkpoint,
-                  "de_en": score_translation(args.checkpoint, data, work, args.beam),
-                  "sst2": score_sst2(args.checkpoint, data, work)}
+        result = {
+            "checkpoint": args.checkpoint,
+            "de_en": score_translation(args.checkpoint, data, work, args.beam),
+            "sst2": score_sst2(args.checkpoint, data, work),
+        }
     print(json.dumps(result, indent=1))
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
