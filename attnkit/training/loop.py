@@ -13,18 +13,16 @@
 Every checkpoint is complete on its own (``attnkit translate --checkpoint``
 takes either the run directory or one checkpoint directory).
 
-What every task gets: Adam/AdamW and the schedule (``train.schedule``),
-gradient accumulation (``train.grad_accum`` batches per update, the update
-normalised by the token count of all of them; the task's per-batch metrics,
-such as mixture-of-experts utilisation, averaged the same way into the train
-record), clipping, precision
-(``train.precision``: bf16/fp16 autocast, a ``GradScaler`` for fp16), the
-fast paths (``train.fast``/``train.compile``: ``attnkit/training/fast.py``),
-data parallelism under ``torchrun`` (``attnkit.training.distributed``: each
-rank trains on its share of every global batch; only rank 0 writes),
-checkpoints every ``train.save_every`` steps (or every ``train.save_fraction`` of a
-time budget) with the newest ``keep_last``
-kept, and a bit-exact ``resume``.
+What every task gets: Adam/AdamW and the schedule (``train.schedule``), gradient
+accumulation (``train.grad_accum`` batches per update, the update normalised by the
+token count of all of them; the task's per-batch metrics, such as mixture-of-experts
+utilisation, averaged the same way into the train record), clipping, precision
+(``train.precision``: bf16/fp16 autocast, a ``GradScaler`` for fp16), the fast paths
+(``train.fast``/``train.compile``: ``attnkit/training/fast.py``), data parallelism under
+``torchrun`` (``attnkit.training.distributed``: each rank trains on its share of every
+global batch; only rank 0 writes), checkpoints every ``train.save_every`` steps (or every
+``train.save_fraction`` of a time budget) with the newest ``keep_last`` kept, and a
+bit-exact ``resume``.
 
 Numerical guards: an update whose loss or gradient norm is NaN/inf is skipped
 (no optimizer or schedule step, gradients zeroed), logged and counted; more
