@@ -24,16 +24,15 @@ global batch; only rank 0 writes), checkpoints every ``train.save_every`` steps 
 ``train.save_fraction`` of a time budget) with the newest ``keep_last`` kept, and a
 bit-exact ``resume``.
 
-Numerical guards: an update whose loss or gradient norm is NaN/inf is skipped
-(no optimizer or schedule step, gradients zeroed), logged and counted; more
-than ``train.max_nonfinite`` such updates in a row stop training with a
-``TrainingError``, and weights holding NaN/inf are never saved. fp16 overflow
-skips are the loss scaler's business and do not count.
+Numerical guards: an update whose loss or gradient norm is NaN/inf is skipped (no
+optimizer or schedule step, gradients zeroed), logged and counted; more than
+``train.max_nonfinite`` such updates in a row stop training with a ``TrainingError``, and
+weights holding NaN/inf are never saved. fp16 overflow skips are the loss scaler's
+business and do not count.
 
-``callbacks`` (``(event, step) -> None``) are called at two moments, for
-tests that crash a run there: ``"train_step"`` after the backward pass and
-before the update, and ``"checkpoint_write"`` half-way through writing a
-checkpoint.
+``callbacks`` (``(event, step) -> None``) are called at two moments, for tests that crash
+a run there: ``"train_step"`` after the backward pass and before the update, and
+``"checkpoint_write"`` half-way through writing a checkpoint.
 """
 
 from __future__ import annotations
