@@ -10,7 +10,7 @@ with two differences:
 
       {"format": 1,
        "lora": {"rank": 8, "alpha": 16.0, "dropout": 0.0, "targets": ["q", "v"]},
-       "base": {"path": "/abs/runs/smollm2", "sha256": "<of its model.safetensors>"}}
+       "base": {"path": "/abs/runs/smollm2", "sha256": "<of its model.safetensors' tensors>"}}
 
 ``config.json`` and ``tokenizer.json`` are the fine-tuned model's, as in
 every checkpoint. Loading (``adapted_weights``) finds the base checkpoint
@@ -23,7 +23,6 @@ of its family. ``attnkit merge`` writes that merged model as a full checkpoint.
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -35,6 +34,7 @@ from torch import Tensor, nn
 from attnkit.adapters.config import LoRAConfig
 from attnkit.adapters.install import adapter_state, install_lora, lora_parameter_names, merge_lora
 from attnkit.checkpoints import safe_files
+from attnkit.checkpoints.digest import weights_digest
 from attnkit.checkpoints.files import MODEL_FILE, save_checkpoint
 from attnkit.checkpoints.rundir import resolve_checkpoint
 from attnkit.errors import CheckpointError, ConfigError
@@ -45,16 +45,9 @@ _MAX_ADAPTER_JSON = 1 << 20
 
 
 def weights_sha256(checkpoint: str | Path) -> str:
-    """The SHA-256 of a checkpoint directory's ``model.safetensors`` (hex)."""
-    path = Path(checkpoint) / MODEL_FILE
-    digest = hashlib.sha256()
-    try:
-        with path.open("rb") as f:
-            while chunk := f.read(1 << 22):
-                digest.update(chunk)
-    except OSError as e:
-        raise CheckpointError(f"{path}: cannot read the weights to hash them: {e}") from e
-    return digest.hexdigest()
+    """The content SHA-256 (``attnkit.checkpoints.digest``) of a checkpoint directory's
+    ``model.safetensors`` (hex): what a LoRA checkpoint records of its base."""
+    return weights_digest(Path(checkpoint) / MODEL_FILE).content
 
 
 @dataclass(frozen=True)
@@ -183,11 +176,11 @@ def adapted_weights(
             f"{source}: its base checkpoint {base_dir} is not there (no {MODEL_FILE}); "
             "pass the base's new place (--base) or merge the adapters where the base is"
         )
-    digest = weights_sha256(base_dir)
-    if digest != info.base.sha256:
+    digest = weights_digest(base_dir / MODEL_FILE)
+    if not digest.matches(info.base.sha256):
         raise CheckpointError(
             f"{source}: {base_dir} is not the base these adapters were trained on "
-            f"(weights sha256 {digest[:12]}..., expected {info.base.sha256[:12]}...)"
+            f"(weights sha256 {digest.content[:12]}..., expected {info.base.sha256[:12]}...)"
         )
     base_state = safe_files.load_tensors(base_dir / MODEL_FILE)
     lora_state = {k: v for k, v in tensors.items() if _is_lora(k)}

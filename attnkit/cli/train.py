@@ -159,7 +159,7 @@ def initial_for_run(run_config: Any, out: Path, *, init: str | None, resume: boo
     """
     from attnkit.checkpoints.adapters import read_adapter_info
     from attnkit.checkpoints.rundir import latest_checkpoint
-    from attnkit.training.init import file_sha256, load_initial, recorded_init
+    from attnkit.training.init import load_initial, recorded_init
     from attnkit.training.runconfig import InitConfig
 
     if resume:
@@ -172,10 +172,12 @@ def initial_for_run(run_config: Any, out: Path, *, init: str | None, resume: boo
             run_config.init = None
             return None
         if init is not None:
+            from attnkit.checkpoints.digest import weights_digest
             from attnkit.checkpoints.files import MODEL_FILE
             from attnkit.checkpoints.rundir import resolve_checkpoint
 
-            if file_sha256(resolve_checkpoint(init) / MODEL_FILE) != record.get("sha256"):
+            given = weights_digest(resolve_checkpoint(init) / MODEL_FILE)
+            if not given.matches(record.get("sha256")):
                 where = record.get("checkpoint")
                 raise UsageError(f"--init {init}: {out} started from other weights ({where}); "
                                  "drop --init to resume it")  # fmt: skip

@@ -16,7 +16,8 @@ a checkpoint::
 * ``load_initial(path, expected_sha256=None) -> Initial``: the checkpoint's
   model config, its state dict (CPU tensors), its tokenizer (``None`` for
   images) and an ``InitSource`` (where it came from: the path as given, the
-  checkpoint directory, the sha256 of its ``model.safetensors``, the family,
+  checkpoint directory, the content sha256 of its ``model.safetensors``
+  (``attnkit.checkpoints.digest``), the family,
   the trainer step). ``expected_sha256`` refuses a file that has changed.
 * ``config_from_initial(init_config, given, ...)``: the checkpoint's config
   with the run's ``model`` section applied. A key that would change the
@@ -38,7 +39,6 @@ every checkpoint's trainer state (the run config's ``init``).
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -47,6 +47,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from attnkit.checkpoints.digest import weights_digest
 from attnkit.checkpoints.files import MODEL_FILE, TRAINER_FILE, load_checkpoint
 from attnkit.checkpoints.rundir import resolve_checkpoint
 from attnkit.data.tokenizer_kinds import tokenizer_from_json
@@ -68,7 +69,6 @@ NON_ARCHITECTURE_KEYS: frozenset[str] = frozenset(
         "pooling",  # checked by its effect: ViT's class token is a parameter
     }
 )
-_HASH_CHUNK = 1 << 22
 
 
 @dataclass(frozen=True)
@@ -78,7 +78,7 @@ class InitSource:
     Attributes:
         path: the path as given (``--init``).
         checkpoint: the checkpoint directory it resolved to (absolute).
-        sha256: hex digest of that checkpoint's ``model.safetensors``.
+        sha256: content digest of that checkpoint's ``model.safetensors`` (``weights_digest``).
         family: the model family (``encoder_only``, ``transformer``, ...).
         step: the trainer step of that checkpoint (``None`` for an import).
     """
@@ -107,15 +107,6 @@ class Initial:
     source: InitSource
 
 
-def file_sha256(path: str | Path) -> str:
-    """The sha256 hex digest of a file, read in 4 MiB chunks."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(_HASH_CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 def load_initial(path: str | Path, *, expected_sha256: str | None = None) -> Initial:
     """Read the checkpoint (or a run's latest checkpoint) at ``path`` to start from.
 
@@ -127,10 +118,11 @@ def load_initial(path: str | Path, *, expected_sha256: str | None = None) -> Ini
     weights = directory / MODEL_FILE
     if not weights.is_file():
         raise CheckpointError(f"{weights}: file not found; cannot start from {path}")
-    sha256 = file_sha256(weights)
-    if expected_sha256 is not None and sha256 != expected_sha256:
+    digest = weights_digest(weights)
+    if expected_sha256 is not None and not digest.matches(expected_sha256):
         raise CheckpointError(
-            f"{weights}: sha256 {sha256[:12]}... is not the recorded {expected_sha256[:12]}...; "
+            f"{weights}: sha256 {digest.content[:12]}... is not the recorded "
+            f"{expected_sha256[:12]}...; "
             "the checkpoint changed since the run started from it"
         )
     ckpt = load_checkpoint(directory, load_optimizer=False)
@@ -151,7 +143,7 @@ def load_initial(path: str | Path, *, expected_sha256: str | None = None) -> Ini
     source = InitSource(
         path=str(path),
         checkpoint=str(directory.resolve()),
-        sha256=sha256,
+        sha256=digest.content,
         family=family.name,
         step=None if step is None else int(step),
     )

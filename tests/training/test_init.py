@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 from pathlib import Path
 
@@ -10,6 +9,7 @@ import pytest
 import torch
 
 from attnkit import checkpoints as ckpt
+from attnkit.checkpoints.digest import weights_digest
 from attnkit.cli.main import main
 from attnkit.errors import CheckpointError, ConfigError
 from attnkit.models import EncoderOnlyConfig, ViTConfig, config_from_preset
@@ -41,7 +41,7 @@ MORE = "a dog and a cat met on a mat by the log. " * 20
 
 
 def _sha(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
+    return weights_digest(path).content
 
 
 @pytest.fixture(scope="module", params=["lm", "mlm"])
