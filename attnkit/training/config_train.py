@@ -45,6 +45,10 @@ class TrainConfig:
     warmup_steps: int = 4000
     min_lr: float = 0.0
     weight_decay: float = 0.0
+    # The learned relative-position terms (T5's bias tables, relative embeddings, Swin's
+    # window tables) train at lr x this: Adam moves a table entry ~lr per step, slow for
+    # an entry that is itself a score offset (attnkit/training/optim.py says more).
+    position_lr_scale: float = 1.0
     # Adam's betas and eps; null: the task's default (translation: the paper's
     # (0.9, 0.98), 1e-9; lm/mlm: nanoGPT's (0.9, 0.99), 1e-8).
     betas: tuple[float, float] | None = None

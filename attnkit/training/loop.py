@@ -113,17 +113,17 @@ class Trainer:
         self._train_model = dist_util.wrap_model(self.model, self.dist, cfg.distributed)
         if self.dist.rank > 0:  # same initial weights (seeded above), own dropout masks
             torch.manual_seed(cfg.seed + self.dist.rank)
+        fast_fused = None if self.fast else False
         self.optimizer = build_optimizer(
             self.model,
             lr=cfg.lr,
             betas=cfg.betas or task.betas,
             eps=cfg.eps or task.eps,
             weight_decay=cfg.weight_decay,
+            position_lr_scale=cfg.position_lr_scale,
             # train.fused_optimizer: torch's fused Adam/AdamW kernel (CUDA and CPU);
             # unset, it follows train.fast (fused where the fast paths are on, CUDA).
-            fused=(None if self.fast else False)
-            if cfg.fused_optimizer is None
-            else cfg.fused_optimizer,
+            fused=cfg.fused_optimizer if cfg.fused_optimizer is not None else fast_fused,
         )
         self.scheduler = build_scheduler(
             self.optimizer,

@@ -105,9 +105,10 @@ def build_scheduler(
 
     - ``noam``: needs ``d_model`` and ``warmup_steps >= 1``; ``factor`` scales
       it. The optimizer's lr is set to 1.0 so that the multiplier *is* the lr
-      (whatever lr the optimizer was built with is ignored).
+      (whatever lr the optimizer was built with is ignored), times a group's
+      ``lr_scale`` where it has one.
     - ``cosine``: needs ``total_steps``; the optimizer's lr is the peak and
-      ``min_lr`` the floor (absolute, same for every parameter group).
+      ``min_lr`` the floor (absolute, times a group's ``lr_scale``).
     - ``constant``: the optimizer's lr, after ``warmup_steps`` of linear warmup.
 
     Keywords a schedule does not use are ignored, so a run config can pass all.
@@ -124,8 +125,11 @@ def build_scheduler(
     if name == "cosine":
         if total_steps is None or total_steps < 1:
             raise ConfigError(f"total_steps: the cosine schedule needs >= 1, got {total_steps}")
+        # the floor scales with a group's lr_scale (attnkit.training.optim), as its peak does
         lambdas: list[Callable[[int], float]] = [
-            CosineMultiplier(warmup_steps, total_steps, min_lr / _base_lr(group))
+            CosineMultiplier(
+                warmup_steps, total_steps, min_lr * group.get("lr_scale", 1.0) / _base_lr(group)
+            )
             for group in optimizer.param_groups
         ]
         return LambdaLR(optimizer, lambdas)
@@ -145,11 +149,12 @@ def _base_lr(group: dict) -> float:
 
 def _set_base_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:
     for group in optimizer.param_groups:
+        scaled = lr * group.get("lr_scale", 1.0)
         # A tensor lr (capturable/fused setups) is updated in place.
         if isinstance(group["lr"], torch.Tensor):
-            group["lr"].fill_(lr)
+            group["lr"].fill_(scaled)
         else:
-            group["lr"] = lr
+            group["lr"] = scaled
         group.pop("initial_lr", None)  # LambdaLR records the new base from "lr"
 
 

@@ -117,3 +117,22 @@ def test_the_shipped_config_builds_a_t5(tmp_path):
     c = task.model_config
     assert isinstance(c, TransformerConfig) and c.positions == "t5_relative"
     assert (c.d_model, c.activation, task.block, len(task.sentinels)) == (256, "gated_gelu", 64, 3)
+
+
+def test_position_lr_scale_reaches_the_trainers_optimizer_and_its_checkpoint(tmp_path):
+    run, corpus = _run(tmp_path, max_steps=4, save_every=4, position_lr_scale=10.0)
+    trainer = Trainer(run, TASK_CLASSES["span_corruption"](run, corpus), tmp_path / "run",
+                      progress=False)  # fmt: skip
+    trainer.fit()
+    groups = trainer.optimizer.param_groups
+    assert [g["lr_scale"] for g in groups] == [1.0, 10.0]
+    assert groups[1]["lr"] == pytest.approx(10.0 * groups[0]["lr"])
+    assert len(groups[1]["params"]) == 2  # the encoder's and the decoder's bias table
+    state = ckpt.load_checkpoint(ckpt.latest_checkpoint(trainer.out_dir))
+    assert state.trainer_state["run"]["train"]["position_lr_scale"] == 10.0
+    # a model without learned relative positions: the key names itself
+    plain, corpus = _run(tmp_path / "plain", model={"positions": "sinusoidal"},
+                         position_lr_scale=10.0)  # fmt: skip
+    with pytest.raises(ConfigError, match="position_lr_scale"):
+        Trainer(plain, TASK_CLASSES["span_corruption"](plain, corpus), tmp_path / "plain_run",
+                progress=False)  # fmt: skip
