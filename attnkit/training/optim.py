@@ -15,8 +15,8 @@ Adam moves each entry by about ``lr`` per step whatever its gradient, so a
 bias table, whose single entries *are* score offsets, needs hundreds of steps
 to reach the few units of bias that make attention local, while a projection
 gets there through a d-wide dot product. On a copy task T5's bias alone took
-~1,000 steps to align what sinusoidal positions align in ~200; at 10-100x its
-loss fell 2-3x faster (docs/results.md, the T5 section).
+~810 steps to reach a loss sinusoidal positions reach in ~270; at 10-30x, ~470
+(docs/results.md, the T5 section).
 """
 
 from __future__ import annotations
