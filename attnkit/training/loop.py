@@ -10,8 +10,7 @@
         model.safetensors  config.json  tokenizer.json  trainer_state.json
         optimizer.safetensors  (...)
 
-Every checkpoint is complete on its own (``attnkit translate --checkpoint``
-takes either the run directory or one checkpoint directory).
+Every checkpoint is complete on its own (``--checkpoint`` takes the run or one of them).
 
 What every task gets: Adam/AdamW and the schedule (``train.schedule``), gradient
 accumulation (``train.grad_accum`` batches per update, the update normalised by the
