@@ -23,7 +23,7 @@ import struct
 from dataclasses import dataclass
 from pathlib import Path
 
-from attnkit.checkpoints.safe_files import MAX_HEADER_BYTES
+from attnkit.checkpoints.safe_files import check_safetensors_file
 from attnkit.errors import CheckpointError
 
 _CHUNK = 1 << 22
@@ -53,29 +53,16 @@ def weights_digest(path: str | Path) -> WeightsDigest:
     """The digests of the safetensors file at ``path``.
 
     Raises ``CheckpointError`` naming the file when it cannot be read or is not
-    a safetensors file (too short, a header that is not JSON or overruns it).
+    a valid safetensors file (``safe_files.check_safetensors_file``'s checks).
     """
     path = Path(path)
-    content, raw = hashlib.sha256(_PREFIX), hashlib.sha256()
+    header_len, header = check_safetensors_file(path)
+    canonical = json.dumps(header, sort_keys=True, separators=(",", ":")).encode()
+    content = hashlib.sha256(_PREFIX + struct.pack("<Q", len(canonical)) + canonical)
+    raw = hashlib.sha256()
     try:
         with path.open("rb") as f:
-            prefix = f.read(8)
-            if len(prefix) < 8:
-                raise CheckpointError(f"{path}: truncated, not a safetensors file")
-            (header_len,) = struct.unpack("<Q", prefix)
-            if header_len > MAX_HEADER_BYTES:
-                raise CheckpointError(f"{path}: safetensors header of {header_len} bytes "
-                                      f"exceeds the {MAX_HEADER_BYTES}-byte limit")  # fmt: skip
-            header_bytes = f.read(header_len)
-            if len(header_bytes) < header_len:
-                raise CheckpointError(f"{path}: truncated safetensors header")
-            raw.update(prefix + header_bytes)
-            try:
-                header = json.loads(header_bytes)
-            except ValueError as e:
-                raise CheckpointError(f"{path}: corrupt safetensors header ({e})") from None
-            canonical = json.dumps(header, sort_keys=True, separators=(",", ":")).encode()
-            content.update(struct.pack("<Q", len(canonical)) + canonical)
+            raw.update(f.read(8 + header_len))
             while chunk := f.read(_CHUNK):
                 raw.update(chunk)
                 content.update(chunk)

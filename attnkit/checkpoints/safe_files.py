@@ -105,8 +105,11 @@ def save_tensors(path: str | Path, tensors: Mapping[str, Tensor]) -> None:
     fsync_file(path)
 
 
-def _check_safetensors_file(path: Path) -> None:
-    """Refuse pickles and malformed files before safetensors parses them."""
+def check_safetensors_file(path: Path) -> tuple[int, dict[str, Any]]:
+    """Refuse pickles and malformed files before safetensors parses them.
+
+    Returns the header's length in bytes and the header, parsed.
+    """
     try:
         size = path.stat().st_size
         with path.open("rb") as f:
@@ -144,6 +147,7 @@ def _check_safetensors_file(path: Path) -> None:
             f"{path}: file is {size} bytes but its header describes {expected} "
             "(truncated or corrupt)"
         )
+    return header_len, header
 
 
 def _is_pickle(head: bytes) -> bool:
@@ -183,7 +187,7 @@ def load_tensors(path: str | Path) -> dict[str, Tensor]:
         raise _missing_tensors_error(path)
     if not path.is_file():
         raise CheckpointError(f"{path}: not a file")
-    _check_safetensors_file(path)
+    check_safetensors_file(path)
     st = _safetensors()
     try:
         with st.safe_open(str(path), framework="pt") as f:
@@ -205,7 +209,7 @@ def tensor_names(path: str | Path) -> set[str]:
     path = Path(path)
     if not path.is_file():
         raise _missing_tensors_error(path)
-    _check_safetensors_file(path)
+    check_safetensors_file(path)
     try:
         with _safetensors().safe_open(str(path), framework="pt") as f:
             metadata = f.metadata() or {}
