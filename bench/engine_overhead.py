@@ -11,8 +11,8 @@ a BPE tokenizer trained on Multi30k's ``train.de``/``train.en`` and
 * raw: ``translate_batch`` of the CTranslate2 model in the cache on
   pre-tokenized pieces (``max_batch_size`` 64, ``length_penalty`` 0, one
   ``max_decoding_length`` of 63: the model's cap);
-* engine: ``engine.translate(texts)``, which tokenizes, groups the rows by
-  output limit, calls the same ``translate_batch`` and detokenizes.
+* engine: ``engine.translate(texts)``, which tokenizes, calls the same
+  ``translate_batch`` at the batch's largest output limit and detokenizes.
 
 ``--max-len-b`` is large, so every row's limit is the model's cap: both sides
 decode the same tokens (the outputs are checked equal). Last, the wall time

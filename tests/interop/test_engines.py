@@ -4,12 +4,14 @@ rebuilt when stale and never half-written, and one-line refusals."""
 from __future__ import annotations
 
 import json
+import random
 import shutil
 
 import pytest
 import torch
+from interop_helpers import BPE_TEXT, save_random_model
 
-from attnkit.checkpoints import safe_files
+from attnkit.checkpoints import safe_files, save_checkpoint
 from attnkit.cli.main import main
 from attnkit.cli.translate import ENGINES as CLI_ENGINES
 from attnkit.interop import engines
@@ -217,3 +219,49 @@ def test_ctranslate2_ids_and_scores_equal_attnkit(checkpoint, beam, nbest):
         assert [h.tokens for h in hyps] == [h.tokens for h in result.nbest[0][:nbest]]
         assert [h.score for h in hyps] == pytest.approx([h.score for h in result.nbest[0]][:nbest],
                                                         abs=1e-3)  # fmt: skip
+
+
+@pytest.mark.parametrize("seed,eos_scale", [(12, 10.0), (7, 6.0)])  # 29 and 79 rows settled
+def test_one_call_per_batch_equals_one_call_per_limit_but_for_cut_beams(
+    bpe_checkpoint, tmp_path, seed, eos_scale
+):
+    """A batch decoded in one call at its largest limit (rows that reached their own
+    limit decoded again) gives every row what a call at its own limit gives, except
+    where that call's answer holds a beam cut at the limit (the module doc's case).
+    EOS's output row is scaled so that some searches end early and some run on."""
+    loaded = _load(bpe_checkpoint)
+    tokenizer = loaded.tokenizer
+    ckpt = save_random_model(tmp_path / "ckpt", tokenizer, seed=seed)
+    state = _load(ckpt).model.state_dict()
+    state["output_proj.weight"][tokenizer.eos_id] *= eos_scale
+    save_checkpoint(ckpt, model_state=state, config=loaded.model.config.to_dict(),
+                    tokenizer_json=tokenizer.to_json())  # fmt: skip
+    words = " ".join(BPE_TEXT).split()
+    rng = random.Random(seed)
+    texts = [" ".join(rng.choices(words, k=rng.randint(1, 12))) for _ in range(64)]
+    rows = shared = cut = 0
+    for beam, nbest, max_len_b in [(4, 1, 2), (4, 2, 4), (5, 1, 8)]:
+        decode = engines.DecodeOptions(beam=beam, alpha=0.0, nbest=nbest, max_len_b=max_len_b)
+        engine = engines.open_engine("ctranslate2", ckpt, engines.RunOptions(threads=1), decode,
+                                     load=_load, say=lambda line: None)  # fmt: skip
+        src = engine.source.ids(texts)
+        limits = [engine.source.output_limit(s, max_len_b) for s in src]
+        calls: list[int] = []
+
+        def counted(s, rows, *rest, run=engine._run, calls=calls):
+            calls.append(len(rows))
+            run(s, rows, *rest)
+
+        engine._run = counted
+        got = engine.decode_ids(src, decode)
+        del engine._run  # the class's method again
+        shared += len(src) - sum(calls[1:])  # rows the first call answered for good
+        for limit in set(limits):
+            group = [i for i in range(len(src)) if limits[i] == limit]
+            own = engine.decode_ids([src[i] for i in group], decode)  # one call at `limit`
+            for i, expected in zip(group, own):
+                rows += 1
+                if [h.tokens for h in got[i]] != [h.tokens for h in expected]:
+                    cut += 1
+                    assert any(len(h.tokens) == limit for h in expected), (i, limit)
+    assert rows == 192 and shared >= 20 and cut <= rows // 20  # seed 12: 2 cut
