@@ -16,7 +16,10 @@ which is what ``serve --engine ctranslate2`` accepts) and threads:
   times; sentences/s over all rounds. The clients run on the same cores as the
   server (there is no other machine), which the server's figure pays for.
 
-Prints both, their ratio, the server's mean decode batch, and the CPU model.
+Prints both, their ratio, the server's mean decode batch, where the CPU time went
+(CPU milliseconds per sentence: raw CTranslate2 in this process; the server's
+process; this process's clients, from ``/proc`` and ``getrusage`` around the
+timed rounds), and the CPU model.
 Not a timed test: figures depend on the machine and on what else runs on it.
 """
 
@@ -25,6 +28,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import resource
 import sys
 import time
 from pathlib import Path
@@ -36,8 +40,20 @@ from serve_load import run_level, start_server, summarize
 DATA = Path(os.environ.get("ATTNKIT_DATA", "/work/shared/data")) / "multi30k"
 
 
-def raw_rate(checkpoint: Path, texts: list[str], args: argparse.Namespace) -> tuple[float, str]:
-    """Sentences/s of ``translate_batch`` on the engine cache's model, and that model's dir."""
+def cpu_seconds(pid: int | None = None) -> float:
+    """User + system CPU seconds of this process (``pid=None``) or of process ``pid``."""
+    if pid is None:
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        return usage.ru_utime + usage.ru_stime
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
+
+
+def raw_rate(
+    checkpoint: Path, texts: list[str], args: argparse.Namespace
+) -> tuple[float, float, str]:
+    """Sentences/s of ``translate_batch`` on the engine cache's model, its CPU ms per
+    sentence (this process, over the timed rounds) and that model's dir."""
     import ctranslate2
     import tokenizers
 
@@ -64,15 +80,23 @@ def raw_rate(checkpoint: Path, texts: list[str], args: argparse.Namespace) -> tu
         return time.perf_counter() - start
 
     once()  # warm-up
-    return len(texts) / min(once() for _ in range(args.rounds)), str(model_dir)
+    cpu = cpu_seconds()
+    best = min(once() for _ in range(args.rounds))
+    cpu_ms = (cpu_seconds() - cpu) * 1000 / (args.rounds * len(texts))
+    return len(texts) / best, cpu_ms, str(model_dir)
 
 
-async def served(url: str, texts: list[str], args: argparse.Namespace) -> dict:
+async def served(url: str, texts: list[str], args: argparse.Namespace, pid: int) -> dict:
     body = {"beam": args.beam, "alpha": 0.0}
     await run_level(url, args.concurrency, 2.0, body, texts)  # warm-up
+    server, clients = cpu_seconds(pid), cpu_seconds()
     parts = [await run_level(url, args.concurrency, args.duration, body, texts)
              for _ in range(args.rounds)]  # fmt: skip
-    return summarize(args.concurrency, parts)
+    row = summarize(args.concurrency, parts)
+    done = sum(len(part["batch_sizes"]) for part in parts)  # answered requests = sentences
+    row["server_cpu_ms"] = round((cpu_seconds(pid) - server) * 1000 / max(done, 1), 2)
+    row["clients_cpu_ms"] = round((cpu_seconds() - clients) * 1000 / max(done, 1), 2)
+    return row
 
 
 def main() -> None:
@@ -93,12 +117,12 @@ def main() -> None:
     lines = Path(args.input).read_text(encoding="utf-8").splitlines()
     texts = [t for t in lines if t.strip()][: args.lines]
 
-    raw, model_dir = raw_rate(Path(args.checkpoint), texts, args)
+    raw, raw_cpu_ms, model_dir = raw_rate(Path(args.checkpoint), texts, args)
     extra = ["--engine", "ctranslate2", "--alpha", "0", "--threads", str(args.threads),
              *args.server_args.split()]  # fmt: skip
     proc, url = start_server(args.checkpoint, extra)
     try:
-        row = asyncio.run(served(url, texts, args))
+        row = asyncio.run(served(url, texts, args, proc.pid))
     finally:
         proc.terminate()
         proc.wait(timeout=30)
@@ -111,6 +135,9 @@ def main() -> None:
           f"{serve_rate / raw:.3f}", str(row["mean_batch_requests"]), str(row["p50_ms"]),
           str(row["p99_ms"]), str(row["failed"])]],
     ))  # fmt: skip
+    print(f"CPU ms per sentence: raw CTranslate2 {raw_cpu_ms:.2f}; served: server process "
+          f"{row['server_cpu_ms']:.2f}, clients {row['clients_cpu_ms']:.2f}; the server's decode "
+          f"worker busy {row['worker_busy']:.0%} of the time")  # fmt: skip
     print(f"{len(texts)} sentences of {args.input}, beam {args.beam}, {args.threads} threads, "
           f"model {model_dir}; server args: {' '.join(extra)}")  # fmt: skip
     for key, value in environment(torch.device("cpu")).items():
