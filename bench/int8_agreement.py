@@ -13,8 +13,12 @@ margins are printed too: a variant whose error exceeds a margin can flip it.
 Variants: what ``quantize_model`` makes (``bf16``, ``int8w``, ``int8``: fbgemm,
 activations quantised per call, per tensor) and two probes that are not
 attnkit precisions (``RowInt8Linear`` below): ``int8_rows``, every linear with
-a symmetric int8 scale per activation row (per token) through ``torch._int_mm``,
-and ``int8_rows_fp32_down``, the same with the FFN's ``down_proj`` left fp32.
+a symmetric int8 scale per activation row (per token) through ``torch._int_mm``;
+``int8_rows_fp32_down``, the same with the FFN's ``down_proj`` left fp32; and
+``int8_rows_smooth``, SmoothQuant (Xiao et al., 2023, alpha 0.5): each input
+channel ``j`` of a linear divided by ``s_j = sqrt(max|x_j| / max|W_:,j|)`` and
+its weight column multiplied by it before quantizing, the maxima of ``x``
+taken from fp32 runs on ``CALIBRATION`` (other prompts than the measured one).
 Accuracy only, no timing: one thread, any machine load.
 """
 
@@ -35,18 +39,32 @@ from attnkit.decoding.static import stepper_for
 from attnkit.quantize import quantize_model
 from attnkit.quantize.linear import quantize_rows
 
+CALIBRATION = [
+    "Explain how a rainbow forms.",
+    "List three uses of copper and say why.",
+    "Write a haiku about the sea at night.",
+    "What is the difference between a virus and a bacterium?",
+]
+
 
 class RowInt8Linear(nn.Module):
-    """``x W^T + b`` with per-channel int8 weights and per-row symmetric int8 activations."""
+    """``x W^T + b`` with per-channel int8 weights and per-row symmetric int8 activations;
+    with ``smooth`` ``(K,)``, ``(x / smooth) (W * smooth)^T`` instead (SmoothQuant)."""
 
-    def __init__(self, linear: nn.Linear) -> None:
+    def __init__(self, linear: nn.Linear, smooth: Tensor | None = None) -> None:
         super().__init__()
-        q, scale = quantize_rows(linear.weight)
+        weight = linear.weight.detach().float()
+        self.smooth = smooth
+        if smooth is not None:
+            weight = weight * smooth
+        q, scale = quantize_rows(weight)
         self.weight_t, self.weight_scale = q.t().contiguous(), scale  # (K, N) int8, (N,)
         self.bias = None if linear.bias is None else linear.bias.detach().float()
 
     def forward(self, x: Tensor) -> Tensor:
         rows = x.reshape(-1, x.size(-1)).float()
+        if self.smooth is not None:
+            rows = rows / self.smooth
         scale = rows.abs().amax(1, keepdim=True).clamp(min=1e-12) / 127.0  # (M, 1)
         q = torch.round(rows / scale).clamp(-127, 127).to(torch.int8)
         y = torch._int_mm(q, self.weight_t).float() * scale * self.weight_scale
@@ -55,8 +73,11 @@ class RowInt8Linear(nn.Module):
         return y.reshape(*x.shape[:-1], -1)
 
 
-def rows_int8(model: nn.Module, keep: Sequence[str] = ()) -> nn.Module:
-    """Every ``nn.Linear`` whose name has none of ``keep`` -> ``RowInt8Linear``."""
+def rows_int8(
+    model: nn.Module, keep: Sequence[str] = (), maxima: dict[str, Tensor] | None = None
+) -> nn.Module:
+    """Every ``nn.Linear`` whose name has none of ``keep`` -> ``RowInt8Linear``, smoothed
+    with the input maxima ``maxima[name]`` where given."""
     from attnkit.attention.backends import use_backend
     from attnkit.attention.one_query import OneQueryDecode
 
@@ -64,17 +85,44 @@ def rows_int8(model: nn.Module, keep: Sequence[str] = ()) -> nn.Module:
         for name, child in list(owner.named_children()):
             full = f"{owner_name}.{name}".lstrip(".")
             if type(child) is nn.Linear and not any(k in full for k in keep):
-                setattr(owner, name, RowInt8Linear(child))
+                smooth = None
+                if maxima is not None:
+                    w_max = child.weight.detach().float().abs().amax(0).clamp(min=1e-5)
+                    smooth = (maxima[full].clamp(min=1e-5) / w_max).sqrt()
+                setattr(owner, name, RowInt8Linear(child, smooth))
     use_backend(model, OneQueryDecode())
     return model
 
 
-VARIANTS: dict[str, Callable[[nn.Module], nn.Module]] = {
-    "bf16": lambda m: quantize_model(m, "bf16"),
-    "int8w": lambda m: quantize_model(m, "int8w"),
-    "int8": lambda m: quantize_model(m, "int8"),
-    "int8_rows": rows_int8,
-    "int8_rows_fp32_down": lambda m: rows_int8(m, keep=["down_proj"]),
+@torch.inference_mode()
+def input_maxima(model: nn.Module, prompts: list[list[int]], n: int = 32) -> dict[str, Tensor]:
+    """``max|x_j|`` over every input channel of every ``nn.Linear``, from fp32 greedy runs."""
+    maxima: dict[str, Tensor] = {}
+
+    def hook(name: str):  # noqa: ANN202
+        def record(module: nn.Module, args: tuple[Tensor, ...]) -> None:
+            m = args[0].detach().float().reshape(-1, args[0].size(-1)).abs().amax(0)
+            maxima[name] = torch.maximum(maxima[name], m) if name in maxima else m
+
+        return record
+
+    handles = [module.register_forward_pre_hook(hook(name))
+               for name, module in model.named_modules() if type(module) is nn.Linear]  # fmt: skip
+    for prompt in prompts:
+        logits_along(model, prompt, None, n)
+    for handle in handles:
+        handle.remove()
+    return maxima
+
+
+Maxima = dict[str, Tensor]
+VARIANTS: dict[str, Callable[[nn.Module, Maxima], nn.Module]] = {
+    "bf16": lambda m, _: quantize_model(m, "bf16"),
+    "int8w": lambda m, _: quantize_model(m, "int8w"),
+    "int8": lambda m, _: quantize_model(m, "int8"),
+    "int8_rows": lambda m, _: rows_int8(m),
+    "int8_rows_fp32_down": lambda m, _: rows_int8(m, keep=["down_proj"]),
+    "int8_rows_smooth": lambda m, maxima: rows_int8(m, maxima=maxima),
 }
 
 
@@ -108,11 +156,13 @@ def main() -> None:
         return load_model(args.checkpoint, "cpu").model.eval()
 
     ref, ref_logits = logits_along(fresh(), prompt, None, n)
+    chat = "<|im_start|>user\n{}<|im_end|>\n<|im_start|>assistant\n"
+    maxima = input_maxima(fresh(), [tokenizer.encode(chat.format(c)) for c in CALIBRATION])
     top2 = ref_logits.topk(2, dim=-1).values
     margins = sorted(zip((top2[:, 0] - top2[:, 1]).tolist(), range(n)))[:3]
     rows = []
     for name in args.variants.split(","):
-        model = VARIANTS[name](fresh())
+        model = VARIANTS[name](fresh(), maxima)
         free, _ = logits_along(model, prompt, None, n)
         forced, logits = logits_along(model, prompt, ref, n)
         first = next((i for i, (a, b) in enumerate(zip(free, ref)) if a != b), n)
