@@ -9,7 +9,8 @@ which is what ``serve --engine ctranslate2`` accepts) and threads:
 
 * raw: ``Translator.translate_batch`` on the sentences' pieces, in batches of
   ``--raw-batch`` (default 16: what 16 clients could give a server at best),
-  best of ``--rounds``;
+  ``--raw-workers`` batches at a time (``inter_threads``, default 1), each on
+  ``--threads`` threads, best of ``--rounds``;
 * served: ``attnkit serve --engine ctranslate2 --alpha 0`` in a subprocess and
   ``--concurrency`` clients in a closed loop (``bench/serve_load.py``'s), each
   posting one sentence per request for ``--duration`` seconds, ``--rounds``
@@ -67,7 +68,8 @@ def raw_rate(
                 load=lambda d: load_model(d, "cpu"), say=print)  # fmt: skip
     model_dir = max((ckpt / "engines").glob("ctranslate2-*"), key=os.path.getmtime) / "model"
     tok = tokenizers.Tokenizer.from_file(str(model_dir / "tokenizer.json"))
-    translator = ctranslate2.Translator(str(model_dir), device="cpu", inter_threads=1,
+    translator = ctranslate2.Translator(str(model_dir), device="cpu",
+                                        inter_threads=args.raw_workers,
                                         intra_threads=args.threads)  # fmt: skip
     pieces = [tok.encode(t).tokens for t in texts]
 
@@ -108,6 +110,12 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--concurrency", type=int, default=16)
     p.add_argument("--raw-batch", type=int, default=16)
+    p.add_argument(
+        "--raw-workers",
+        type=int,
+        default=1,
+        help="raw: inter_threads (each batch on one worker of --threads threads)",
+    )
     p.add_argument("--max-len", type=int, default=128, help="raw: max_decoding_length")
     p.add_argument("--duration", type=float, default=20.0, help="seconds per served round")
     p.add_argument("--rounds", type=int, default=3)
@@ -129,7 +137,8 @@ def main() -> None:
     serve_rate = row["requests_per_s"]  # one sentence per request
     print(format_table(
         ["side", "sentences/s", "vs raw", "mean batch", "p50 ms", "p99 ms", "failed"],
-        [[f"raw translate_batch (batches of {args.raw_batch})", f"{raw:.1f}", "1.000", "", "",
+        [[f"raw translate_batch (batches of {args.raw_batch}, {args.raw_workers} x "
+          f"{args.threads} threads)", f"{raw:.1f}", "1.000", "", "",
           "", ""],
          [f"attnkit serve --engine ctranslate2, {args.concurrency} clients", f"{serve_rate:.1f}",
           f"{serve_rate / raw:.3f}", str(row["mean_batch_requests"]), str(row["p50_ms"]),

@@ -70,6 +70,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--alpha 0; a request's, with a 422 naming the field)",
     )
     parser.add_argument(
+        "--engine-workers",
+        type=int,
+        default=1,
+        help="--engine ctranslate2: decoders that split each batch and run in parallel, each "
+        "on --threads threads (CTranslate2's inter_threads; default 1). On 2 cores, 2 workers "
+        "of 1 thread keep both cores busy without OpenMP threads spinning against the server",
+    )
+    parser.add_argument(
         "--alpha",
         type=finite_float,
         default=0.6,
@@ -149,6 +157,8 @@ def _check(args: argparse.Namespace) -> None:
         raise UsageError(f"--port must be in [0, 65535], got {args.port}")
     if args.threads is not None and args.threads < 1:
         raise UsageError(f"--threads must be >= 1, got {args.threads}")
+    if args.engine_workers != 1 and args.engine != "ctranslate2":
+        raise UsageError(f"--engine-workers {args.engine_workers}: only with --engine ctranslate2")
     if not 0 <= args.request_timeout < float("inf"):
         raise UsageError(f"--request-timeout must be >= 0 seconds, got {args.request_timeout}")
     if not 0 <= args.alpha <= MAX_ALPHA:
@@ -228,7 +238,8 @@ def _translator(args: argparse.Namespace, loaded: Any, threads: int) -> Any:
     def say(line: str) -> None:
         print(f"attnkit serve: {line}", file=sys.stderr, flush=True)
 
-    run = RunOptions(precision=args.precision, device=args.device, threads=threads)
+    run = RunOptions(precision=args.precision, device=args.device, threads=threads,
+                     workers=args.engine_workers)  # fmt: skip
     return open_translator(args.engine, loaded, run, alpha=args.alpha, say=say)
 
 

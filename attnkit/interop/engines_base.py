@@ -39,13 +39,16 @@ class RunOptions:
     ``precision``: attnkit's ``--precision`` name (fp32, bf16, int8, int8w);
     ``device``: ``cpu``, ``cuda``, ``cuda:N`` or ``auto``; ``threads``: intra-op
     threads (None: the engine's default); ``path``: attnkit's decoding path
-    (``fast``; ``compiled`` and ``reference`` exist only in attnkit).
+    (``fast``; ``compiled`` and ``reference`` exist only in attnkit);
+    ``workers``: decoders that take parts of one call in parallel, each on
+    ``threads`` threads (CTranslate2's ``inter_threads``; the others have 1).
     """
 
     precision: str = "fp32"
     device: str = "cpu"
     threads: int | None = None
     path: str = "fast"
+    workers: int = 1
 
 
 @dataclass(frozen=True)
@@ -104,6 +107,15 @@ def refuse_attnkit_paths(engine: str, run: RunOptions) -> None:
         raise UsageError(f"--compile: attnkit's own decode step; not with --engine {engine}")
     if run.path == "reference":
         raise UsageError(f"--no-fast: attnkit's own reference path; not with --engine {engine}")
+
+
+def single_worker(engine: str, run: RunOptions) -> None:
+    """``UsageError`` for ``workers`` > 1 on an engine that decodes a call in one piece."""
+    if run.workers != 1:
+        raise UsageError(
+            f"--engine-workers {run.workers}: --engine {engine} decodes a call in one piece "
+            "(--engine ctranslate2 takes several workers)"
+        )
 
 
 def refuse_sampling(engine: str, decode: DecodeOptions) -> None:

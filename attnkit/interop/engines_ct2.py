@@ -23,6 +23,10 @@ How attnkit's options map onto ``translate_batch``:
 * ``--precision`` -> ``compute_type``: fp32 -> float32, int8 -> int8, bf16 ->
   bfloat16 (where ``ctranslate2.get_supported_compute_types`` lists it);
   int8w (int8 weights, bf16 activations) has no CTranslate2 counterpart.
+* ``threads`` -> ``intra_threads``; ``workers`` -> ``inter_threads``: a call's
+  rows are split into ``workers`` parts that single decoders take in parallel.
+  Single-threaded workers never wait at an OpenMP barrier, which on a server
+  whose HTTP side shares the cores is what costs (docs/results.md, round 10).
 * ``min_decoding_length=0`` (attnkit may answer with EOS at once),
   ``max_input_length=0`` (sources are cut as attnkit cuts them, before).
 
@@ -74,6 +78,8 @@ class CTranslate2Engine:
     def check(run: RunOptions, decode: DecodeOptions) -> None:
         refuse_attnkit_paths("ctranslate2", run)
         cpu_only("ctranslate2", run.device)
+        if run.workers < 1:
+            raise UsageError(f"--engine-workers {run.workers}: must be >= 1")
         if run.precision not in COMPUTE_TYPES:
             raise UsageError(
                 f"--precision {run.precision}: CTranslate2 has no compute type for it "
@@ -106,9 +112,10 @@ class CTranslate2Engine:
     def __init__(self, directory: Path, source: SourceSide, run: RunOptions) -> None:
         ctranslate2 = _ctranslate2()
         self.source = source
+        self.workers = run.workers
         self.translator = ctranslate2.Translator(
             str(directory), device="cpu", compute_type=COMPUTE_TYPES[run.precision],
-            inter_threads=1, intra_threads=run.threads or 0,
+            inter_threads=run.workers, intra_threads=run.threads or 0,
         )  # fmt: skip
         tokenizer = source.tokenizer
         self._piece = tokenizer.id_to_token
@@ -117,9 +124,10 @@ class CTranslate2Engine:
     def _run(self, src: list[list[int]], rows: list[int], limit: int, decode: DecodeOptions,
              out: list[list[Hypothesis]]) -> None:  # fmt: skip
         """Decode ``src[rows]`` in one ``translate_batch`` call; hypotheses into ``out``."""
+        part = min(decode.batch_size, -(-len(rows) // self.workers))  # one part per worker
         results = self.translator.translate_batch(
             [[self._piece(t) for t in src[i][:-1]] for i in rows],  # CT2 appends the EOS
-            max_batch_size=decode.batch_size, beam_size=decode.beam,
+            max_batch_size=part, beam_size=decode.beam,
             num_hypotheses=decode.nbest, length_penalty=0.0, max_decoding_length=limit,
             min_decoding_length=0, max_input_length=0, return_scores=True,
         )  # fmt: skip

@@ -24,6 +24,7 @@ from attnkit.interop.engines_base import (
     cpu_only,
     refuse_attnkit_paths,
     refuse_sampling,
+    single_worker,
 )
 
 
@@ -49,6 +50,7 @@ class OnnxRuntimeEngine:
     def check(run: RunOptions, decode: DecodeOptions) -> None:
         refuse_attnkit_paths("onnxruntime", run)
         cpu_only("onnxruntime", run.device)
+        single_worker("onnxruntime", run)
         if run.precision != "fp32":
             raise UsageError(
                 f"--precision {run.precision}: the ONNX export holds float32 graphs; "

@@ -14,6 +14,7 @@ from interop_helpers import BPE_TEXT, save_random_model
 from attnkit.checkpoints import safe_files, save_checkpoint
 from attnkit.cli.main import main
 from attnkit.cli.translate import ENGINES as CLI_ENGINES
+from attnkit.errors import UsageError
 from attnkit.interop import engines
 from attnkit.interop.engines_ct2 import CTranslate2Engine
 
@@ -265,3 +266,26 @@ def test_one_call_per_batch_equals_one_call_per_limit_but_for_cut_beams(
                     cut += 1
                     assert any(len(h.tokens) == limit for h in expected), (i, limit)
     assert rows == 192 and shared >= 20 and cut <= rows // 20  # seed 12: 2 cut
+
+
+def test_ctranslate2_workers_split_a_call_and_change_no_line(checkpoint):
+    """Two single-threaded workers (``inter_threads``) decode parts of each call in
+    parallel: the same hypotheses and scores as one worker; onnxruntime refuses them."""
+    texts = TEXTS * 3
+    got = {}
+    for workers in (1, 2):
+        run = engines.RunOptions(threads=1, workers=workers)
+        engine = engines.open_engine("ctranslate2", checkpoint, run, engines.DecodeOptions(beam=1),
+                                     load=_load, say=lambda line: None)  # fmt: skip
+        assert engine.translator.num_translators == workers
+        for beam in (1, 3):
+            decode = engines.DecodeOptions(beam=beam, alpha=0.0, nbest=1, max_len_b=6)
+            got[workers, beam] = engine.decode_ids(engine.source.ids(texts), decode)
+    for beam in (1, 3):
+        one, two = got[1, beam], got[2, beam]
+        assert [[h.tokens for h in row] for row in one] == [[h.tokens for h in row] for row in two]
+        assert [row[0].score for row in one] == pytest.approx([row[0].score for row in two])
+    with pytest.raises(UsageError, match="--engine-workers 2: --engine onnxruntime decodes"):
+        engines.open_engine("onnxruntime", checkpoint, engines.RunOptions(workers=2),
+                            engines.DecodeOptions(beam=1), load=_load,
+                            say=lambda line: None)  # fmt: skip

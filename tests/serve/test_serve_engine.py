@@ -226,6 +226,10 @@ def test_startup_converts_once_and_rebuilds_a_stale_cache(run, tmp_path):
          "--engine onnxruntime: serves Transformer translation checkpoints;"),
         ("rnn", ["--engine", "ctranslate2", "--alpha", "0"],
          "--engine ctranslate2: serves Transformer translation checkpoints;"),
+        ("transformer", ["--engine-workers", "2"],
+         "--engine-workers 2: only with --engine ctranslate2"),
+        ("transformer", ["--engine", "ctranslate2", "--alpha", "0", "--engine-workers", "0"],
+         "--engine-workers 0: must be >= 1"),
     ],
 )  # fmt: skip
 def test_refusals_at_startup_are_one_line_and_convert_nothing(
