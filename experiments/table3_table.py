@@ -28,7 +28,8 @@ class PaperRow:
 
 
 # Vaswani et al. (2017), Table 3. Our base is the CPU recipe (d_model 256, 4 heads, d_k 64,
-# d_ff 1024, N = 3, dropout 0.1, as the paper's); each row changes what the paper's does, scaled to it.
+# d_ff 1024, N = 3, dropout 0.1 as the paper's); each row changes what the paper's does,
+# scaled to it.
 PAPER: dict[str, PaperRow] = {
     "base": PaperRow("base (paper: N 6, d 512, h 8, d_k 64, P_drop 0.1, eps_ls 0.1)", 4.92, 25.8),
     "A_heads1": PaperRow("(A) 1 head, d_k = d_model", 5.29, 24.9),
