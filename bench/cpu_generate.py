@@ -13,8 +13,10 @@ Engines (``--engines``):
 * ``attnkit``, ``attnkit_bf16``, ``attnkit_int8``, ``attnkit_int8w``: what
   ``attnkit generate --precision fp32|bf16|int8|int8w`` runs on the CPU:
   ``quantize_model`` (oneDNN-packed fp32, AVX512-BF16 weights, fbgemm int8
-  with dynamic activations, int8 weights with bf16 activations) on the
-  model's own KV cache (``stepper_for(model)``);
+  with dynamic activations after SmoothQuant calibrated on attnkit's built-in
+  text, int8 weights with bf16 activations) on the model's own KV cache
+  (``stepper_for(model)``); ``attnkit_int8_plain``: int8 without SmoothQuant
+  (round 10's ``--precision int8``);
 * ``attnkit_plain``: fp32 on the same path with MKL's plain linears
   (``quantize_model(model, "fp32", pack_fp32=False)``): ``--precision fp32``
   takes whichever of ``attnkit`` and this the machine runs faster
@@ -59,11 +61,19 @@ def attnkit_engine(checkpoint: Path, variant: str) -> tuple[float, Run]:
     from attnkit.checkpoints import load_model
     from attnkit.decoding.static import StaticCacheStepper, stepper_for
     from attnkit.quantize import quantize_model
+    from attnkit.quantize.smooth import lm_calibration
 
     start = time.perf_counter()
-    model = load_model(checkpoint, "cpu").model
+    loaded = load_model(checkpoint, "cpu")
+    model = loaded.model
     stepper: Any
-    if variant == "attnkit_compiled":  # plain fp32 linears on the compiled static cache
+    if variant == "attnkit_int8":  # as `generate --precision int8`: SmoothQuant first
+        assert loaded.tokenizer is not None
+        calibrate = lm_calibration(loaded.tokenizer)
+        stepper = stepper_for(quantize_model(model, "int8", calibrate=calibrate))
+    elif variant == "attnkit_int8_plain":
+        stepper = stepper_for(quantize_model(model, "int8"))
+    elif variant == "attnkit_compiled":  # plain fp32 linears on the compiled static cache
         stepper = StaticCacheStepper(model, compile=True)
     elif variant == "attnkit_plain":  # fp32 with MKL's plain linears (fp32_choice's other pick)
         stepper = stepper_for(quantize_model(model, "fp32", pack_fp32=False))

@@ -11,7 +11,9 @@ max|l_fp32|`` per position, median and max). fp32's smallest top-1/top-2
 margins are printed too: a variant whose error exceeds a margin can flip it.
 
 Variants: what ``quantize_model`` makes (``bf16``, ``int8w``, ``int8``: fbgemm,
-activations quantised per call, per tensor) and two probes that are not
+activations quantised per call, per tensor; ``int8_smooth``: the same after
+SmoothQuant calibrated on attnkit's built-in text, what ``--precision int8``
+does for a language model) and two probes that are not
 attnkit precisions (``RowInt8Linear`` below): ``int8_rows``, every linear with
 a symmetric int8 scale per activation row (per token) through ``torch._int_mm``;
 ``int8_rows_fp32_down``, the same with the FFN's ``down_proj`` left fp32; and
@@ -38,6 +40,7 @@ from attnkit.checkpoints import load_model
 from attnkit.decoding.static import stepper_for
 from attnkit.quantize import quantize_model
 from attnkit.quantize.linear import quantize_rows
+from attnkit.quantize.smooth import Encodes, lm_calibration
 
 CALIBRATION = [
     "Explain how a rainbow forms.",
@@ -116,13 +119,15 @@ def input_maxima(model: nn.Module, prompts: list[list[int]], n: int = 32) -> dic
 
 
 Maxima = dict[str, Tensor]
-VARIANTS: dict[str, Callable[[nn.Module, Maxima], nn.Module]] = {
-    "bf16": lambda m, _: quantize_model(m, "bf16"),
-    "int8w": lambda m, _: quantize_model(m, "int8w"),
-    "int8": lambda m, _: quantize_model(m, "int8"),
-    "int8_rows": lambda m, _: rows_int8(m),
-    "int8_rows_fp32_down": lambda m, _: rows_int8(m, keep=["down_proj"]),
-    "int8_rows_smooth": lambda m, maxima: rows_int8(m, maxima=maxima),
+VARIANTS: dict[str, Callable[[nn.Module, Maxima, Encodes], nn.Module]] = {
+    "bf16": lambda m, _, __: quantize_model(m, "bf16"),
+    "int8w": lambda m, _, __: quantize_model(m, "int8w"),
+    "int8": lambda m, _, __: quantize_model(m, "int8"),
+    # attnkit's int8 with SmoothQuant, calibrated on its own built-in text (not CALIBRATION)
+    "int8_smooth": lambda m, _, tok: quantize_model(m, "int8", calibrate=lm_calibration(tok)),
+    "int8_rows": lambda m, _, __: rows_int8(m),
+    "int8_rows_fp32_down": lambda m, _, __: rows_int8(m, keep=["down_proj"]),
+    "int8_rows_smooth": lambda m, maxima, _: rows_int8(m, maxima=maxima),
 }
 
 
@@ -162,7 +167,7 @@ def main() -> None:
     margins = sorted(zip((top2[:, 0] - top2[:, 1]).tolist(), range(n)))[:3]
     rows = []
     for name in args.variants.split(","):
-        model = VARIANTS[name](fresh(), maxima)
+        model = VARIANTS[name](fresh(), maxima, tokenizer)
         free, _ = logits_along(model, prompt, None, n)
         forced, logits = logits_along(model, prompt, ref, n)
         first = next((i for i, (a, b) in enumerate(zip(free, ref)) if a != b), n)

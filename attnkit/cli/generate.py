@@ -140,7 +140,8 @@ def run(args: argparse.Namespace) -> int:
     check_arguments(args)
     loaded = load_for("generate", args.checkpoint, getattr(args, "device", None))
     model, tokenizer = loaded.model, loaded.tokenizer
-    apply_precision(model, args.precision, rows=1)  # one sequence: one row per product
+    # one sequence: one row per product; int8 calibrates on text through the tokenizer
+    apply_precision(model, args.precision, rows=1, tokenizer=tokenizer)
     text = chat_prompt(tokenizer, args.prompt, args.system) if args.chat else args.prompt
     prompt = tokenizer.encode(text)
     if not prompt:

@@ -188,7 +188,7 @@ def run(args: argparse.Namespace) -> int:
     # Another engine runs on the CPU, and converts (on a cache miss) from a CPU model.
     loaded = load_for("serve", args.checkpoint, args.device if args.engine == "attnkit" else "cpu")
     translator = _translator(args, loaded, threads) if args.engine != "attnkit" else None
-    apply_precision(loaded.model, args.precision)
+    apply_precision(loaded.model, args.precision, tokenizer=loaded.tokenizer)
     engine = Engine(loaded, translator)
     settings = ServeSettings(
         max_batch_tokens=args.max_batch_tokens or default_batch_tokens(engine.device.type),

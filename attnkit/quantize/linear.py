@@ -148,17 +148,40 @@ class Int8Linear(nn.Module):
         weight: ``(N, K)`` float weight, quantised per output row.
         bias: ``(N,)`` float or ``None`` (kept in fp32).
         activation: ``"none"`` or ``"relu"`` (fused by fbgemm).
+        smooth: SmoothQuant's factors ``s`` ``(K,)`` (``attnkit.quantize.smooth``):
+            the weight's columns are multiplied by ``s`` before quantising and
+            every input divided by it, so the product is unchanged and the
+            input's outlier channels no longer set its one int8 scale. Saved
+            as ``input_smooth``. ``None``: plain dynamic int8.
     """
 
     def __init__(
-        self, weight: Tensor, bias: Tensor | None = None, *, activation: str = "none"
+        self,
+        weight: Tensor,
+        bias: Tensor | None = None,
+        *,
+        activation: str = "none",
+        smooth: Tensor | None = None,
     ) -> None:
         super().__init__()
         check_activation(activation)
         self.activation = activation
         self.out_features, self.in_features = weight.shape
+        self._smooth: Tensor | None = None
+        self._inverse_smooth: Tensor | None = None
+        if smooth is not None:
+            self._set_smooth(smooth)
+            weight = weight.detach().float() * smooth.float()
         q, scale = quantize_rows(weight)
         self._pack(q, scale, None if bias is None else bias.detach())
+
+    def _set_smooth(self, smooth: Tensor) -> None:
+        if smooth.shape != (self.in_features,) or not bool((smooth > 0).all()):
+            got = tuple(smooth.shape)
+            raise ValueError(f"smooth: expected ({self.in_features},) positive factors, got {got}")
+        self._smooth = smooth.detach().float().cpu().clone()
+        # A multiply per input (not a divide): one (M, K) pass, next to the (M, K, N) GEMM.
+        self._inverse_smooth = 1.0 / self._smooth
 
     def _pack(self, q: Tensor, scale: Tensor, bias: Tensor | None) -> None:
         if q.dtype != torch.int8 or q.shape != (self.out_features, self.in_features):
@@ -175,7 +198,10 @@ class Int8Linear(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         """``x`` ``(..., K)`` fp32 -> ``(..., N)`` fp32."""
-        return fbgemm_linear(x.float(), self._packed, self.activation)
+        x = x.float()
+        if self._inverse_smooth is not None:
+            x = x * self._inverse_smooth
+        return fbgemm_linear(x, self._packed, self.activation)
 
     def unpacked(self) -> tuple[Tensor, Tensor, Tensor | None]:
         """``(weight_int8 (N, K), weight_scale (N,) fp32, bias (N,) or None)``."""
@@ -183,13 +209,15 @@ class Int8Linear(nn.Module):
 
     @property
     def weight(self) -> Tensor:
-        """The dequantised float weight (a copy; not used by ``forward``)."""
+        """The dequantised float weight (a copy; not used by ``forward``), smoothing undone."""
         q, scale, _ = self.unpacked()
-        return q.float() * scale[:, None]
+        w = q.float() * scale[:, None]
+        return w if self._smooth is None else w / self._smooth
 
     def nbytes(self) -> int:
         """Resident bytes: int8 weight, fp32 scales and bias (packing overhead not counted)."""
         n = self.out_features * (self.in_features + 4)
+        n += 0 if self._smooth is None else 8 * self.in_features  # factors and inverses
         return n + (4 * self.out_features if self._has_bias else 0)
 
     def _save_to_state_dict(self, destination: dict, prefix: str, keep_vars: bool) -> None:
@@ -198,6 +226,8 @@ class Int8Linear(nn.Module):
         destination[prefix + "weight_scale"] = scale
         if bias is not None:
             destination[prefix + "bias"] = bias
+        if self._smooth is not None:
+            destination[prefix + "input_smooth"] = self._smooth.clone()
 
     def _load_from_state_dict(
         self, state_dict, prefix, local_metadata, strict, missing, unexpected, errors
@@ -211,10 +241,18 @@ class Int8Linear(nn.Module):
         if (bias is None) == self._has_bias:
             (missing if bias is None else unexpected).append(prefix + "bias")
             return
+        smooth = state_dict.get(prefix + "input_smooth")
+        if (smooth is None) != (self._smooth is None):
+            # Weights smoothed for other inputs would be silently wrong: refuse the mismatch.
+            (missing if smooth is None else unexpected).append(prefix + "input_smooth")
+            return
         self._pack(state_dict[keys[0]], state_dict[keys[1]].float(), bias)
+        if smooth is not None:
+            self._set_smooth(smooth)
 
     def extra_repr(self) -> str:
         return (
             f"in_features={self.in_features}, out_features={self.out_features}, "
             f"int8 per-channel weights, dynamic activations, activation={self.activation}"
+            + (", smoothed" if self._smooth is not None else "")
         )

@@ -7,7 +7,10 @@ Precisions (``PRECISIONS``):
   rate of MKL's sgemm on this AMD CPU: ``bench/NOTES.md``);
 * ``"bf16"``: ``PackedLinear(precision="bf16")``; token embeddings in bf16;
 * ``"int8"``: ``Int8Linear`` (per-channel int8 weights, dynamic activations);
-  token embeddings int8 per row;
+  token embeddings int8 per row. With ``calibrate`` (a function that runs the
+  float model on typical inputs), SmoothQuant first moves each linear's
+  activation outliers into its weight (``attnkit.quantize.smooth``): int8 made
+  accurate on Llama-type models;
 * ``"int8w"``: ``Int8WeightOnlyLinear`` (the same int8 weights, bf16
   activations: accurate where activations have outliers, as in Llama-type
   models); token embeddings int8 per row.
@@ -29,6 +32,8 @@ linears like any other (``attnkit.attention.cross``).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 from torch import Tensor, nn
 
@@ -39,6 +44,7 @@ from attnkit.blocks.feedforward import FeedForward
 from attnkit.blocks.moe import MoEFeedForward
 from attnkit.models.embeddings import TokenEmbedding
 from attnkit.quantize.linear import Int8Linear, PackedLinear, quantize_rows
+from attnkit.quantize.smooth import DEFAULT_ALPHA, input_maxima, smoothing_factors
 from attnkit.quantize.weight_only import Int8WeightOnlyLinear
 
 PRECISIONS = ("fp32", "bf16", "int8", "int8w")
@@ -77,10 +83,14 @@ INT8PACK_K_MULTIPLE = 16
 
 
 def _convert(
-    weight: Tensor, bias: Tensor | None, precision: str, activation: str = "none"
+    weight: Tensor,
+    bias: Tensor | None,
+    precision: str,
+    activation: str = "none",
+    smooth: Tensor | None = None,
 ) -> nn.Module:
     if precision == "int8":
-        return Int8Linear(weight, bias, activation=activation)
+        return Int8Linear(weight, bias, activation=activation, smooth=smooth)
     if precision == "int8w":
         if weight.size(1) % INT8PACK_K_MULTIPLE:
             # torch's _weight_int8pack_mm crashes the process (SIGSEGV) on other widths
@@ -91,8 +101,10 @@ def _convert(
     return PackedLinear(weight, bias, precision=precision, activation=activation)
 
 
-def _linear(linear: nn.Linear, precision: str, activation: str = "none") -> nn.Module:
-    return _convert(linear.weight, linear.bias, precision, activation)
+def _linear(
+    linear: nn.Linear, precision: str, activation: str = "none", smooth: Tensor | None = None
+) -> nn.Module:
+    return _convert(linear.weight, linear.bias, precision, activation, smooth)
 
 
 def _identity(x: Tensor) -> Tensor:
@@ -121,7 +133,14 @@ def convertible_linears(model: nn.Module) -> list[nn.Linear]:
 
 
 @torch.no_grad()
-def quantize_model(model: nn.Module, precision: str, *, pack_fp32: bool = True) -> nn.Module:
+def quantize_model(
+    model: nn.Module,
+    precision: str,
+    *,
+    pack_fp32: bool = True,
+    calibrate: Callable[[nn.Module], object] | None = None,
+    alpha: float = DEFAULT_ALPHA,
+) -> nn.Module:
     """Convert ``model``'s linears (and embeddings for bf16/int8) in place; returns it in eval mode.
 
     Works on every family (``attnkit.models.FAMILIES``): whatever is an
@@ -129,17 +148,26 @@ def quantize_model(model: nn.Module, precision: str, *, pack_fp32: bool = True) 
     (``convertible_linears``). ``pack_fp32=False`` (fp32 only) keeps the plain
     linears (MKL's sgemm), for a machine where they are the faster
     (``attnkit.quantize.fp32_choice``); the decode backend is set either way.
+    ``calibrate(model)`` (int8 only) runs the still-float model on typical
+    inputs (``attnkit.quantize.smooth.lm_calibration`` for a language model);
+    each linear it reaches is smoothed with strength ``alpha`` (SmoothQuant).
 
-    Raises ``ValueError`` naming ``precision`` for an unknown one, and for a
-    model on a non-CPU device (the kernels are CPU kernels).
+    Raises ``ValueError`` naming ``precision`` for an unknown one, for a
+    model on a non-CPU device (the kernels are CPU kernels), and for
+    ``calibrate`` with another precision than int8.
     """
     if precision not in PRECISIONS:
         raise ValueError(f"precision: expected one of {', '.join(PRECISIONS)}, got {precision!r}")
     if any(p.device.type != "cpu" for p in model.parameters()):
         raise ValueError("precision: these kernels run on the CPU; load the model there")
+    if calibrate is not None and precision != "int8":
+        raise ValueError(f"calibrate: SmoothQuant is for int8 activations, not {precision!r}")
     model.eval()
+    maxima: dict[int, Tensor] = {}
+    if calibrate is not None:
+        maxima = input_maxima(model, convertible_linears(model), calibrate)
     if precision != "fp32" or pack_fp32:
-        _convert_linears(model, precision)
+        _convert_linears(model, precision, maxima, alpha)
     if precision != "fp32":
         _quantize_embeddings(model, precision)
     use_backend(model, OneQueryDecode())  # a CPU inference model: decode steps as GEMVs
@@ -152,19 +180,31 @@ def quantize_model(model: nn.Module, precision: str, *, pack_fp32: bool = True) 
     return model
 
 
-def _convert_linears(model: nn.Module, precision: str) -> None:
+def _convert_linears(
+    model: nn.Module, precision: str, maxima: dict[int, Tensor], alpha: float
+) -> None:
     converted = {id(m) for m in convertible_linears(model)}
+    done: dict[tuple[int, str], nn.Module] = {}  # a linear shared by two owners: converted once
+
+    def convert(linear: nn.Linear, activation: str = "none") -> nn.Module:
+        key = (id(linear), activation)
+        if key not in done:
+            x_max = maxima.get(id(linear))
+            smooth = None if x_max is None else smoothing_factors(linear.weight, x_max, alpha)
+            done[key] = _linear(linear, precision, activation, smooth)
+        return done[key]
+
     for module in list(model.modules()):
         if (isinstance(module, FeedForward) and module.activation is nn.functional.relu
                 and id(module.w1) in converted):  # fmt: skip
             # ReLU fused into the first GEMM (the activation becomes a no-op).
-            module.w1 = _linear(module.w1, precision, "relu")  # type: ignore[assignment]
+            module.w1 = convert(module.w1, "relu")  # type: ignore[assignment]
             module.activation = _identity
         if isinstance(module, TokenEmbedding):
             continue
         for name, child in list(module.named_children()):
             if type(child) is nn.Linear and id(child) in converted:
-                setattr(module, name, _linear(child, precision))
+                setattr(module, name, convert(child))
 
 
 def _quantize_embeddings(model: nn.Module, precision: str) -> None:
