@@ -133,19 +133,28 @@ def test_through_the_attnkit_command(checkpoint, monkeypatch, capsys):
 @pytest.mark.parametrize("precision", ["fp32", "bf16", "int8"])
 def test_precision_reaches_generate(checkpoint, capsys, monkeypatch, precision):
     """--precision converts the model (quantize_model) before it generates; fp32
-    (packed) gives the plain model's greedy text."""
+    (packed) gives the plain model's greedy text; int8 is calibrated (SmoothQuant)
+    on text through the model's tokenizer, and every linear it converts is smoothed."""
     import attnkit.quantize as quantize
+    from attnkit.quantize import Int8Linear
 
     run, model, tok = checkpoint
-    seen = []
+    seen, converted = [], []
+
+    def spy(m, p, **kw):
+        seen.append((p, kw.get("calibrate") is not None))
+        converted.append(real(m, p, **kw))
+        return converted[-1]
+
     real = quantize.quantize_model
-    monkeypatch.setattr(
-        quantize, "quantize_model", lambda m, p, **kw: seen.append(p) or real(m, p, **kw)
-    )
+    monkeypatch.setattr(quantize, "quantize_model", spy)
     argv = ["--checkpoint", str(run), "--max-new-tokens", "20", "--temperature", "0"]
     assert cli.run(parse(*argv, "--prompt", "not", "--no-echo", "--precision", precision)) == 0
     text = capsys.readouterr().out
-    assert seen == [precision] and text.endswith("\n")
+    assert seen == [(precision, precision == "int8")] and text.endswith("\n")
+    if precision == "int8":
+        int8 = [m for m in converted[0].modules() if isinstance(m, Int8Linear)]
+        assert int8 and all(m.extra_repr().endswith("smoothed") for m in int8)
     if precision == "fp32":
         assert text == expected_text(model, tok, "not", 20, 0, temperature=0.0)[3:]
 
