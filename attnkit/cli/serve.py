@@ -73,9 +73,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--engine-workers",
         type=int,
         default=1,
-        help="--engine ctranslate2: decoders that split each batch and run in parallel, each "
-        "on --threads threads (CTranslate2's inter_threads; default 1). On 2 cores, 2 workers "
-        "of 1 thread keep both cores busy without OpenMP threads spinning against the server",
+        help="--engine ctranslate2: decoders that run in parallel, each on --threads threads "
+        "(CTranslate2's inter_threads; default 1). The server forms that many batches side by "
+        "side, each decoded whole by one worker; a batch decoded alone is split between the "
+        "idle workers. On 2 cores, 2 workers of 1 thread keep both cores busy without OpenMP "
+        "threads spinning against the server",
     )
     parser.add_argument(
         "--alpha",
@@ -202,6 +204,7 @@ def run(args: argparse.Namespace) -> int:
         max_generation_rows=args.max_generation_rows,
         max_connections=args.max_connections,
         alpha=args.alpha,
+        batch_workers=args.engine_workers,  # > 1 only with ctranslate2 (checked above)
     )
     app = create_app(engine, settings)
     server = build_server(

@@ -24,9 +24,12 @@ How attnkit's options map onto ``translate_batch``:
   bfloat16 (where ``ctranslate2.get_supported_compute_types`` lists it);
   int8w (int8 weights, bf16 activations) has no CTranslate2 counterpart.
 * ``threads`` -> ``intra_threads``; ``workers`` -> ``inter_threads``: a call's
-  rows are split into ``workers`` parts that single decoders take in parallel.
-  Single-threaded workers never wait at an OpenMP barrier, which on a server
-  whose HTTP side shares the cores is what costs (docs/results.md, round 10).
+  rows are split into as many parts as there are workers no other call is
+  using (calls from several threads, a server's batch workers, each go whole
+  to one decoder; a call alone is split over all of them), which single
+  decoders take in parallel. Single-threaded workers never wait at an OpenMP
+  barrier, which on a server whose HTTP side shares the cores is what costs
+  (docs/results.md, round 10).
 * ``min_decoding_length=0`` (attnkit may answer with EOS at once),
   ``max_input_length=0`` (sources are cut as attnkit cuts them, before).
 
@@ -36,6 +39,7 @@ source itself, so the pieces passed are attnkit's tokens without the EOS.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -113,6 +117,8 @@ class CTranslate2Engine:
         ctranslate2 = _ctranslate2()
         self.source = source
         self.workers = run.workers
+        self._calls = 0  # decode_ids calls in progress (from any thread)
+        self._calls_lock = threading.Lock()
         self.translator = ctranslate2.Translator(
             str(directory), device="cpu", compute_type=COMPUTE_TYPES[run.precision],
             inter_threads=run.workers, intra_threads=run.threads or 0,
@@ -122,9 +128,10 @@ class CTranslate2Engine:
         self._ids = {tokenizer.id_to_token(i): i for i in range(tokenizer.vocab_size)}
 
     def _run(self, src: list[list[int]], rows: list[int], limit: int, decode: DecodeOptions,
-             out: list[list[Hypothesis]]) -> None:  # fmt: skip
-        """Decode ``src[rows]`` in one ``translate_batch`` call; hypotheses into ``out``."""
-        part = min(decode.batch_size, -(-len(rows) // self.workers))  # one part per worker
+             out: list[list[Hypothesis]], parts: int = 1) -> None:  # fmt: skip
+        """Decode ``src[rows]`` in one ``translate_batch`` call, in ``parts`` parts (one per
+        free worker); hypotheses into ``out``."""
+        part = min(decode.batch_size, -(-len(rows) // parts))
         results = self.translator.translate_batch(
             [[self._piece(t) for t in src[i][:-1]] for i in rows],  # CT2 appends the EOS
             max_batch_size=part, beam_size=decode.beam,
@@ -142,6 +149,18 @@ class CTranslate2Engine:
         when generated. A source of EOS alone is not decoded (empty outputs).
         """
         self.check_decode(decode)
+        with self._calls_lock:
+            self._calls += 1
+            parts = max(1, self.workers - (self._calls - 1))  # the workers other calls leave
+        try:
+            return self._decode_ids(src, decode, parts)
+        finally:
+            with self._calls_lock:
+                self._calls -= 1
+
+    def _decode_ids(
+        self, src: list[list[int]], decode: DecodeOptions, parts: int
+    ) -> list[list[Hypothesis]]:
         limits = [self.source.output_limit(s, decode.max_len_b) for s in src]
         out = [[Hypothesis([], 0.0)] * decode.nbest for _ in src]
         todo = [i for i, s in enumerate(src) if len(s) > 1]
@@ -149,11 +168,11 @@ class CTranslate2Engine:
             # One call at the largest limit; a row that reached its own, smaller limit
             # is decoded again with it, one call per such limit (see the module doc).
             longest = max(limits[i] for i in todo)
-            self._run(src, todo, longest, decode, out)
+            self._run(src, todo, longest, decode, out, parts)
             todo = [i for i in todo if limits[i] < longest
                     and max(len(h.tokens) for h in out[i]) >= limits[i]]  # fmt: skip
         for limit in sorted({limits[i] for i in todo}):
-            self._run(src, [i for i in todo if limits[i] == limit], limit, decode, out)
+            self._run(src, [i for i in todo if limits[i] == limit], limit, decode, out, parts)
         return out
 
     def translate(self, texts: Sequence[str], decode: DecodeOptions) -> list[list[str]]:

@@ -115,6 +115,7 @@ def create_app(engine: Engine, settings: ServeSettings | None = None) -> Request
         max_wait_ms=settings.max_wait_ms,
         max_sentences=settings.max_batch_sentences,
         init=init_worker,
+        workers=settings.batch_workers,
     )
     started_at = time.time()
     page_url = "/v1/translate" if engine.kind == "seq2seq" else "/v1/explore"

@@ -84,7 +84,8 @@ queued item of the same key, if ``fits(payload)``; else ``None``) until all are 
 
 @dataclass
 class BatcherStats:
-    """Counters since start; ``busy_s`` is the worker's time in batches and jobs."""
+    """Counters since start; ``busy_s`` is the workers' time in batches and jobs, summed
+    over the workers (with N workers it can reach N times the wall time)."""
 
     batches: int = 0
     batched_requests: int = 0

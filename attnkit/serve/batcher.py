@@ -1,7 +1,12 @@
 """Dynamic batching: one worker thread owns the model; requests wait on asyncio futures.
 
 Every model call of the server runs in the worker thread (torch is used from one
-thread only). Two kinds of work go through its queue:
+thread only). With ``workers`` > 1 (``serve --engine ctranslate2 --engine-workers
+N``: a ``run_batch`` that is safe to call from several threads at once), that
+many threads form and run batches side by side, so a batch forms while another
+decodes and each goes whole to its own decoder; plain jobs and continuous runs
+(the attnkit model's work) still run one at a time. Three kinds of work go
+through the queue:
 
 * batchable items (``submit``): a request's token-id sources under a batching
   ``key`` (for translation ``(beam, alpha, nbest)``). The worker takes the
@@ -75,8 +80,10 @@ class DynamicBatcher:
             larger than the budget runs alone.
         max_wait_ms: how long the oldest item may wait for company.
         max_sentences: sentences per batch at most.
-        init: called once in the worker thread before any work (e.g. torch settings).
+        init: called once in each worker thread before any work (e.g. torch settings).
         continuous: runners of the keys whose items join and leave a running batch.
+        workers: threads that form and run batches in parallel (``run_batch``
+            must then be thread-safe); jobs and continuous runs take turns.
     """
 
     def __init__(
@@ -88,6 +95,7 @@ class DynamicBatcher:
         max_sentences: int = 128,
         init: Callable[[], None] | None = None,
         continuous: dict[Hashable, ContinuousRun] | None = None,
+        workers: int = 1,
     ) -> None:
         if max_tokens < 1:
             raise ValueError(f"max_tokens: must be >= 1, got {max_tokens}")
@@ -95,6 +103,8 @@ class DynamicBatcher:
             raise ValueError(f"max_wait_ms: must be >= 0, got {max_wait_ms}")
         if max_sentences < 1:
             raise ValueError(f"max_sentences: must be >= 1, got {max_sentences}")
+        if workers < 1:
+            raise ValueError(f"workers: must be >= 1, got {workers}")
         self.run_batch = run_batch
         self.max_tokens = max_tokens
         self.max_wait = max_wait_ms / 1000.0
@@ -106,15 +116,19 @@ class DynamicBatcher:
         self._cond = threading.Condition()
         self._closing = False
         self._running: list[QueuedItem] = []
-        self._thread: threading.Thread | None = None
+        self.workers = workers
+        self._threads: list[threading.Thread] = []
+        self._exclusive = threading.Lock()  # jobs and continuous runs: one at a time
 
     # -- life cycle ------------------------------------------------------------------
 
     def start(self) -> None:
-        if self._thread is not None:
+        if self._threads:
             return
-        self._thread = threading.Thread(target=self._work, name="attnkit-model", daemon=True)
-        self._thread.start()
+        names = ["attnkit-model"] + [f"attnkit-model-{i}" for i in range(1, self.workers)]
+        self._threads = [threading.Thread(target=self._work, name=n, daemon=True) for n in names]
+        for thread in self._threads:
+            thread.start()
 
     def close(self, reason: CancelReason = SHUTTING_DOWN) -> None:
         """Refuse new work and cancel everything queued and running (any thread)."""
@@ -127,11 +141,12 @@ class DynamicBatcher:
             item.handle.cancel(reason)
 
     def stop(self, timeout: float = 30.0) -> None:
-        """``close``, then join the worker (free within one decoding step of the work)."""
+        """``close``, then join the workers (free within one decoding step of the work)."""
         self.close()
-        if self._thread is not None:
-            self._thread.join(timeout)
-            self._thread = None
+        deadline = time.monotonic() + timeout
+        for thread in self._threads:
+            thread.join(max(0.0, deadline - time.monotonic()))
+        self._threads = []
 
     def pending(self) -> int:
         """Items waiting for the worker (not counting the batch it is running)."""
@@ -180,7 +195,7 @@ class DynamicBatcher:
         handle = handle or RequestHandle()
         item = QueuedItem(key, payload, cost, sentences, loop.create_future(), loop, handle)
         with self._cond:
-            if self._closing or self._thread is None:
+            if self._closing or not self._threads:
                 raise BatcherClosed("the model worker is not running")
             self._pending.append(item)
             self._cond.notify_all()
@@ -213,17 +228,20 @@ class DynamicBatcher:
             if self._dropped(first):
                 continue
             if first.key is None:
-                self.stats.jobs += 1
-                self._run(None, [first])
+                with self._exclusive:
+                    self.stats.jobs += 1
+                    self._run(None, [first])
                 continue
             if first.key in self._continuous:
-                self._run_continuous(first)
+                with self._exclusive:
+                    self._run_continuous(first)
                 continue
             batch = self._gather(first)
             key: Hashable = first.key
-            self.stats.batches += 1
-            self.stats.batched_requests += len(batch)
-            self.stats.largest_batch = max(self.stats.largest_batch, len(batch))
+            with self._cond:
+                self.stats.batches += 1
+                self.stats.batched_requests += len(batch)
+                self.stats.largest_batch = max(self.stats.largest_batch, len(batch))
             self._run(key, batch)
 
     def _gather(self, first: QueuedItem) -> list[QueuedItem]:
@@ -258,7 +276,8 @@ class DynamicBatcher:
     def _dropped(self, item: QueuedItem) -> bool:
         """Whether ``item`` was cancelled before it ran (its waiter was answered already)."""
         if item.handle.cancelled or item.future.cancelled():
-            self.stats.dropped_queued += 1
+            with self._cond:  # re-entrant: callers may hold it already
+                self.stats.dropped_queued += 1
             return True
         return False
 
@@ -320,7 +339,8 @@ class DynamicBatcher:
                 self._running = [i for i in self._running if id(i) not in open_items]
             for item in list(open_items.values()):  # the runner forgot them: never hang
                 item.settle(None, RuntimeError("the continuous runner left a request unanswered"))
-            self.stats.busy_s += time.monotonic() - start
+            with self._cond:
+                self.stats.busy_s += time.monotonic() - start
 
     def _run(self, key: Hashable | None, items: list[QueuedItem]) -> None:
         """Run a job (``key`` None) or a batch; hand each item its result or the error."""
@@ -328,7 +348,7 @@ class DynamicBatcher:
         results: Sequence[Any] = ()
         error: BaseException | None = None
         with self._cond:
-            self._running = items
+            self._running.extend(items)
             closing = self._closing  # close() came between taking them and here
         if closing:
             for item in items:
@@ -345,9 +365,11 @@ class DynamicBatcher:
             error = e
         finally:
             with self._cond:
-                self._running = []
+                ran = {id(i) for i in items}
+                self._running = [i for i in self._running if id(i) not in ran]
         end = time.monotonic()
-        self.stats.busy_s += end - start
+        with self._cond:
+            self.stats.busy_s += end - start
         sentences = sum(i.sentences for i in items)
         for n, item in enumerate(items):
             info = BatchInfo(

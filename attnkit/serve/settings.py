@@ -20,3 +20,6 @@ class ServeSettings:
     max_generation_rows: int = 16  # rows (choices) in the continuous generation batch
     max_connections: int | None = None  # what uvicorn allows (shown in /v1/model; set there)
     alpha: float = 0.6  # alpha of a /v1/translate request that names none (--alpha)
+    # threads forming and running translate batches side by side (--engine-workers with
+    # --engine ctranslate2, whose decode call is thread-safe; attnkit's model: 1)
+    batch_workers: int = 1

@@ -289,3 +289,48 @@ def test_ctranslate2_workers_split_a_call_and_change_no_line(checkpoint):
         engines.open_engine("onnxruntime", checkpoint, engines.RunOptions(workers=2),
                             engines.DecodeOptions(beam=1), load=_load,
                             say=lambda line: None)  # fmt: skip
+
+
+def test_ctranslate2_a_call_made_while_another_runs_takes_one_worker_whole(checkpoint):
+    """A server's two batch workers call ``decode_ids`` side by side: a call that starts
+    alone is split over both CTranslate2 workers (``max_batch_size`` = half its rows); one
+    that starts while it runs takes the worker left (its rows whole); the lines are
+    those of the same calls made one after the other."""
+    import threading
+    import time
+
+    run = engines.RunOptions(threads=1, workers=2)
+    engine = engines.open_engine("ctranslate2", checkpoint, run, engines.DecodeOptions(beam=1),
+                                 load=_load, say=lambda line: None)  # fmt: skip
+    decode = engines.DecodeOptions(beam=3, alpha=0.0, nbest=1, max_len_b=6)
+    inputs = [engine.source.ids(TEXTS * 2), engine.source.ids(list(reversed(TEXTS)) * 2)]
+    alone = [engine.decode_ids(src, decode) for src in inputs]
+
+    class Recording:  # the translator, noting each call's split
+        def __init__(self, translator) -> None:
+            self.translator, self.sizes = translator, []
+            self.gate = threading.Barrier(2, timeout=10)
+
+        def translate_batch(self, sources, **kw):
+            self.sizes.append((len(sources), kw["max_batch_size"]))
+            if len(self.sizes) <= 2:
+                self.gate.wait()  # the first call waits until the second has begun
+            return self.translator.translate_batch(sources, **kw)
+
+    engine.translator = recording = Recording(engine.translator)
+    together: list = [None, None]
+
+    def call(i: int) -> None:
+        together[i] = engine.decode_ids(inputs[i], decode)
+
+    threads = [threading.Thread(target=call, args=(i,)) for i in range(2)]
+    threads[0].start()
+    while not recording.sizes:  # the first call is inside CTranslate2
+        time.sleep(0.001)
+    threads[1].start()
+    for t in threads:
+        t.join(30)
+    rows = len(inputs[0]) - sum(len(s) <= 1 for s in inputs[0])  # EOS-only rows are skipped
+    assert recording.sizes[:2] == [(rows, -(-rows // 2)), (rows, rows)]
+    for got, expected in zip(together, alone):
+        assert [[h.tokens for h in r] for r in got] == [[h.tokens for h in r] for r in expected]

@@ -240,9 +240,74 @@ def test_a_request_cancelled_while_its_batch_runs_gets_its_reason_and_the_rest_t
     assert batcher.stats.cancelled_running == 1
 
 
+def test_two_workers_run_two_batches_at_once_and_jobs_one_at_a_time():
+    """``workers=2``: a batch forms and runs while another is running (each batch
+    waits at a two-party barrier that only a second, concurrent batch can pass;
+    one worker would time out there), while plain jobs never overlap."""
+    barrier = threading.Barrier(2, timeout=5)
+    seen: list[tuple[str, list[Any]]] = []
+
+    def run_batch(key: Hashable, payloads: list[Any], handles: list[Any]) -> list[Any]:
+        barrier.wait()
+        seen.append((threading.current_thread().name, list(payloads)))
+        return list(payloads)
+
+    batcher = DynamicBatcher(run_batch, max_tokens=100, max_wait_ms=1, workers=2)
+    batcher.start()
+    inside, overlaps = [0], []
+
+    def job() -> int:
+        inside[0] += 1
+        overlaps.append(inside[0])
+        time.sleep(0.02)
+        inside[0] -= 1
+        return 1
+
+    async def go() -> Any:
+        first = asyncio.ensure_future(batcher.submit("k", "a", cost=1))
+        while batcher.pending():  # a worker holds "a" at the barrier
+            await asyncio.sleep(0.001)
+        await asyncio.sleep(0.02)  # past "a"'s max_wait: its batch has formed
+        second = batcher.submit("k", "b", cost=1)  # only the other worker can take it
+        jobs = [batcher.call(job) for _ in range(4)]
+        return await asyncio.gather(first, second, *jobs)
+
+    results = _run(go())
+    batcher.stop()
+    assert [r[0] for r in results[:2]] == ["a", "b"]
+    assert sorted(p for _, ps in seen for p in ps) == ["a", "b"]
+    assert {name for name, _ in seen} == {"attnkit-model", "attnkit-model-1"}
+    assert overlaps == [1, 1, 1, 1]  # never two jobs inside at once
+    assert batcher.stats.batches == 2 and batcher.stats.jobs == 4
+
+
+def test_stop_with_two_workers_cancels_both_running_batches():
+    fake = FakeModel()
+    fake.gate.clear()
+    batcher = DynamicBatcher(fake, max_tokens=1, max_wait_ms=0, workers=2)
+    batcher.start()
+
+    async def go() -> list[Any]:
+        running = [asyncio.ensure_future(batcher.submit("k", i, cost=1)) for i in range(2)]
+        while batcher.pending():
+            await asyncio.sleep(0.001)
+        await asyncio.sleep(0.02)
+        batcher.close()
+        answers = await asyncio.wait_for(asyncio.gather(*running, return_exceptions=True), 2)
+        fake.gate.set()
+        return answers
+
+    answers = _run(go())
+    threads = list(batcher._threads)
+    batcher.stop()
+    assert all(isinstance(a, RequestCancelled) and a.status == 503 for a in answers)
+    assert len(threads) == 2 and not any(t.is_alive() for t in threads)
+
+
 def test_bad_knobs_name_the_field():
-    for kwargs, field in (({"max_tokens": 0}, "max_tokens"), ({"max_wait_ms": -1}, "max_wait_ms"),
-                          ({"max_sentences": 0}, "max_sentences")):  # fmt: skip
+    bad = [({"max_tokens": 0}, "max_tokens"), ({"max_wait_ms": -1}, "max_wait_ms"),
+           ({"max_sentences": 0}, "max_sentences"), ({"workers": 0}, "workers")]  # fmt: skip
+    for kwargs, field in bad:
         with pytest.raises(ValueError, match=field):
             DynamicBatcher(FakeModel(), **kwargs)
 

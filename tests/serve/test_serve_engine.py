@@ -99,8 +99,13 @@ def test_ctranslate2_beam_lines_equal_attnkit(run, tmp_path, capsys):
     )
 
 
-def test_concurrent_requests_are_batched_through_the_engine(run):
-    loaded, translator = _open(run, "ctranslate2")
+@pytest.mark.parametrize("workers", [1, 2])
+def test_concurrent_requests_are_batched_through_the_engine(run, workers):
+    """Also with two batch workers (``serve --engine-workers 2``): each answer is still
+    what the engine gives the request alone."""
+    loaded = load_model(run, "cpu")
+    translator = open_translator("ctranslate2", loaded, RunOptions(threads=1, workers=workers),
+                                 alpha=0.0, say=lambda line: None)  # fmt: skip
     engine = Engine(loaded, translator)
     real, calls = translator.engine.translator, []
 
@@ -110,8 +115,11 @@ def test_concurrent_requests_are_batched_through_the_engine(run):
             return real.translate_batch(batch, **options)
 
     translator.engine.translator = Spy()
-    app = create_app(engine, ServeSettings(max_wait_ms=300, max_batch_tokens=4000, alpha=0.0))
+    settings = ServeSettings(max_wait_ms=300, max_batch_tokens=4000, alpha=0.0,
+                             batch_workers=workers)  # fmt: skip
+    app = create_app(engine, settings)
     batcher = app.app.state.batcher  # type: ignore[attr-defined]  # RequestGuard wraps FastAPI
+    assert batcher.workers == workers
     requests = [{"text": [t], "beam": 2} for t in TEXTS]
 
     async def go() -> list[httpx.Response]:
