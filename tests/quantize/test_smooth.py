@@ -10,7 +10,7 @@ from torch import nn
 
 from attnkit.models import DecoderOnlyLM
 from attnkit.models.registry import config_from_preset
-from attnkit.quantize import Int8Linear, quantize_model
+from attnkit.quantize import Int8Linear, Int8WeightOnlyLinear, quantize_model
 from attnkit.quantize.smooth import input_maxima, lm_calibration, smoothing_factors
 
 
@@ -103,7 +103,10 @@ def test_calibrated_int8_model_is_closer_to_fp32_than_plain_int8():
         smoothed = smoothed_model(ids).logits
     smoothed_linears = [m for m in smoothed_model.modules()
                         if isinstance(m, Int8Linear) and "smoothed" in m.extra_repr()]  # fmt: skip
-    assert len(smoothed_linears) == 2 * 5 + 1  # per layer qkv, out, gate, up, down; lm_head
+    assert len(smoothed_linears) == 2 * 4 + 1  # per layer qkv, out, gate, up; lm_head
+    # the gated FFN's down projection: int8 weights, bf16 activations
+    assert all(isinstance(layer.ffn.down_proj, Int8WeightOnlyLinear)
+               for layer in smoothed_model.layers)  # fmt: skip
     assert rel_error(smoothed, ref) < rel_error(plain, ref) / 2
 
 
