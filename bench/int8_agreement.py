@@ -41,6 +41,7 @@ from attnkit.decoding.static import stepper_for
 from attnkit.quantize import quantize_model
 from attnkit.quantize.linear import quantize_rows
 from attnkit.quantize.smooth import Encodes, lm_calibration
+from attnkit.quantize.smooth import input_maxima as smooth_input_maxima
 
 CALIBRATION = [
     "Explain how a rainbow forms.",
@@ -97,25 +98,15 @@ def rows_int8(
     return model
 
 
-@torch.inference_mode()
 def input_maxima(model: nn.Module, prompts: list[list[int]], n: int = 32) -> dict[str, Tensor]:
-    """``max|x_j|`` over every input channel of every ``nn.Linear``, from fp32 greedy runs."""
-    maxima: dict[str, Tensor] = {}
-
-    def hook(name: str):  # noqa: ANN202
-        def record(module: nn.Module, args: tuple[Tensor, ...]) -> None:
-            m = args[0].detach().float().reshape(-1, args[0].size(-1)).abs().amax(0)
-            maxima[name] = torch.maximum(maxima[name], m) if name in maxima else m
-
-        return record
-
-    handles = [module.register_forward_pre_hook(hook(name))
-               for name, module in model.named_modules() if type(module) is nn.Linear]  # fmt: skip
-    for prompt in prompts:
-        logits_along(model, prompt, None, n)
-    for handle in handles:
-        handle.remove()
-    return maxima
+    """``max|x_j|`` over every input channel of every ``nn.Linear``, from fp32 greedy runs,
+    keyed by module name (the probe converts fresh copies of the model);
+    ``attnkit.quantize.smooth.input_maxima`` records them."""
+    named = {name: m for name, m in model.named_modules() if type(m) is nn.Linear}
+    by_id = smooth_input_maxima(
+        model, list(named.values()), lambda m: [logits_along(m, p, None, n) for p in prompts]
+    )
+    return {name: by_id[id(m)] for name, m in named.items() if id(m) in by_id}
 
 
 Maxima = dict[str, Tensor]
