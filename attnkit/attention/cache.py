@@ -135,6 +135,13 @@ class LayerView:
         return torch.arange(offset, offset + t, device=device)
 
 
+PARTIAL_FRACTION = 0.4
+"""A reorder that changes at most this share of the rows moves only those rows,
+in place (gathered into the spare, then copied back: 4 row copies per moved row);
+more, and the whole batch is gathered into the spare (2 per row). Below half the
+rows the partial copy moves fewer bytes; 0.4 leaves room for its two operators."""
+
+
 class KVCache:
     """Keys and values of every decoder layer, stacked so that ``reorder`` is one
     ``index_select`` per tensor; the time axis doubles when it fills up.
@@ -163,6 +170,7 @@ class KVCache:
         # Reorders gather into these, then swap (no allocation per beam step).
         self._spare_k: Tensor | None = None
         self._spare_v: Tensor | None = None
+        self._rows: Tensor | None = None  # arange(B), to find the rows a reorder moves
 
     @property
     def capacity(self) -> int:
@@ -201,14 +209,51 @@ class KVCache:
     def reorder(self, indices: Tensor, *, cross: bool | Tensor = True) -> Self:
         # Only the filled prefix moves, gathered in one pass into a spare buffer
         # that then takes the old one's place (a beam step allocates nothing).
+        # When few rows change (beam search keeps each surviving beam's first
+        # child in its parent's row), only those rows move, in place.
         n = self.length
-        self.self_k, self._spare_k = self._gather(self.self_k, self._spare_k, indices, n)
-        self.self_v, self._spare_v = self._gather(self.self_v, self._spare_v, indices, n)
+        moved = self._moved_rows(indices)
+        if moved is not None:
+            if moved.numel():
+                source = indices.index_select(0, moved)
+                self._spare_k = self._copy_rows(self.self_k, self._spare_k, moved, source, n)
+                self._spare_v = self._copy_rows(self.self_v, self._spare_v, moved, source, n)
+        else:
+            self.self_k, self._spare_k = self._gather(self.self_k, self._spare_k, indices, n)
+            self.self_v, self._spare_v = self._gather(self.self_v, self._spare_v, indices, n)
         rows = cross_rows(indices, cross)
         if rows is not None and self.cross_k is not None and self.cross_v is not None:
             self.cross_k = self.cross_k.index_select(1, rows)
             self.cross_v = self.cross_v.index_select(1, rows)
         return self
+
+    def _moved_rows(self, indices: Tensor) -> Tensor | None:
+        """The rows a same-size reorder changes ``(m,)``, when moving only them is the
+        cheaper (``m <= PARTIAL_FRACTION * B``, on the CPU); else ``None``."""
+        rows = self.self_k.size(1)
+        if (
+            indices.numel() != rows
+            or self.device.type != "cpu"  # the check below syncs with the host
+            or (self.self_k.requires_grad and torch.is_grad_enabled())
+        ):
+            return None
+        if self._rows is None or self._rows.numel() != rows:
+            self._rows = torch.arange(rows, device=self.device)
+        moved = (indices != self._rows).nonzero().squeeze(1)
+        return moved if moved.numel() <= PARTIAL_FRACTION * rows else None
+
+    @staticmethod
+    def _copy_rows(
+        buf: Tensor, spare: Tensor | None, moved: Tensor, source: Tensor, n: int
+    ) -> Tensor:
+        """Rows ``moved`` of ``buf`` := its rows ``source``, through ``spare`` (returned)."""
+        if spare is None or spare.size(1) != buf.size(1):
+            spare = torch.empty_like(buf)
+        m = moved.numel()
+        # Gathered out first: a source row may itself be overwritten (a general permutation).
+        torch.index_select(buf[:, :, :, :n], 1, source, out=spare[:, :m, :, :n])
+        buf[:, :, :, :n].index_copy_(1, moved, spare[:, :m, :, :n])
+        return spare
 
     @staticmethod
     def _gather(

@@ -19,6 +19,11 @@ finished hypotheses, or at its length limit. The pool keeps the ``K`` best by
 first. Because EOS only counts among the best ``K``, ``beam_size=1`` is exactly
 greedy search, whatever ``alpha``.
 
+On the CPU the K new beams of a sentence are put in rows so that each parent's
+first child stays in its parent's row: the cache then copies only the other
+rows (about a third on a trained Multi30k model), not all of them. The order
+of the live beams changes nothing but which of two equal scores wins a tie.
+
 Two tricks of CTranslate2's keep the batch small (the results are the same):
 
 * the first step runs on the ``B`` unexpanded rows (only beam 0 is live
@@ -67,6 +72,27 @@ def _take(x: Tensor, index: Tensor) -> Tensor:
     if x.dim() == 2:
         return x.gather(1, index)
     return x.gather(1, index[:, :, None].expand(-1, -1, x.size(2)))
+
+
+def _in_parent_rows(parent: Tensor) -> Tensor:
+    """Which candidate goes to each beam row so that rows stay put where they can.
+
+    ``parent`` ``(n, K)``: the beam row each of the K new beams continues (best
+    first). The first child of each parent takes its parent's row; the other
+    children fill the rows whose beams had none, in order. Returns ``(n, K)``:
+    the candidate for row ``j``. Rows that keep their beam need no cache copy
+    (``KVCache.reorder`` moves only the others); the search itself does not
+    depend on the order of its live beams.
+    """
+    n, K = parent.shape
+    slots = torch.arange(K, device=parent.device)
+    same = parent[:, :, None] == parent[:, None, :]  # (n, K, K): [c, c'] share a parent
+    first = ~(same & (slots[:, None] > slots[None, :])).any(dim=2)  # no earlier sibling
+    claimed = torch.zeros_like(parent).scatter_add_(1, parent, first.long()) > 0
+    free = torch.argsort(claimed.long(), dim=1, stable=True)  # unclaimed rows first, in order
+    later = (~first).long().cumsum(dim=1) - 1  # rank among the non-first children
+    row = torch.where(first, parent, free.gather(1, later.clamp(min=0)))
+    return torch.empty_like(row).scatter_(1, row, slots.expand(n, K).contiguous())
 
 
 @dataclass
@@ -225,6 +251,8 @@ def beam_search(
 
         # Next live beams: the first K non-EOS candidates, in rank order.
         pick = torch.argsort(is_eos.long(), dim=1, stable=True)[:, :K]
+        if width == K and sync_free:  # each beam's first child stays in its row (module doc)
+            pick = _take(pick, _in_parent_rows(_take(cand_beam, pick)))
         new_live, new_beam, new_tok = (_take(x, pick) for x in (cand_scores, cand_beam, cand_tok))
         new_history = spare
         if t:  # only the t filled columns move; later ones are pad in both buffers

