@@ -4,6 +4,7 @@
 #   bash experiments/table3.sh                 # every row, both seeds (skips rows already done)
 #   bash experiments/table3.sh A_heads1 D_ls0  # some rows
 #   bash experiments/table3.sh --list
+#   bash experiments/table3.sh --sets B_dk16   # a row's --set overrides
 #   python experiments/table3_table.py runs/table3/results.jsonl
 #
 # The base row is configs/multi30k_de_en_cpu.yaml (d_model 256, 4 heads of d_k 64, d_ff
@@ -33,8 +34,8 @@ declare -A ROWS=(
   [A_heads2]="--set model.num_heads=2"
   [A_heads8]="--set model.num_heads=8"
   [A_heads16]="--set model.num_heads=16"
-  [B_dk16]="--set model.head_dim=16"
-  [B_dk32]="--set model.head_dim=32"
+  [B_dk16]="--set model.key_dim=16"
+  [B_dk32]="--set model.key_dim=32"
   [C_layers1]="--set model.num_encoder_layers=1 --set model.num_decoder_layers=1"
   [C_layers2]="--set model.num_encoder_layers=2 --set model.num_decoder_layers=2"
   [C_layers4]="--set model.num_encoder_layers=4 --set model.num_decoder_layers=4"
@@ -54,6 +55,10 @@ E_learned"
 
 if [[ "${1:-}" == "--list" ]]; then
   echo $ORDER | tr ' ' '\n'
+  exit 0
+fi
+if [[ "${1:-}" == "--sets" ]]; then  # a row's overrides, one KEY=VALUE per line (tests read them)
+  for part in ${ROWS[${2:?--sets ROW}]}; do [[ "$part" == --set ]] || echo "$part"; done
   exit 0
 fi
 rows=${*:-$ORDER}

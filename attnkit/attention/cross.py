@@ -29,8 +29,17 @@ from __future__ import annotations
 from torch import Tensor, nn
 
 from attnkit.attention.backends import REFERENCE, AttentionBackend
-from attnkit.attention.heads import check_heads, head_score, merge_heads, split_heads
+from attnkit.attention.heads import (
+    check_heads,
+    check_key_dim,
+    head_score,
+    key_scale,
+    merge_heads,
+    pad_keys,
+    split_heads,
+)
 from attnkit.attention.masks import Mask
+from attnkit.errors import ConfigError
 
 
 class CrossAttention(nn.Module):
@@ -45,6 +54,8 @@ class CrossAttention(nn.Module):
         score: ``"scaled_dot"`` (default), ``"dot"``, ``"general"`` or ``"additive"``.
         backend: how attention is computed (default ``REFERENCE``; see
             ``attnkit.attention.backends``).
+        key_dim: ``d_k`` of queries and keys, below ``D / h`` (padded as in
+            ``MultiHeadAttention``); default ``D / h``.
     """
 
     def __init__(
@@ -57,27 +68,31 @@ class CrossAttention(nn.Module):
         num_kv_heads: int | None = None,
         score: str = "scaled_dot",
         backend: AttentionBackend = REFERENCE,
+        key_dim: int | None = None,
     ) -> None:
         super().__init__()
         kv_heads = check_heads(d_model, num_heads, num_kv_heads)
         self.d_model, self.num_heads, self.num_kv_heads = d_model, num_heads, kv_heads
         self.head_dim = d_model // num_heads
+        self.key_dim = check_key_dim(key_dim, self.head_dim)
+        if self.key_dim != self.head_dim and score != "scaled_dot":
+            raise ConfigError("key_dim: a key size below d_model / num_heads needs the scaled dot")
         self.kv_dim = kv_heads * self.head_dim
+        self.kv_sizes = (kv_heads * self.key_dim, self.kv_dim)  # keys, values
         self.dropout = dropout
         # Registered in this order (q, kv, out): the parameters of a fused checkpoint's
         # qkv_proj, split, then out_proj, so an old optimizer state lines up.
-        self.q_proj = nn.Linear(d_model, d_model, bias=bias)
-        self.kv_proj = nn.Linear(d_model, 2 * self.kv_dim, bias=bias)
+        self.q_proj = nn.Linear(d_model, num_heads * self.key_dim, bias=bias)
+        self.kv_proj = nn.Linear(d_model, sum(self.kv_sizes), bias=bias)
         self.out_proj = nn.Linear(d_model, d_model, bias=bias)
         self.score = head_score(score, self.head_dim)
         self.backend = backend
 
     def project_kv(self, memory: Tensor) -> tuple[Tensor, Tensor]:
         """Keys and values of ``memory`` ``(B, S, D)``, ``(B, h_kv, S, d)`` each."""
-        k, v = self.kv_proj(memory).split(self.kv_dim, dim=-1)
-        return split_heads(k, self.num_kv_heads, self.head_dim), split_heads(
-            v, self.num_kv_heads, self.head_dim
-        )
+        k, v = self.kv_proj(memory).split(self.kv_sizes, dim=-1)
+        k = pad_keys(split_heads(k, self.num_kv_heads, self.key_dim), self.head_dim)
+        return k, split_heads(v, self.num_kv_heads, self.head_dim)
 
     def forward(
         self,
@@ -101,14 +116,14 @@ class CrossAttention(nn.Module):
             ``(out (N, T, D), weights or None)``.
         """
         k, v = memory if isinstance(memory, tuple) else self.project_kv(memory)
-        q = split_heads(self.q_proj(x), self.num_heads, self.head_dim)
+        q = pad_keys(split_heads(self.q_proj(x), self.num_heads, self.key_dim), self.head_dim)
         n, h, t, hd = q.shape
         g = n // k.size(0)
         if g > 1:  # the g beams of a sentence: g T query rows over its one copy of k, v
             q = q.view(-1, g, h, t, hd).transpose(1, 2).reshape(-1, h, g * t, hd)
         out, weights = self.backend(
             q, k, v, mask=mask, dropout_p=self.dropout if self.training else 0.0,
-            need_weights=need_weights, score=self.score,
+            need_weights=need_weights, score=self.score, **key_scale(self.key_dim, self.head_dim),
         )  # fmt: skip
         merged = merge_heads(out)  # (B, g T, D): a sentence's beams are consecutive rows
         if g > 1:

@@ -12,6 +12,7 @@ key/value heads, ``d`` head dim.
 
 from __future__ import annotations
 
+import torch
 from torch import Tensor
 
 from attnkit.attention.gqa import check_kv_heads
@@ -59,3 +60,31 @@ def head_score(score: str, head_dim: int) -> Score | None:
     if score == "scaled_dot":
         return None
     return build_score(score, query_dim=head_dim, key_dim=head_dim)
+
+
+def check_key_dim(key_dim: int | None, head_dim: int) -> int:
+    """``d_k``: ``key_dim``, or the head size when ``None``; ``ConfigError`` unless
+    ``1 <= key_dim <= head_dim`` (keys are padded up to the value size, never cut)."""
+    if key_dim is None:
+        return head_dim
+    if not 1 <= key_dim <= head_dim:
+        raise ConfigError(
+            f"key_dim: must be between 1 and d_model / num_heads = {head_dim}, got {key_dim}"
+        )
+    return key_dim
+
+
+def pad_keys(x: Tensor, head_dim: int) -> Tensor:
+    """Queries or keys ``(B, h, T, d_k)`` padded with zeros to ``(B, h, T, head_dim)``.
+
+    Zeros add nothing to ``q . k``: attention over the padded heads equals
+    attention with ``d_k``-sized ones at the scale ``1 / sqrt(d_k)``, while the
+    caches and kernels see one head size for keys and values.
+    """
+    pad = head_dim - x.size(-1)
+    return x if pad == 0 else torch.nn.functional.pad(x, (0, pad))
+
+
+def key_scale(key_dim: int, head_dim: int) -> dict[str, float]:
+    """The backend's ``scale`` keyword when keys were padded (``1 / sqrt(d_k)``); else none."""
+    return {} if key_dim == head_dim else {"scale": key_dim**-0.5}

@@ -26,6 +26,12 @@ What a module receives beside its projections (composition: parts, not flags):
   through the backend with the band as a mask (``block_sparse_mask``).
 * ``backend`` (``attnkit.attention.backends``): how softmax attention is
   computed, ``REFERENCE`` unless the decoding strategy installs another.
+* ``key_dim``: ``d_k``, the size of a head's queries and keys, when it is
+  smaller than the value size ``d_v = D / h`` (the paper's Table 3, row B).
+  The projections are that much smaller; the queries and keys are then padded
+  with zeros to ``d_v`` (``pad_keys``), which adds nothing to ``q . k``, so the
+  caches, kernels and backends keep one head size; the scale stays
+  ``1 / sqrt(d_k)``.
 
 Positions come from the cache view when decoding (``LayerCache.query_positions``),
 else ``0 .. T - 1``.
@@ -45,7 +51,15 @@ from torch import Tensor, nn
 
 from attnkit.attention.backends import REFERENCE, AttentionBackend
 from attnkit.attention.cache import LayerCache
-from attnkit.attention.heads import check_heads, head_score, merge_heads, split_heads
+from attnkit.attention.heads import (
+    check_heads,
+    check_key_dim,
+    head_score,
+    key_scale,
+    merge_heads,
+    pad_keys,
+    split_heads,
+)
 from attnkit.attention.local import LocalWindow
 from attnkit.attention.masks import Mask, bool_mask
 from attnkit.errors import ConfigError
@@ -84,14 +98,18 @@ class MultiHeadAttention(nn.Module):
         window: LocalWindow | None = None,
         score: str = "scaled_dot",
         backend: AttentionBackend = REFERENCE,
+        key_dim: int | None = None,
     ) -> None:
         super().__init__()
         kv_heads = check_heads(d_model, num_heads, num_kv_heads)
         self.d_model, self.num_heads, self.num_kv_heads = d_model, num_heads, kv_heads
         self.head_dim = d_model // num_heads
+        self.key_dim = check_key_dim(key_dim, self.head_dim)
         self.kv_dim = kv_heads * self.head_dim
         self.dropout = dropout
-        self.qkv_proj = nn.Linear(d_model, d_model + 2 * self.kv_dim, bias=bias)
+        sizes = (num_heads * self.key_dim, kv_heads * self.key_dim, self.kv_dim)
+        self.qkv_sizes = sizes  # queries, keys, values: the fused projection's split
+        self.qkv_proj = nn.Linear(d_model, sum(sizes), bias=bias)
         self.out_proj = nn.Linear(d_model, d_model, bias=bias)
         if relative_positions is not None and relative_positions.key.size(1) != self.head_dim:
             raise ValueError(
@@ -113,6 +131,13 @@ class MultiHeadAttention(nn.Module):
         positional = relative_positions is not None or biased or rotary is not None
         if positional and score not in ("dot", "scaled_dot"):
             raise ConfigError(f"score: position terms need a dot-product score, got {score!r}")
+        if self.key_dim != self.head_dim and (
+            score != "scaled_dot" or relative_positions is not None or rotary is not None
+        ):
+            raise ConfigError(
+                "key_dim: a key size below d_model / num_heads needs the scaled dot score "
+                "and no relative or rotary positions"
+            )
         self.score = head_score(score, self.head_dim)
         # Whole sequences of a local layer go through local_attention, which adds
         # nothing to the scores: only when no other term does.
@@ -142,10 +167,10 @@ class MultiHeadAttention(nn.Module):
         Returns:
             ``(out (B, T, D), weights or None)``.
         """
-        d, t = self.d_model, x.size(1)
-        q_, k_, v_ = self.qkv_proj(x).split((d, self.kv_dim, self.kv_dim), dim=-1)
-        q = split_heads(q_, self.num_heads, self.head_dim)
-        k = split_heads(k_, self.num_kv_heads, self.head_dim)
+        t = x.size(1)
+        q_, k_, v_ = self.qkv_proj(x).split(self.qkv_sizes, dim=-1)
+        q = pad_keys(split_heads(q_, self.num_heads, self.key_dim), self.head_dim)
+        k = pad_keys(split_heads(k_, self.num_kv_heads, self.key_dim), self.head_dim)
         v = split_heads(v_, self.num_kv_heads, self.head_dim)
         positions = None  # of the queries, for the parts that need them
         if any(p is not None for p in (self.rotary, self.alibi, self.position_bias, self.window)):
@@ -186,6 +211,7 @@ class MultiHeadAttention(nn.Module):
             ),
             score=self.score,
             bias=bias,
+            **key_scale(self.key_dim, self.head_dim),
         )  # fmt: skip
         return self.out_proj(merge_heads(out)), weights
 

@@ -169,6 +169,7 @@ def check_marian_expressible(c: Any) -> None:
         ("ffn", c.ffn, "dense"),
         ("embedding_norm", c.embedding_norm, False),
         ("num_kv_heads", c.kv_heads, c.num_heads),
+        ("key_dim", c.key_dim, None),
     ]
     for field, got, expected in wanted:
         if got != expected:

@@ -96,6 +96,7 @@ def attention(
         position_bias=position_bias,
         window=window,
         score=c.attention_score,
+        key_dim=c.key_dim,
     )
 
 
@@ -103,7 +104,7 @@ def cross_attention(c: AttentionStackConfig) -> CrossAttention:
     """A decoder's attention over the encoder output: softmax, no position terms."""
     return CrossAttention(
         c.d_model, c.num_heads, dropout=c.attention_dropout, bias=c.bias,
-        num_kv_heads=c.num_kv_heads, score=c.attention_score,
+        num_kv_heads=c.num_kv_heads, score=c.attention_score, key_dim=c.key_dim,
     )  # fmt: skip
 
 

@@ -149,6 +149,9 @@ class AttentionStackConfig(ModelConfig):
     relative_max_distance: int = 128  # "t5_relative": offsets past it share the last bucket
     attention_score: AttentionScore = "scaled_dot"  # every attention sublayer's score
     num_kv_heads: int | None = None  # grouped-query attention; None: = num_heads
+    # d_k, a head's query/key size, below d_model / num_heads (the paper's Table 3, row B;
+    # values keep d_model / num_heads); None: d_model / num_heads
+    key_dim: int | None = None
     bias: bool = True  # biases in the attention and FFN projections
     scale_embeddings: bool = True  # token embeddings times sqrt(d_model) (§3.4)
     embedding_norm: bool = False  # a norm after the input embedding (BERT)
@@ -195,6 +198,14 @@ class AttentionStackConfig(ModelConfig):
         kv = self.kv_heads
         require("num_kv_heads", kv >= 1 and self.num_heads % kv == 0,
                 f"{kv} must divide num_heads={self.num_heads}")  # fmt: skip
+        if self.key_dim is not None:
+            require("key_dim", 1 <= self.key_dim <= self.head_dim,
+                    f"must be between 1 and d_model / num_heads = {self.head_dim}, "
+                    f"got {self.key_dim}")  # fmt: skip
+            require("key_dim", self.attention_score == "scaled_dot" and self.attention == "dense"
+                    and not self.relative_positions and self.positions != "rotary",
+                    "a key size of its own needs attention_score=scaled_dot, dense attention "
+                    "and no relative or rotary positions")  # fmt: skip
         require("rope_theta", self.rope_theta > 0, f"must be > 0, got {self.rope_theta}")
         require("norm_eps", self.norm_eps > 0, f"must be > 0, got {self.norm_eps}")
         require(

@@ -42,3 +42,33 @@ def test_rows_are_averaged_and_directions_compared_with_the_paper(tmp_path):
     text = table3.main([str(results)])
     assert "| A_heads1 | (A) 1 head, d_k = d_model | 5.29 | 24.9 | 6.10 (6.00 / 6.20)" in text
     assert "| C_layers1 |" in text and "not run" in text
+
+
+def test_every_row_of_the_script_is_a_valid_config():
+    # Each row's --set overrides on the base config, as `attnkit train` reads them: an
+    # unknown key or a value the model refuses fails here, not an hour into a sitting.
+    import subprocess
+
+    from attnkit.models import TransformerConfig
+    from attnkit.training.runconfig import load_run_config
+
+    root = SCRIPT.parents[1]
+    script = root / "experiments" / "table3.sh"
+
+    def run(*args: str) -> list[str]:
+        done = subprocess.run(["bash", str(script), *args], capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr
+        return done.stdout.split()
+
+    rows = run("--list")
+    assert len(rows) == 19 and set(rows) == set(_module().PAPER)
+    for row in rows:
+        sets = run("--sets", row)
+        config = load_run_config(root / "configs" / "multi30k_de_en_cpu.yaml", sets)
+        fields = dict(config.model)
+        preset = fields.pop("preset")
+        model = TransformerConfig.from_preset(
+            preset, **fields, src_vocab_size=8000, tgt_vocab_size=8000
+        )
+        for key, value in (s.split("=", 1) for s in sets if s.startswith("model.")):
+            assert str(getattr(model, key.removeprefix("model."))) == value, row

@@ -143,7 +143,7 @@ def test_model_card_says_what_is_known(hf_export, tiny_run, tmp_path):
 @pytest.mark.parametrize(
     "field,value",
     [("norm_position", "pre"), ("positions", "learned"), ("norm", "rmsnorm"),
-     ("activation", "swiglu"), ("num_kv_heads", 2), ("embedding_norm", True)],
+     ("activation", "swiglu"), ("num_kv_heads", 2), ("embedding_norm", True), ("key_dim", 4)],
 )  # fmt: skip
 def test_variants_marian_cannot_express_fail_naming_the_field(field, value, tmp_path, capsys):
     ckpt = save_random_model(tmp_path / "ck", CharTokenizer.train(["abc def"]), **{field: value})

@@ -95,6 +95,20 @@ def test_variants_beyond_marian_export_to_onnx(tmp_path):
     tok = CharTokenizer.train(["the quick brown fox jumps over the lazy dog"])
     ckpt = save_random_model(tmp_path / "ck", tok, norm_position="pre", norm="rmsnorm",
                              activation="swiglu", positions="rotary", num_kv_heads=2)  # fmt: skip
+    _exports_as_attnkit_decodes(tmp_path, ckpt)
+
+
+def test_a_key_size_of_its_own_exports_to_onnx(tmp_path):
+    """Table 3 row (B)'s d_k < d_model / h: the graphs pad the keys as the modules do."""
+    from interop_helpers import save_random_model
+
+    from attnkit.data.tokenizers import CharTokenizer
+
+    tok = CharTokenizer.train(["the quick brown fox jumps over the lazy dog"])
+    _exports_as_attnkit_decodes(tmp_path, save_random_model(tmp_path / "ck", tok, key_dim=3))
+
+
+def _exports_as_attnkit_decodes(tmp_path, ckpt):
     out = tmp_path / "onnx"
     assert main(["export", "--checkpoint", str(ckpt), "--to", "onnx", "--out", str(out)]) == 0
     loaded = load_model(ckpt, "cpu")

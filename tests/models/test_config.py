@@ -81,3 +81,29 @@ def test_parameter_counts_match_table_3(preset, paper_millions, tolerance):
     n = EncoderDecoder(c).num_parameters()
     assert n == _expected_count(c)
     assert abs(n / 1e6 - paper_millions) / paper_millions <= tolerance
+
+
+@pytest.mark.parametrize(("key_dim", "paper_drop"), [(16, 65 - 58), (32, 65 - 60)])
+def test_a_smaller_key_size_removes_table_3_row_b_parameters(key_dim, paper_drop):
+    # Row (B) shrinks d_k only: every one of the 18 attention sublayers (6 encoder self,
+    # 6 decoder self, 6 cross) loses (64 - d_k) query and key columns per head.
+    base = TransformerConfig.from_preset("base")
+    small = base.replace(key_dim=key_dim)
+    drop = EncoderDecoder(base).num_parameters() - EncoderDecoder(small).num_parameters()
+    per_sublayer = 2 * (base.d_model + 1) * base.num_heads * (base.head_dim - key_dim)
+    assert drop == 18 * per_sublayer
+    assert abs(drop / 1e6 - paper_drop) <= 0.5  # the paper's 65M -> 58M / 60M
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"key_dim": 0}, "key_dim: must be between 1 and"),
+        ({"key_dim": 65}, "key_dim: must be between 1 and d_model / num_heads = 64"),
+        ({"key_dim": 16, "positions": "rotary"}, "key_dim: a key size of its own needs"),
+        ({"key_dim": 16, "attention_score": "dot"}, "key_dim: a key size of its own needs"),
+    ],
+)
+def test_bad_key_sizes_are_refused_by_name(changes, message):
+    with pytest.raises(ValueError, match=message):
+        TransformerConfig.from_preset("base", **changes)
