@@ -33,7 +33,6 @@ from attnkit.attention.heads import (
     check_heads,
     check_key_dim,
     head_score,
-    key_scale,
     merge_heads,
     pad_keys,
     split_heads,
@@ -75,6 +74,8 @@ class CrossAttention(nn.Module):
         self.d_model, self.num_heads, self.num_kv_heads = d_model, num_heads, kv_heads
         self.head_dim = d_model // num_heads
         self.key_dim = check_key_dim(key_dim, self.head_dim)
+        # padded keys (pad_keys) keep the scale of d_k; None: the backend's 1 / sqrt(d)
+        self.key_scale = None if self.key_dim == self.head_dim else self.key_dim**-0.5
         if self.key_dim != self.head_dim and score != "scaled_dot":
             raise ConfigError("key_dim: a key size below d_model / num_heads needs the scaled dot")
         self.kv_dim = kv_heads * self.head_dim
@@ -123,7 +124,7 @@ class CrossAttention(nn.Module):
             q = q.view(-1, g, h, t, hd).transpose(1, 2).reshape(-1, h, g * t, hd)
         out, weights = self.backend(
             q, k, v, mask=mask, dropout_p=self.dropout if self.training else 0.0,
-            need_weights=need_weights, score=self.score, **key_scale(self.key_dim, self.head_dim),
+            need_weights=need_weights, score=self.score, scale=self.key_scale,
         )  # fmt: skip
         merged = merge_heads(out)  # (B, g T, D): a sentence's beams are consecutive rows
         if g > 1:

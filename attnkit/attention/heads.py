@@ -83,8 +83,3 @@ def pad_keys(x: Tensor, head_dim: int) -> Tensor:
     """
     pad = head_dim - x.size(-1)
     return x if pad == 0 else torch.nn.functional.pad(x, (0, pad))
-
-
-def key_scale(key_dim: int, head_dim: int) -> dict[str, float]:
-    """The backend's ``scale`` keyword when keys were padded (``1 / sqrt(d_k)``); else none."""
-    return {} if key_dim == head_dim else {"scale": key_dim**-0.5}

@@ -55,7 +55,6 @@ from attnkit.attention.heads import (
     check_heads,
     check_key_dim,
     head_score,
-    key_scale,
     merge_heads,
     pad_keys,
     split_heads,
@@ -105,6 +104,8 @@ class MultiHeadAttention(nn.Module):
         self.d_model, self.num_heads, self.num_kv_heads = d_model, num_heads, kv_heads
         self.head_dim = d_model // num_heads
         self.key_dim = check_key_dim(key_dim, self.head_dim)
+        # padded keys (pad_keys) keep the scale of d_k; None: the backend's 1 / sqrt(d)
+        self.key_scale = None if self.key_dim == self.head_dim else self.key_dim**-0.5
         self.kv_dim = kv_heads * self.head_dim
         self.dropout = dropout
         sizes = (num_heads * self.key_dim, kv_heads * self.key_dim, self.kv_dim)
@@ -211,7 +212,7 @@ class MultiHeadAttention(nn.Module):
             ),
             score=self.score,
             bias=bias,
-            **key_scale(self.key_dim, self.head_dim),
+            scale=self.key_scale,
         )  # fmt: skip
         return self.out_proj(merge_heads(out)), weights
 
