@@ -195,8 +195,14 @@ def test_evaluate_with_ctranslate2_scores_as_attnkit(capsys, checkpoint, tmp_pat
         assert code == 0
         scores[engine] = json.loads(capsys.readouterr().out)
     assert scores["ctranslate2"]["decode"]["engine"] == "ctranslate2"
-    for key in ("bleu", "chrf", "perplexity"):
+    for key in ("bleu", "chrf"):
         assert scores["ctranslate2"][key] == scores["attnkit"][key]
+    # Perplexity is attnkit's teacher-forced pass with either engine; after attnkit's own
+    # decode its CPU decode backend is still installed, whose two-GEMM attention (few,
+    # unmasked queries: these short sentences) rounds otherwise than the fused kernel.
+    assert scores["ctranslate2"]["perplexity"] == pytest.approx(
+        scores["attnkit"]["perplexity"], rel=1e-5
+    )
     code = main(["evaluate", "--checkpoint", str(checkpoint), "--src", str(src), "--ref",
                  str(ref), "--engine", "ctranslate2"])  # fmt: skip
     assert code == 2 and "--alpha 0.6" in capsys.readouterr().err
