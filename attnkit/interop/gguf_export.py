@@ -50,6 +50,7 @@ from attnkit.data.pretrained_tokenizer import PretrainedTokenizer
 from attnkit.errors import UsageError
 from attnkit.interop.gguf import GGUF_FIELDS, GGUF_LLAMA_KEYS, GGUF_SOURCE
 from attnkit.interop.gguf_tokenizer import (
+    LLAMA_CPP_NAMES,
     PRE_TOKENIZERS,
     TOKEN_CONTROL,
     TOKEN_NORMAL,
@@ -298,8 +299,8 @@ def _vocab_keys(vocab: GGUFVocab, config: DecoderOnlyConfig) -> dict[str, Any]:
     """``tokenizer.*`` (by ``GGUFWriter.add_*`` name); the special ids are the model's
     (its config's), the unknown token the tokenizer's; None: not written."""
     return {
-        "tokenizer_model": "gpt2", "tokenizer_pre": vocab.pre, "token_list": vocab.tokens,
-        "token_types": vocab.types, "token_merges": vocab.merges,
+        "tokenizer_model": "gpt2", "tokenizer_pre": LLAMA_CPP_NAMES[vocab.pre],
+        "token_list": vocab.tokens, "token_types": vocab.types, "token_merges": vocab.merges,
         "bos_token_id": config.bos_id, "eos_token_id": config.eos_id,
         "pad_token_id": config.pad_id, "unk_token_id": vocab.unk_id,
         "add_bos_token": vocab.add_bos, "add_eos_token": vocab.add_eos,

@@ -10,7 +10,7 @@ GPT-2 / Llama 3 / SmolLM style) is handled here.
 
 **Pre-tokenizers** (``PRE_TOKENIZERS``), by ``tokenizer.ggml.pre``:
 
-* ``"gpt2"``: GPT-2's regex
+* ``"gpt2"`` (``"gpt-2"`` in llama.cpp's files): GPT-2's regex
   ``'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+``
   (``ByteLevel(use_regex=True)``);
 * ``"smollm"``: every number character on its own first, then GPT-2's regex
@@ -62,6 +62,12 @@ def _smollm() -> list[pre_tokenizers.PreTokenizer]:
 # tokenizer.ggml.pre -> the pieces llama.cpp splits into before BPE. Other names of
 # llama-vocab.cpp (llama-bpe, qwen2, ...) need their regexes and a parity test first.
 PRE_TOKENIZERS = {"gpt2": _gpt2, "smollm": _smollm}
+# ``tokenizer.ggml.pre`` as llama.cpp spells it (llama-vocab.cpp) -> the name above.
+# llama.cpp refuses a file whose value it does not know ("gpt2" included: attnkit's
+# export wrote that before llama.cpp itself ran its files in a test), so the export
+# writes llama.cpp's names; the import reads both spellings.
+FILE_NAMES = {"gpt-2": "gpt2", "gpt2": "gpt2", "smollm": "smollm"}
+LLAMA_CPP_NAMES = {"gpt2": "gpt-2", "smollm": "smollm"}
 
 
 def build_tokenizer(
@@ -82,6 +88,7 @@ def build_tokenizer(
     if model != "gpt2":
         raise error("tokenizer.ggml.model", f"{model!r} is not supported (supported: gpt2)")
     pre = pre_tokenizer or values.get("tokenizer.ggml.pre")
+    pre = FILE_NAMES.get(pre, pre) if isinstance(pre, str) else pre
     if pre not in PRE_TOKENIZERS:
         raise error(
             "tokenizer.ggml.pre",

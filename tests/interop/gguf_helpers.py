@@ -17,6 +17,13 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from interop_helpers import byte_level_tokenizer
+
+from attnkit.checkpoints import save_checkpoint
+from attnkit.data.pretrained_tokenizer import PretrainedTokenizer
+from attnkit.models import DecoderOnlyLM
+from attnkit.models.lm_config import DecoderOnlyConfig
+from attnkit.models.presets import LLAMA_OPTIONS
 
 # Load times the SmolLM2 tests print for the report (filled by conftest's fixtures).
 LOAD_TIMES: dict[str, float] = {}
@@ -296,3 +303,36 @@ def smollm_reference(tokenizer, text: str) -> list[int]:
     chunks += [current] if current else []
     backend = tokenizer.backend_tokenizer
     return [i for c in chunks for i in backend.encode(c, add_special_tokens=False).ids]
+
+
+# -- attnkit checkpoints for the export tests --------------------------------------------
+
+TEMPLATE = "{% for m in messages %}<|im_start|>{{ m['content'] }}<|im_end|>{% endfor %}"
+
+
+def tiny_tokenizer() -> PretrainedTokenizer:
+    """A byte-level BPE with SmolLM2's special tokens and a chat template."""
+    hf = byte_level_tokenizer(("<|endoftext|>", "<|im_start|>", "<|im_end|>")).backend_tokenizer
+    return PretrainedTokenizer.with_special_skipped(
+        hf, pad_id=0, bos_id=1, eos_id=2, unk_id=None, chat_template=TEMPLATE
+    )
+
+
+def save_llama(directory: Path, tokenizer, *, seed: int = 0, **overrides) -> Path:
+    """A random Llama-type checkpoint: matrices of unit gain (std 1/sqrt(fan-in)), so
+    rounding errors neither grow nor vanish through the layers; norms not all ones."""
+    fields = {**LLAMA_OPTIONS, "d_model": D, "num_heads": HEADS, "num_kv_heads": KV_HEADS,
+              "d_ff": D_FF, "num_layers": LAYERS, "vocab_size": tokenizer.vocab_size,
+              "max_len": 64, "rope_theta": 10000.0, **overrides}  # fmt: skip
+    config = DecoderOnlyConfig.from_dict(fields)
+    torch.manual_seed(seed)
+    model = DecoderOnlyLM(config).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() == 1:
+                p.copy_(1 + 0.2 * torch.randn_like(p))
+            else:
+                p.normal_(0.0, p.size(1) ** -0.5)
+    save_checkpoint(directory, model_state=model.state_dict(), config=config.to_dict(),
+                    tokenizer_json=tokenizer.to_json())  # fmt: skip
+    return directory

@@ -15,9 +15,8 @@ and untied output, a byte-level BPE tokenizer with a chat template):
 * the tokenizer's ids on 200 varied strings survive the round trip;
 * models GGUF's ``llama`` cannot express are one line, exit 2, nothing written.
 
-llama-cpp-python is not installed on this project's machines (it crashed when
-built from source on the Xeon, issue 25), so no test runs llama.cpp itself;
-``experiments/gguf_llama_cpp.py`` compares it by hand (node-llama-cpp's build).
+llama.cpp itself runs the exports in ``test_engines_llama.py`` (``generate
+--engine llama.cpp``, llama-cpp-python).
 """
 
 from __future__ import annotations
@@ -27,55 +26,29 @@ from pathlib import Path
 import pytest
 import torch
 from gguf_helpers import (
+    D_FF,
+    HEADS,
+    KV_HEADS,
+    LAYERS,
+    TEMPLATE,
+    D,
     hf_weights,
     llama_cpp_permute,
     metadata,
+    save_llama,
+    tiny_tokenizer,
     to_gguf,
     varied_strings,
     write_gguf,
 )
-from interop_helpers import byte_level_tokenizer, save_random_model
+from interop_helpers import save_random_model
 
-from attnkit.checkpoints import load_model, save_checkpoint
+from attnkit.checkpoints import load_model
 from attnkit.cli.main import main
-from attnkit.data.pretrained_tokenizer import PretrainedTokenizer
 from attnkit.data.tokenizers import CharTokenizer
 from attnkit.decoding.generate import generate
-from attnkit.models import DecoderOnlyLM
-from attnkit.models.lm_config import DecoderOnlyConfig
-from attnkit.models.presets import LLAMA_OPTIONS
 
 gguf = pytest.importorskip("gguf")
-
-D, HEADS, KV_HEADS, D_FF, LAYERS = 64, 4, 2, 96, 2
-TEMPLATE = "{% for m in messages %}<|im_start|>{{ m['content'] }}<|im_end|>{% endfor %}"
-
-
-def tiny_tokenizer() -> PretrainedTokenizer:
-    hf = byte_level_tokenizer(("<|endoftext|>", "<|im_start|>", "<|im_end|>")).backend_tokenizer
-    return PretrainedTokenizer.with_special_skipped(
-        hf, pad_id=0, bos_id=1, eos_id=2, unk_id=None, chat_template=TEMPLATE
-    )
-
-
-def save_llama(directory: Path, tokenizer, *, seed: int = 0, **overrides) -> Path:
-    """A random Llama-type checkpoint: matrices of unit gain (std 1/sqrt(fan-in)), so
-    rounding errors neither grow nor vanish through the layers; norms not all ones."""
-    fields = {**LLAMA_OPTIONS, "d_model": D, "num_heads": HEADS, "num_kv_heads": KV_HEADS,
-              "d_ff": D_FF, "num_layers": LAYERS, "vocab_size": tokenizer.vocab_size,
-              "max_len": 64, "rope_theta": 10000.0, **overrides}  # fmt: skip
-    config = DecoderOnlyConfig.from_dict(fields)
-    torch.manual_seed(seed)
-    model = DecoderOnlyLM(config).eval()
-    with torch.no_grad():
-        for p in model.parameters():
-            if p.dim() == 1:
-                p.copy_(1 + 0.2 * torch.randn_like(p))
-            else:
-                p.normal_(0.0, p.size(1) ** -0.5)
-    save_checkpoint(directory, model_state=model.state_dict(), config=config.to_dict(),
-                    tokenizer_json=tokenizer.to_json())  # fmt: skip
-    return directory
 
 
 def export(ckpt: Path, out: Path, *extra: str) -> int:
@@ -188,7 +161,7 @@ def test_metadata_and_tensors_read_back_with_gguf_reader(tmp_path, untied, preci
         "llama.attention.head_count_kv": KV_HEADS, "llama.rope.dimension_count": D // HEADS,
         "llama.rope.freq_base": 10000.0, "llama.vocab_size": tokenizer.vocab_size,
         "general.file_type": {"f32": 0, "q8_0": 7}[precision],
-        "tokenizer.ggml.model": "gpt2", "tokenizer.ggml.pre": "gpt2",
+        "tokenizer.ggml.model": "gpt2", "tokenizer.ggml.pre": "gpt-2",
         "tokenizer.ggml.bos_token_id": 1, "tokenizer.ggml.eos_token_id": 2,
         "tokenizer.ggml.padding_token_id": 0, "tokenizer.ggml.add_bos_token": False,
         "tokenizer.chat_template": TEMPLATE,

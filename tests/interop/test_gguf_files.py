@@ -169,6 +169,17 @@ def test_tokenizer_errors_can_be_skipped_or_overridden(tmp_path):
     assert read_gguf(path, tensors=False, pre_tokenizer="gpt2").tokenizer is not None
 
 
+def test_gpt2_regex_reads_under_both_spellings(tmp_path):
+    """llama.cpp's files say "gpt-2"; attnkit's export said "gpt2" before round 13."""
+    arrays = to_gguf(hf_weights())
+    read = [read_gguf(write_gguf(tmp_path / f"{name}.gguf", arrays,
+                                 metadata(tokenizer__ggml__pre=("str", name))),
+                      tensors=False).tokenizer
+            for name in ("gpt-2", "gpt2")]  # fmt: skip
+    ids = [tokenizer.encode("he said 12 things").ids for tokenizer in read]
+    assert ids[0] == ids[1] and len(ids[0]) > 1
+
+
 def test_unsupported_tensor_type_names_tensor_and_type(tmp_path):
     arrays = to_gguf(hf_weights())
     arrays["blk.0.ffn_norm.weight"] = np.zeros(D, dtype=np.int32)
