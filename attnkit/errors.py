@@ -40,3 +40,8 @@ class TrainingError(AttnkitError):
 class OutputError(AttnkitError):
     """Writing an output failed (full disk, read-only filesystem, permission denied);
     the message names the path, and the path keeps what it held."""
+
+
+class EngineError(AttnkitError):
+    """Another inference engine cannot run here (it crashed or failed on this machine);
+    the message names the engine, its version and the CPU."""

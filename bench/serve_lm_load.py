@@ -31,8 +31,8 @@ Starts ``attnkit serve --checkpoint CHECKPOINT`` in a subprocess on 127.0.0.1
 * ``--peer-url URL``: the streaming check and the levels against another
   OpenAI-compatible server (llama.cpp's: ``python -m llama_cpp.server --model
   X.gguf --host 127.0.0.1``), reported side by side. The report says whether
-  ``llama_cpp`` imports here (on the 2-core machine of issue 26 it does not:
-  ``llama-cpp-python`` is not installed, and it is not built here).
+  ``llama_cpp`` imports here (on the 2-core machine of issue 26 it did not; the
+  ``llama`` extra builds it since, but not its server's ``[server]`` extra).
 
 Not a timed test: figures depend on the machine and what else runs on it.
 

@@ -4,8 +4,9 @@
 
 ``RUN`` is the attnkit run or checkpoint the file was exported from, ``DIR`` a
 folder where ``npm i -E node-llama-cpp@3.21.1`` was run: node-llama-cpp ships
-llama.cpp prebuilt for linux-x64 (llama-cpp-python must be built from source,
-which crashed on this project's Xeon; issue 25). For each of 10 prompts it
+llama.cpp prebuilt for linux-x64, a second build of llama.cpp beside the one
+the tests run (llama-cpp-python, built from source: ``attnkit generate --engine
+llama.cpp``, ``tests/interop/test_engines_llama.py``). For each of 10 prompts it
 prints whether llama.cpp's token ids for the prompt equal attnkit's tokenizer's
 and whether llama.cpp's greedy continuation (temperature 0, stopping at an
 end-of-generation token) equals ``attnkit generate --temperature 0``'s

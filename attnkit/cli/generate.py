@@ -14,6 +14,11 @@ it), ending with the assistant's header, and only the reply is printed.
 
   attnkit generate --checkpoint runs/smollm2 --chat --prompt "Name three primes." \
       --temperature 0
+
+--engine llama.cpp runs a Llama-type checkpoint on llama.cpp (llama-cpp-python)
+instead: the first use exports it to GGUF into CHECKPOINT/engines/, reused
+afterwards; greedy (--temperature 0) prints the same text as attnkit where the
+two engines' argmaxes agree; see attnkit.interop.engines_llama.
 """
 
 from __future__ import annotations
@@ -25,6 +30,9 @@ from typing import Any
 from attnkit.cli.argtypes import finite_float, integer, seed
 from attnkit.cli.common import add_device_argument, add_precision_argument
 from attnkit.errors import UsageError
+
+# attnkit.interop.engines.GENERATOR_NAMES, spelled out so that parsing imports no engine.
+ENGINES = ("attnkit", "llama.cpp")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -53,6 +61,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--system", help="with --chat: a system message before the prompt")
     add_precision_argument(parser)
     add_device_argument(parser)
+    parser.add_argument(
+        "--engine",
+        choices=ENGINES,
+        default="attnkit",
+        help="generate with attnkit (default) or llama.cpp (llama-cpp-python; Llama-type "
+        "checkpoints, --precision fp32 or int8; the first use exports the checkpoint to "
+        "GGUF into CHECKPOINT/engines/)",
+    )
 
 
 def check_arguments(args: argparse.Namespace) -> None:
@@ -131,31 +147,24 @@ class IncrementalText:
 
 
 def run(args: argparse.Namespace) -> int:
+    check_arguments(args)
+    if args.engine != "attnkit":
+        return _run_engine(args)
     import torch
 
     from attnkit.cli.common import apply_precision, load_for
     from attnkit.decoding.generate import stream
     from attnkit.decoding.static import stepper_for
 
-    check_arguments(args)
     loaded = load_for("generate", args.checkpoint, getattr(args, "device", None))
     model, tokenizer = loaded.model, loaded.tokenizer
     # one sequence: one row per product; int8 calibrates on text through the tokenizer
     apply_precision(model, args.precision, rows=1, tokenizer=tokenizer)
-    text = chat_prompt(tokenizer, args.prompt, args.system) if args.chat else args.prompt
-    prompt = tokenizer.encode(text)
-    if not prompt:
-        raise UsageError("--prompt must hold at least one token, got an empty prompt")
+    prompt = _prompt_ids(args, tokenizer)
     device = next(model.parameters()).device
     prompt_ids = torch.tensor([prompt], dtype=torch.long, device=device)
     generator = torch.Generator(device=device).manual_seed(args.seed)
-
-    out = sys.stdout
-    if not args.no_echo and not args.chat:  # a chat prints the reply only
-        out.write(args.prompt)
-        out.flush()
-    text_of = IncrementalText(tokenizer, prompt)
-    for token in stream(
+    tokens = stream(
         model,
         prompt_ids,
         args.max_new_tokens,
@@ -165,11 +174,70 @@ def run(args: argparse.Namespace) -> int:
         generator=generator,
         eos_id=None if args.ignore_eos else model.eos_id,
         stepper=stepper_for(model),  # CPU: the model's own cache; GPU: the static cache
-    ):
-        piece = text_of.add(int(token[0]))
+    )
+    _print(args, tokenizer, prompt, (int(t[0]) for t in tokens))
+    return 0
+
+
+def _prompt_ids(args: argparse.Namespace, tokenizer: Any) -> list[int]:
+    text = chat_prompt(tokenizer, args.prompt, args.system) if args.chat else args.prompt
+    prompt = tokenizer.encode(text)
+    if not prompt:
+        raise UsageError("--prompt must hold at least one token, got an empty prompt")
+    return list(prompt)
+
+
+def _print(args: argparse.Namespace, tokenizer: Any, prompt: list[int], tokens: Any) -> None:
+    """The prompt (unless --no-echo or --chat), then each token's text as it comes."""
+    out = sys.stdout
+    if not args.no_echo and not args.chat:  # a chat prints the reply only
+        out.write(args.prompt)
+        out.flush()
+    text_of = IncrementalText(tokenizer, prompt)
+    for token in tokens:
+        piece = text_of.add(token)
         if piece:
             out.write(piece)
             out.flush()
     out.write(text_of.finish() + "\n")
     out.flush()
+
+
+def _run_engine(args: argparse.Namespace) -> int:
+    """``--engine llama.cpp``: the checkpoint's tokenizer here, its GGUF export there."""
+    import dataclasses
+
+    import torch
+
+    from attnkit.cli.common import load_for
+    from attnkit.interop.engines import (
+        GENERATORS,
+        RunOptions,
+        SampleOptions,
+        generator_side,
+        open_generator,
+    )
+
+    run_options = RunOptions(precision=args.precision, device=args.device,
+                             threads=torch.get_num_threads())  # fmt: skip
+    options = SampleOptions(max_new_tokens=args.max_new_tokens, temperature=args.temperature,
+                            top_k=args.top_k, top_p=args.top_p, seed=args.seed)  # fmt: skip
+    GENERATORS[args.engine].check(run_options)  # refused options first
+    GENERATORS[args.engine].check_sample(options)
+    tokenizer, eos_id = generator_side(args.checkpoint)
+    if not args.ignore_eos:
+        options = dataclasses.replace(options, eos_id=eos_id)
+    prompt = _prompt_ids(args, tokenizer)
+
+    def say(line: str) -> None:
+        print(f"attnkit generate: {line}", file=sys.stderr, flush=True)
+
+    engine = open_generator(
+        args.engine, args.checkpoint, run_options, len(prompt) + args.max_new_tokens,
+        load=lambda d: load_for("generate", d, "cpu"), say=say,
+    )  # fmt: skip
+    try:
+        _print(args, tokenizer, prompt, engine.stream(prompt, options))
+    finally:
+        engine.close()
     return 0

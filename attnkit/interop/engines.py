@@ -1,9 +1,11 @@
-"""The engines behind ``--engine``: a plain registry, and opening one for a checkpoint.
+"""The engines behind ``--engine``: plain registries, and opening one for a checkpoint.
 
 ``attnkit`` is the native decoder (the commands' own code, not listed here);
-every other name maps to one class (``attnkit.interop.engines_base.EngineClass``)
-that checks the options, converts the checkpoint with the existing export
-and loads the result. ``open_engine`` does it in that order: a refused option
+every other name maps to one class that checks the options, converts the
+checkpoint with the existing export and loads the result: ``ENGINES`` for
+``translate``/``evaluate``/``serve`` (``attnkit.interop.engines_base.EngineClass``),
+``GENERATORS`` for ``generate`` (``attnkit.interop.engines_llama``).
+``open_engine`` and ``open_generator`` do it in that order: a refused option
 fails before anything is hashed, converted or loaded; the conversion is
 cached beside the checkpoint (``attnkit.interop.engines_cache``).
 """
@@ -16,11 +18,12 @@ from pathlib import Path
 from attnkit.checkpoints.files import CONFIG_FILE, TOKENIZER_FILE
 from attnkit.checkpoints.loading import LoadedModel
 from attnkit.checkpoints.rundir import resolve_checkpoint
-from attnkit.data.tokenizer_kinds import load_tokenizer
-from attnkit.errors import CheckpointError
+from attnkit.data.tokenizer_kinds import Tokenizer, load_tokenizer
+from attnkit.errors import CheckpointError, UsageError
 from attnkit.interop.engines_base import DecodeOptions, Engine, EngineClass, RunOptions, SourceSide
 from attnkit.interop.engines_cache import converted_model
 from attnkit.interop.engines_ct2 import CTranslate2Engine
+from attnkit.interop.engines_llama import LlamaCppEngine, SampleOptions, gguf_file, probe
 from attnkit.interop.engines_onnx import OnnxRuntimeEngine
 
 ENGINES: dict[str, EngineClass] = {
@@ -28,18 +31,40 @@ ENGINES: dict[str, EngineClass] = {
     "onnxruntime": OnnxRuntimeEngine,
 }
 NAMES = ("attnkit", *ENGINES)
+GENERATORS = {"llama.cpp": LlamaCppEngine}
+GENERATOR_NAMES = ("attnkit", *GENERATORS)
 
 
-def _source_side(checkpoint: Path) -> SourceSide:
-    """The tokenizer and ``max_len`` of a checkpoint, read without building the model."""
+def _config_field(checkpoint: Path, field: str) -> object:
+    """One field of a checkpoint's ``config.json``, read without building the model."""
     import json
 
     config_file = checkpoint / CONFIG_FILE
     try:
-        max_len = int(json.loads(config_file.read_text(encoding="utf-8"))["max_len"])
+        return json.loads(config_file.read_text(encoding="utf-8"))[field]
     except (OSError, ValueError, KeyError, TypeError) as e:
-        raise CheckpointError(f"{config_file}: no max_len to read ({e})") from None
-    return SourceSide(load_tokenizer(checkpoint / TOKENIZER_FILE), max_len - 1)
+        raise CheckpointError(f"{config_file}: no {field} to read ({e})") from None
+
+
+def _max_len(checkpoint: Path) -> int:
+    max_len = _config_field(checkpoint, "max_len")
+    if not isinstance(max_len, int):
+        raise CheckpointError(f"{checkpoint / CONFIG_FILE}: max_len is not an integer")
+    return max_len
+
+
+def generator_side(checkpoint: str | Path) -> tuple[Tokenizer, int | None]:
+    """A checkpoint's tokenizer and end-of-sequence id, read without building the model."""
+    directory = resolve_checkpoint(checkpoint)
+    eos_id = _config_field(directory, "eos_id")
+    if eos_id is not None and not isinstance(eos_id, int):
+        raise CheckpointError(f"{directory / CONFIG_FILE}: eos_id is not an integer")
+    return load_tokenizer(directory / TOKENIZER_FILE), eos_id
+
+
+def _source_side(checkpoint: Path) -> SourceSide:
+    """The tokenizer and ``max_len`` of a checkpoint, read without building the model."""
+    return SourceSide(load_tokenizer(checkpoint / TOKENIZER_FILE), _max_len(checkpoint) - 1)
 
 
 def open_engine(
@@ -64,4 +89,36 @@ def open_engine(
     return engine(model_dir, _source_side(directory), run)
 
 
-__all__ = ["ENGINES", "NAMES", "DecodeOptions", "Engine", "RunOptions", "open_engine"]
+def open_generator(
+    name: str,
+    checkpoint: str | Path,
+    run: RunOptions,
+    tokens: int,
+    *,
+    load: Callable[[Path], LoadedModel],
+    say: Callable[[str], None],
+) -> LlamaCppEngine:
+    """Generator ``name`` for ``checkpoint``, with room for ``tokens`` (prompt + new ones).
+
+    As ``open_engine``; then, once per CPU model, a child process checks that
+    the engine draws a token here (``engines_llama.probe``).
+    """
+    engine = GENERATORS[name]
+    engine.check(run)
+    directory = resolve_checkpoint(checkpoint)
+    max_len = _max_len(directory)
+    if tokens > max_len:
+        raise UsageError(
+            f"--max-new-tokens: the prompt and the new tokens ({tokens}) exceed the model's "
+            f"context ({max_len}); --engine {name} does not slide the window (--engine "
+            "attnkit does)"
+        )
+    model_dir = converted_model(directory, engine, lambda: load(directory), say)
+    probe(gguf_file(model_dir, run.precision), first_id=0)
+    return engine(model_dir, run, context=tokens)
+
+
+__all__ = [
+    "ENGINES", "GENERATORS", "GENERATOR_NAMES", "NAMES", "DecodeOptions", "Engine",
+    "RunOptions", "SampleOptions", "generator_side", "open_engine", "open_generator",
+]  # fmt: skip

@@ -75,8 +75,8 @@ class Engine(Protocol):
     def translate(self, texts: Sequence[str], decode: DecodeOptions) -> list[list[str]]: ...
 
 
-class EngineClass(Protocol):
-    """One engine: its version, its refusals, its conversion and its loader."""
+class Converter(Protocol):
+    """What the engine cache needs of an engine: its name, version and conversion."""
 
     name: str
 
@@ -84,16 +84,20 @@ class EngineClass(Protocol):
         """The engine packages' versions (part of the cache key)."""
         ...
 
+    def convert(self, loaded: LoadedModel, out: Path) -> None:
+        """Write the engine's model for ``loaded`` to the new directory ``out``."""
+        ...
+
+
+class EngineClass(Converter, Protocol):
+    """One translation engine: its version, its refusals, its conversion and its loader."""
+
     def check(self, run: RunOptions, decode: DecodeOptions) -> None:
         """``UsageError`` naming the first option this engine cannot honour."""
         ...
 
     def check_decode(self, decode: DecodeOptions) -> None:
         """``check`` for one call's options alone (a server checks each request)."""
-        ...
-
-    def convert(self, loaded: LoadedModel, out: Path) -> None:
-        """Write the engine's model for ``loaded`` to the new directory ``out``."""
         ...
 
     def __call__(self, directory: Path, source: SourceSide, run: RunOptions) -> Engine:

@@ -33,7 +33,7 @@ from attnkit.checkpoints import safe_files
 from attnkit.checkpoints.adapters import ADAPTER_FILE, weights_sha256
 from attnkit.checkpoints.files import CONFIG_FILE, TOKENIZER_FILE
 from attnkit.checkpoints.loading import LoadedModel
-from attnkit.interop.engines_base import EngineClass
+from attnkit.interop.engines_base import Converter
 from attnkit.outputs import staged_directory
 
 CACHE_DIR = "engines"
@@ -82,7 +82,7 @@ def _why_stale(old: dict[str, Any], files: dict[str, str | None], version: str) 
 
 def converted_model(
     checkpoint: Path,
-    engine: EngineClass,
+    engine: Converter,
     load: Callable[[], LoadedModel],
     say: Callable[[str], None],
 ) -> Path:
