@@ -226,6 +226,7 @@ def with_context(model: Any, context: int) -> Any:
 
 
 def _score_translation(loaded: Any, args: argparse.Namespace, corpus: Any) -> dict[str, Any]:
+    from attnkit.attention.backends import REFERENCE, use_backend
     from attnkit.cli.translate import decode_options, engine_from_args, stepper_from_args
     from attnkit.decoding.text import translate_texts
     from attnkit.errors import DataError
@@ -261,6 +262,10 @@ def _score_translation(loaded: Any, args: argparse.Namespace, corpus: Any) -> di
     if args.hyp_out:
         write_text(args.hyp_out, "".join(h + "\n" for h in hyps), option="--hyp-out",
                    inputs=_inputs(args))  # fmt: skip
+    # The decode left its backend on the attention modules (OneQueryDecode on the CPU);
+    # the references are scored with the reference kernel whatever decoded, so the
+    # perplexity is the same figure under every --engine and decoding path.
+    use_backend(model, REFERENCE)
     _, nll, n_tokens = translation_sums(model, tokenizer, pairs)
     return {
         **corpus_scores(hyps, [t for _, t in pairs]),

@@ -197,12 +197,10 @@ def test_evaluate_with_ctranslate2_scores_as_attnkit(capsys, checkpoint, tmp_pat
     assert scores["ctranslate2"]["decode"]["engine"] == "ctranslate2"
     for key in ("bleu", "chrf"):
         assert scores["ctranslate2"][key] == scores["attnkit"][key]
-    # Perplexity is attnkit's teacher-forced pass with either engine; after attnkit's own
-    # decode its CPU decode backend is still installed, whose two-GEMM attention (few,
-    # unmasked queries: these short sentences) rounds otherwise than the fused kernel.
-    assert scores["ctranslate2"]["perplexity"] == pytest.approx(
-        scores["attnkit"]["perplexity"], rel=1e-5
-    )
+    # Perplexity is attnkit's teacher-forced pass with either engine, on the reference
+    # kernel whatever decoded before it (attnkit's own decode installs its CPU backend,
+    # whose two-GEMM attention rounds otherwise): the same figure to the last bit.
+    assert scores["ctranslate2"]["perplexity"] == scores["attnkit"]["perplexity"]
     code = main(["evaluate", "--checkpoint", str(checkpoint), "--src", str(src), "--ref",
                  str(ref), "--engine", "ctranslate2"])  # fmt: skip
     assert code == 2 and "--alpha 0.6" in capsys.readouterr().err
