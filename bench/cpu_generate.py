@@ -27,7 +27,11 @@ Engines (``--engines``):
   ``generate``; prefill and decode are split by a logits processor that
   notes the time of each new token;
 * ``llama_cpp``: ``llama-cpp-python`` on the GGUF file as it is (its own
-  quantized kernels), skipped when the package is missing.
+  quantized kernels), skipped when the package is missing;
+* ``llama_cpp_f32``, ``llama_cpp_q8_0``: ``attnkit generate --engine llama.cpp
+  --precision fp32|int8``, llama.cpp on the checkpoint's own GGUF export (the
+  same weights as ``attnkit``; the first use converts, which the load time
+  leaves out: it is timed on the second opening).
 
 Token agreement with the first attnkit engine is printed for each engine.
 
@@ -140,29 +144,50 @@ def hf_engine(gguf: Path) -> tuple[float, Run]:
 # -- llama.cpp --------------------------------------------------------------------------
 
 
+def _llama_cpp_greedy(llm: Any, ids: list[int], n: int) -> tuple[float, float, list[int]]:
+    """``n`` greedy ids from a ``llama_cpp.Llama`` with its own greedy sampler.
+
+    ``reset()`` first: otherwise ``generate`` reuses the cached prompt of the
+    last run and skips the prefill. (llama-cpp-python 0.3.36 no longer keeps
+    the logits in ``scores`` unless ``logits_all``, so an argmax over them, as
+    this bench did before, read zeros.)
+    """
+    llm.reset()
+    t0 = time.perf_counter()
+    out: list[int] = []
+    t1 = t0
+    for token in llm.generate(ids, temp=0.0, top_k=0, top_p=1.0, min_p=0.0, repeat_penalty=1.0):
+        out.append(int(token))
+        if len(out) == 1:
+            t1 = time.perf_counter()
+        if len(out) == n:
+            break
+    return t1 - t0, time.perf_counter() - t1, out
+
+
 def llama_cpp_engine(gguf: Path, threads: int) -> tuple[float, Run]:
-    import numpy as np
     from llama_cpp import Llama
 
     start = time.perf_counter()
     llm = Llama(model_path=str(gguf), n_ctx=512, n_batch=512, n_threads=threads,
                 n_threads_batch=threads, verbose=False)  # fmt: skip
     seconds = time.perf_counter() - start
+    return seconds, lambda ids, n: _llama_cpp_greedy(llm, ids, n)
 
-    def run(ids: list[int], n: int) -> tuple[float, float, list[int]]:
-        llm.reset()
-        t0 = time.perf_counter()
-        llm.eval(ids)
-        token = int(np.argmax(llm.scores[llm.n_tokens - 1]))
-        out = [token]
-        t1 = time.perf_counter()
-        for _ in range(n - 1):
-            llm.eval([token])
-            token = int(np.argmax(llm.scores[llm.n_tokens - 1]))
-            out.append(token)
-        return t1 - t0, time.perf_counter() - t1, out
 
-    return seconds, run
+def attnkit_llama_cpp_engine(checkpoint: Path, name: str, threads: int) -> tuple[float, Run]:
+    """``attnkit generate --engine llama.cpp --precision fp32|int8``: the checkpoint's own
+    GGUF export (f32 / q8_0, converted once into its engine cache) on llama.cpp."""
+    from attnkit.checkpoints import load_model
+    from attnkit.interop.engines import RunOptions, open_generator
+
+    precision = {"llama_cpp_f32": "fp32", "llama_cpp_q8_0": "int8"}[name]
+    run = RunOptions(precision=precision, threads=threads)
+    start = time.perf_counter()
+    engine = open_generator("llama.cpp", checkpoint, run, 512,
+                            load=lambda d: load_model(d, "cpu"), say=print)  # fmt: skip
+    seconds = time.perf_counter() - start  # a cache hit: the conversion is done before
+    return seconds, lambda ids, n: _llama_cpp_greedy(engine.model, ids, n)
 
 
 # -- the measurement --------------------------------------------------------------------
@@ -219,6 +244,10 @@ def main() -> None:
                 loads[name], runs[name] = hf_engine(args.gguf)
             elif name == "llama_cpp":
                 loads[name], runs[name] = llama_cpp_engine(args.gguf, args.threads)
+            elif name in ("llama_cpp_f32", "llama_cpp_q8_0"):
+                attnkit_llama_cpp_engine(args.checkpoint, name, args.threads)  # converts once
+                loads[name], runs[name] = attnkit_llama_cpp_engine(args.checkpoint, name,
+                                                                   args.threads)  # fmt: skip
             else:
                 raise SystemExit(f"--engines: unknown engine {name!r}")
         except ImportError as e:
