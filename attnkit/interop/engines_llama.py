@@ -203,10 +203,11 @@ def _quiet_log(llama_cpp: Any) -> deque[str]:
 
 # -- the crash probe ----------------------------------------------------------------------
 
+# An 8-token prompt (llama.cpp's batched prefill) and two tokens drawn (its decode step).
 PROBE_CODE = (
-    "import sys, llama_cpp\n"
+    "import itertools, sys, llama_cpp\n"
     "m = llama_cpp.Llama(model_path=sys.argv[1], n_ctx=16, verbose=False)\n"
-    "next(iter(m.generate([int(sys.argv[2])], temp=0.0)))\n"
+    "list(itertools.islice(m.generate([int(sys.argv[2])] * 8, temp=0.0), 2))\n"
     "m.close()\n"
 )
 
