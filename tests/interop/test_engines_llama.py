@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from gguf_helpers import save_llama, smollm2_file, tiny_tokenizer
+from gguf_helpers import SMOLLM2_PROMPTS, save_llama, smollm2_file, tiny_tokenizer
 from interop_helpers import save_random_model
 
 from attnkit.cli.main import main
@@ -240,20 +240,6 @@ def test_a_crash_is_one_line_and_remembered(tmp_path, capsys, runs_here):
     assert str(record) in err  # how to try again
     record.unlink()
     assert generate(capsys, ckpt, "hello", "--engine", "llama.cpp")[0] == 0
-
-
-SMOLLM2_PROMPTS = [
-    "The capital of France is",
-    "Once upon a time, in a small village,",
-    "def fibonacci(n):\n    ",
-    "<|im_start|>user\nWhat is 2+2?<|im_end|>\n<|im_start|>assistant\n",
-    "<|im_start|>user\nWrite a haiku about the sea.<|im_end|>\n<|im_start|>assistant\n",
-    "The three primary colors are",
-    "import numpy as np\nx = np.",
-    "Q: Who wrote Hamlet?\nA:",
-    "In 1969, the first humans",
-    "La tour Eiffel se trouve à",
-]
 
 
 @pytest.mark.slow

@@ -37,6 +37,7 @@ from gguf_helpers import (
     KV_HEADS,
     LAYERS,
     LOAD_TIMES,
+    SMOLLM2_PROMPTS,
     VOCAB,
     D,
     hf_weights,
@@ -159,19 +160,6 @@ def test_bad_files_are_one_line_naming_file_and_field(tmp_path, capsys):
 
 # -- SmolLM2 ----------------------------------------------------------------------------
 
-PROMPTS = [
-    "The capital of France is",
-    "Once upon a time, in a small village,",
-    "def fibonacci(n):\n    ",
-    "<|im_start|>user\nWhat is 2+2?<|im_end|>\n<|im_start|>assistant\n",
-    "<|im_start|>user\nWrite a haiku about the sea.<|im_end|>\n<|im_start|>assistant\n",
-    "The three primary colors are",
-    "import numpy as np\nx = np.",
-    "Q: Who wrote Hamlet?\nA:",
-    "In 1969, the first humans",
-    "La tour Eiffel se trouve à",
-]
-
 
 @pytest.fixture(scope="module")
 def ours(smollm2_run):
@@ -202,12 +190,12 @@ def _hf_ids(ours, prompt: str) -> torch.Tensor:
 
 def test_logits_within_1e4_of_hf_on_10_prompts(ours, hf_model):
     worst = 0.0
-    for prompt in PROMPTS:
+    for prompt in SMOLLM2_PROMPTS:
         ids = _hf_ids(ours, prompt)
         with torch.no_grad():
             diff = (ours.model(ids).logits - hf_model(ids).logits).abs().max().item()
         worst = max(worst, diff)
-    print(f"max |logit diff| vs HF over {len(PROMPTS)} prompts: {worst:.2e}")
+    print(f"max |logit diff| vs HF over {len(SMOLLM2_PROMPTS)} prompts: {worst:.2e}")
     assert worst < 1e-4
 
 
@@ -216,7 +204,7 @@ def test_50_greedy_tokens_equal_hf_on_10_prompts(ours, hf_model):
     # positions is checked in one teacher-forced forward (what HF generate would pick),
     # and two prompts also run HF's own generate.
     stepper = stepper_for(ours.model)
-    for n, prompt in enumerate(PROMPTS):
+    for n, prompt in enumerate(SMOLLM2_PROMPTS):
         ids = _hf_ids(ours, prompt)
         out = generate(ours.model, ids, 50, temperature=0.0, stepper=stepper)
         with torch.no_grad():
