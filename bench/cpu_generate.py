@@ -12,15 +12,16 @@ Engines (``--engines``):
 
 * ``attnkit``, ``attnkit_bf16``, ``attnkit_int8``, ``attnkit_int8w``: what
   ``attnkit generate --precision fp32|bf16|int8|int8w`` runs on the CPU:
-  ``quantize_model`` (oneDNN-packed fp32, AVX512-BF16 weights, fbgemm int8
+  ``quantize_model`` (fp32 linears oneDNN-packed or plain, whichever
+  ``attnkit.quantize.fp32_choice`` finds faster here at 1 row, as ``generate``
+  asks; AVX512-BF16 weights; fbgemm int8
   with dynamic activations after SmoothQuant calibrated on attnkit's built-in
   text, int8 weights with bf16 activations) on the model's own KV cache
   (``stepper_for(model)``); ``attnkit_int8_plain``: int8 without SmoothQuant
   (round 10's ``--precision int8``);
-* ``attnkit_plain``: fp32 on the same path with MKL's plain linears
-  (``quantize_model(model, "fp32", pack_fp32=False)``): ``--precision fp32``
-  takes whichever of ``attnkit`` and this the machine runs faster
-  (``attnkit.quantize.fp32_choice``, timed at load);
+* ``attnkit_plain``, ``attnkit_packed``: fp32 on the same path with MKL's
+  plain linears (``quantize_model(model, "fp32", pack_fp32=False)``) or the
+  oneDNN-packed ones, whatever the machine's choice (``attnkit`` is one of them);
 * ``attnkit_compiled``: plain fp32 linears on the static cache, the decode
   step compiled (``StaticCacheStepper(model, compile=True)``, inductor's C++);
 * ``hf``: ``AutoModelForCausalLM.from_pretrained(dir, gguf_file=...)`` in fp32,
@@ -64,7 +65,7 @@ Run = Callable[[list[int], int], tuple[float, float, list[int]]]
 def attnkit_engine(checkpoint: Path, variant: str) -> tuple[float, Run]:
     from attnkit.checkpoints import load_model
     from attnkit.decoding.static import StaticCacheStepper, stepper_for
-    from attnkit.quantize import quantize_model
+    from attnkit.quantize import fp32_choice, quantize_model
     from attnkit.quantize.smooth import lm_calibration
 
     start = time.perf_counter()
@@ -79,11 +80,14 @@ def attnkit_engine(checkpoint: Path, variant: str) -> tuple[float, Run]:
         stepper = stepper_for(quantize_model(model, "int8"))
     elif variant == "attnkit_compiled":  # plain fp32 linears on the compiled static cache
         stepper = StaticCacheStepper(model, compile=True)
-    elif variant == "attnkit_plain":  # fp32 with MKL's plain linears (fp32_choice's other pick)
-        stepper = stepper_for(quantize_model(model, "fp32", pack_fp32=False))
-    else:  # what `attnkit generate --precision P` runs on the CPU (fp32: oneDNN-packed)
-        precision = variant.removeprefix("attnkit").removeprefix("_") or "fp32"
-        stepper = stepper_for(quantize_model(model, precision))
+    elif variant in ("attnkit_plain", "attnkit_packed"):  # one fp32 choice, forced
+        stepper = stepper_for(quantize_model(model, "fp32", pack_fp32=variant == "attnkit_packed"))
+    elif variant == "attnkit":  # what `attnkit generate --precision fp32` runs: the choice at 1 row
+        choice = fp32_choice.choose(model, rows=1)
+        print(f"# attnkit fp32: {choice.describe()}", flush=True)
+        stepper = stepper_for(quantize_model(model, "fp32", pack_fp32=choice.packed))
+    else:  # what `attnkit generate --precision P` runs on the CPU
+        stepper = stepper_for(quantize_model(model, variant.removeprefix("attnkit_")))
     seconds = time.perf_counter() - start
 
     @torch.inference_mode()

@@ -12,9 +12,11 @@ random init) are:
   with it by AOTAutograd), ``chunked`` (``chunked_label_smoothed_cross_entropy``:
   no full fp32 logits), ``fused`` (``AdamW(fused=True)`` where the device
   supports it, else ``foreach=True``), ``onednn`` (fp32 linears on oneDNN's
-  GEMM, what ``attnkit train`` does on a CPU: ``train.cpu_matmul``);
+  GEMM, one of ``train.cpu_matmul``'s two choices on a CPU), ``bf16`` (bf16
+  autocast on a CPU too: ``train.precision: bf16``; AMX or AVX512-BF16 products);
 * ``attnkit+compile``, ``attnkit+chunked+fused``, ... -- any subset, for
-  ablations (one row per change, as bench/NOTES.md asks);
+  ablations (one row per change, as bench/NOTES.md asks); ``hf+bf16``,
+  ``torch_nn+bf16``: the peers under the same autocast;
 * ``torch_nn``      -- ``torch.nn.Transformer`` wrapped as a user would;
 * ``hf``            -- HF ``MarianMTModel`` (sdpa), when transformers is installed.
 
@@ -62,7 +64,7 @@ SHAPES = {
     "base": ("base", 200, 64, 64, 32000),  # issue #6: the paper's base model
     "big": ("big", 200, 64, 64, 32000),  # issue #6: the paper's big model
 }
-FEATURES = ("compile", "chunked", "fused", "onednn")
+FEATURES = ("compile", "chunked", "fused", "onednn", "bf16")
 MODELS = ("attnkit", "attnkit_fast", "torch_nn", "hf")
 PEERS = ("torch_nn", "hf")
 EPS = 0.1
@@ -73,8 +75,8 @@ def parse_model(name: str, fast: tuple[str, ...]) -> tuple[str, frozenset[str]]:
     if name == "attnkit_fast":
         return "attnkit", frozenset(fast)
     base, *features = name.split("+")
-    if features and base != "attnkit":
-        raise SystemExit(f"--models: only attnkit takes +features, got {name!r}")
+    if set(features) - {"bf16"} and base != "attnkit":
+        raise SystemExit(f"--models: only attnkit takes +features but bf16, got {name!r}")
     if bad := set(features) - set(FEATURES):
         raise SystemExit(f"--models: unknown features {sorted(bad)} in {name!r}; use {FEATURES}")
     if base not in ("attnkit", "torch_nn", "torch_nn_paper", "hf"):
@@ -132,7 +134,8 @@ def prepare(name: str, c: TransformerConfig, batch: dict[str, Tensor], args, dev
 
         use_onednn_linear(model)
     opt, opt_kind = adamw(model.parameters(), device, "fused" in features)
-    amp = torch.autocast("cuda", dtype=torch.bfloat16, enabled=cuda)
+    # bf16 autocast: always on CUDA; on a CPU with +bf16 (AMX or AVX512-BF16 products)
+    amp = torch.autocast(device.type, dtype=torch.bfloat16, enabled=cuda or "bf16" in features)
     src, tgt, labels = batch["src"], batch["tgt"], batch["labels"]
 
     eager_plain = loss_function(base, model, forward, chunked=False)

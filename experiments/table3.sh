@@ -5,7 +5,7 @@
 #   bash experiments/table3.sh A_heads1 D_ls0  # some rows
 #   bash experiments/table3.sh --list
 #   bash experiments/table3.sh --sets B_dk16   # a row's --set overrides
-#   python experiments/table3_table.py runs/table3/results.jsonl
+#   python experiments/table3_table.py experiments/table3_results.jsonl   # or $RESULTS
 #
 # The base row is configs/multi30k_de_en_cpu.yaml (d_model 256, 4 heads of d_k 64, d_ff
 # 1024, 3+3 layers, dropout 0.1, label smoothing 0.1, learned BPE 8000, a cosine that ends
@@ -16,11 +16,14 @@
 # (E) learned positions. As in the paper: no checkpoint averaging, beam 4 (alpha 0.6),
 # perplexity and BLEU on the development set (Multi30k valid), per sub-word token.
 #
-# Resumable: a (row, seed) already in $OUT/results.jsonl is skipped, so the table can be
-# built over several sittings; a run killed mid-way is retrained from scratch.
+# Resumable: a (row, seed) already in $RESULTS is skipped, so the table can be built over
+# several sittings; a run killed mid-way is retrained from scratch. The project's own
+# runs so far are in experiments/table3_results.jsonl (RESULTS=experiments/table3_results.jsonl
+# adds to them; each record names its CPU, so rows run on different machines show it).
 #
-# Environment: DATA (default ../shared/data/multi30k), OUT (runs/table3), MINUTES (15),
-# SEEDS ("1 2"), EXTRA (more --set overrides for every row).
+# Environment: DATA (default ../shared/data/multi30k), OUT (runs/table3: the runs),
+# RESULTS ($OUT/results.jsonl), MINUTES (15), SEEDS ("1 2"), EXTRA (more --set overrides
+# for every row).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DATA=${DATA:-../shared/data/multi30k}
@@ -28,6 +31,7 @@ OUT=${OUT:-runs/table3}
 MINUTES=${MINUTES:-15}
 SEEDS=${SEEDS:-1 2}
 EXTRA=${EXTRA:-}
+RESULTS=${RESULTS:-$OUT/results.jsonl}
 declare -A ROWS=(
   [base]=""
   [A_heads1]="--set model.num_heads=1"
@@ -62,8 +66,8 @@ if [[ "${1:-}" == "--sets" ]]; then  # a row's overrides, one KEY=VALUE per line
   exit 0
 fi
 rows=${*:-$ORDER}
-mkdir -p "$OUT"
-touch "$OUT/results.jsonl"
+mkdir -p "$OUT" "$(dirname "$RESULTS")"
+touch "$RESULTS"
 COMMIT=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
 CPU=$(lscpu | sed -n 's/^Model name: *//p' | head -1)
 for row in $rows; do
@@ -72,7 +76,7 @@ for row in $rows; do
     exit 2
   fi
   for seed in $SEEDS; do
-    if python - "$OUT/results.jsonl" "$row" "$seed" <<'PY'
+    if python - "$RESULTS" "$row" "$seed" <<'PY'
 import json, sys
 path, row, seed = sys.argv[1], sys.argv[2], int(sys.argv[3])
 done = any(r.get("row") == row and r.get("seed") == seed
@@ -80,7 +84,7 @@ done = any(r.get("row") == row and r.get("seed") == seed
 sys.exit(0 if done else 1)
 PY
     then
-      echo "$row seed $seed: in $OUT/results.jsonl already, skipped"
+      echo "$row seed $seed: in $RESULTS already, skipped"
       continue
     fi
     run="$OUT/${row}_s$seed"
@@ -92,7 +96,7 @@ PY
     seconds=$(( $(date +%s) - start ))
     python -m attnkit evaluate --checkpoint "$run" --src "$DATA/valid.de" --ref "$DATA/valid.en" --beam 4 --alpha 0.6 --json > "$run.valid.json" \
       || { echo "$row seed $seed: evaluation failed" >&2; continue; }
-    python - "$row" "$seed" "$run" "$seconds" "$COMMIT" "$CPU" "$cmd" >> "$OUT/results.jsonl" <<'PY'
+    python - "$row" "$seed" "$run" "$seconds" "$COMMIT" "$CPU" "$cmd" >> "$RESULTS" <<'PY'
 import datetime, json, sys
 row, seed, run, seconds, commit, cpu, cmd = sys.argv[1:]
 scores = json.load(open(f"{run}.valid.json"))
