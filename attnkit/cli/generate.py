@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Iterable
 from typing import Any
 
 from attnkit.cli.argtypes import finite_float, integer, seed
@@ -187,7 +188,9 @@ def _prompt_ids(args: argparse.Namespace, tokenizer: Any) -> list[int]:
     return list(prompt)
 
 
-def _print(args: argparse.Namespace, tokenizer: Any, prompt: list[int], tokens: Any) -> None:
+def _print(
+    args: argparse.Namespace, tokenizer: Any, prompt: list[int], tokens: Iterable[int]
+) -> None:
     """The prompt (unless --no-echo or --chat), then each token's text as it comes."""
     out = sys.stdout
     if not args.no_echo and not args.chat:  # a chat prints the reply only
