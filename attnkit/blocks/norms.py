@@ -37,8 +37,9 @@ class RMSNorm(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         if x.dtype == torch.float32 and self.weight.dtype == torch.float32:
-            # ATen's fused kernel: the same result bit for bit (tests/blocks/test_norms.py),
-            # one operator instead of nine, which a batch-1 decode step feels (61 norms)
+            # ATen's rms_norm: on the CPU the formula below bit for bit (tests/blocks/
+            # test_norms.py), one operator instead of nine, which a batch-1 decode step
+            # feels (SmolLM2: 61 norms a token); a GPU may round its reduction otherwise
             return F.rms_norm(x, self.weight.shape, self.weight, self.eps)
         dtype = x.dtype
         x = x.to(torch.promote_types(dtype, torch.float32))  # half in fp32; fp64 stays
