@@ -11,7 +11,8 @@ warm-up generation each (which is also when ``torch.compile`` compiles).
 Engines (``--engines``):
 
 * ``attnkit``, ``attnkit_bf16``, ``attnkit_int8``, ``attnkit_int8w``: what
-  ``attnkit generate --precision fp32|bf16|int8|int8w`` runs on the CPU:
+  ``attnkit generate --precision fp32|bf16|int8|int8w`` runs on the CPU, by the
+  command's own conversion (``attnkit.cli.common.apply_precision`` at 1 row):
   ``quantize_model`` (fp32 linears oneDNN-packed or plain, whichever
   ``attnkit.quantize.fp32_choice`` finds faster here at 1 row, as ``generate``
   asks; AVX512-BF16 weights; fbgemm int8
@@ -64,30 +65,26 @@ Run = Callable[[list[int], int], tuple[float, float, list[int]]]
 
 def attnkit_engine(checkpoint: Path, variant: str) -> tuple[float, Run]:
     from attnkit.checkpoints import load_model
+    from attnkit.cli.common import apply_precision
     from attnkit.decoding.static import StaticCacheStepper, stepper_for
     from attnkit.quantize import fp32_choice, quantize_model
-    from attnkit.quantize.smooth import lm_calibration
 
     start = time.perf_counter()
     loaded = load_model(checkpoint, "cpu")
     model = loaded.model
     stepper: Any
-    if variant == "attnkit_int8":  # as `generate --precision int8`: SmoothQuant first
-        assert loaded.tokenizer is not None
-        calibrate = lm_calibration(loaded.tokenizer)
-        stepper = stepper_for(quantize_model(model, "int8", calibrate=calibrate))
-    elif variant == "attnkit_int8_plain":
+    if variant == "attnkit_int8_plain":
         stepper = stepper_for(quantize_model(model, "int8"))
     elif variant == "attnkit_compiled":  # plain fp32 linears on the compiled static cache
         stepper = StaticCacheStepper(model, compile=True)
     elif variant in ("attnkit_plain", "attnkit_packed"):  # one fp32 choice, forced
         stepper = stepper_for(quantize_model(model, "fp32", pack_fp32=variant == "attnkit_packed"))
-    elif variant == "attnkit":  # what `attnkit generate --precision fp32` runs: the choice at 1 row
-        choice = fp32_choice.choose(model, rows=1)
-        print(f"# attnkit fp32: {choice.describe()}", flush=True)
-        stepper = stepper_for(quantize_model(model, "fp32", pack_fp32=choice.packed))
-    else:  # what `attnkit generate --precision P` runs on the CPU
-        stepper = stepper_for(quantize_model(model, variant.removeprefix("attnkit_")))
+    else:  # what `attnkit generate --precision P` runs on the CPU: its own conversion
+        precision = variant.removeprefix("attnkit").removeprefix("_") or "fp32"
+        if precision == "fp32":  # say which fp32 linears this machine gets (cached choice)
+            print(f"# attnkit fp32: {fp32_choice.choose(model, rows=1).describe()}", flush=True)
+        converted = apply_precision(model, precision, rows=1, tokenizer=loaded.tokenizer)
+        stepper = stepper_for(converted)
     seconds = time.perf_counter() - start
 
     @torch.inference_mode()

@@ -30,7 +30,7 @@ from attnkit.checkpoints import load_model
 from attnkit.decoding.generate import generate
 from attnkit.decoding.static import stepper_for
 
-PROMPTS = [
+PROMPTS = [  # also the prompts of the SmolLM2 tests (tests/interop/gguf_helpers.py)
     "The capital of France is",
     "Once upon a time, in a small village,",
     "def fibonacci(n):\n    ",

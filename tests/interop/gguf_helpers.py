@@ -25,19 +25,20 @@ from attnkit.models import DecoderOnlyLM
 from attnkit.models.lm_config import DecoderOnlyConfig
 from attnkit.models.presets import LLAMA_OPTIONS
 
-# The prompts of the SmolLM2 comparisons (HF's reader, llama.cpp), as experiments/gguf_llama_cpp.py.
-SMOLLM2_PROMPTS = [
-    "The capital of France is",
-    "Once upon a time, in a small village,",
-    "def fibonacci(n):\n    ",
-    "<|im_start|>user\nWhat is 2+2?<|im_end|>\n<|im_start|>assistant\n",
-    "<|im_start|>user\nWrite a haiku about the sea.<|im_end|>\n<|im_start|>assistant\n",
-    "The three primary colors are",
-    "import numpy as np\nx = np.",
-    "Q: Who wrote Hamlet?\nA:",
-    "In 1969, the first humans",
-    "La tour Eiffel se trouve à",
-]
+
+def _experiment_prompts() -> list[str]:
+    """The 10 prompts of ``experiments/gguf_llama_cpp.py``, read from there (one list)."""
+    path = Path(__file__).resolve().parents[2] / "experiments" / "gguf_llama_cpp.py"
+    spec = importlib.util.spec_from_file_location("gguf_llama_cpp", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return list(module.PROMPTS)
+
+
+# The prompts of the SmolLM2 comparisons (HF's reader, llama.cpp through llama-cpp-python),
+# the ones the node-llama-cpp experiment compares on.
+SMOLLM2_PROMPTS = _experiment_prompts()
 
 # Load times the SmolLM2 tests print for the report (filled by conftest's fixtures).
 LOAD_TIMES: dict[str, float] = {}
