@@ -21,6 +21,10 @@
 # runs so far are in experiments/table3_results.jsonl (RESULTS=experiments/table3_results.jsonl
 # adds to them; each record names its CPU, so rows run on different machines show it).
 #
+# On a machine slower than the one that ran the base, a fixed step budget keeps rows
+# comparable: EXTRA="--set train.max_steps=2154" MINUTES=240 trains the base's mean steps
+# whatever the speed (the cosine still ends at the budget), and each record's command says so.
+#
 # Environment: DATA (default ../shared/data/multi30k), OUT (runs/table3: the runs),
 # RESULTS ($OUT/results.jsonl), MINUTES (15), SEEDS ("1 2"), EXTRA (more --set overrides
 # for every row).

@@ -8,14 +8,17 @@ and each seed), and whether the row moves perplexity and BLEU the same way as in
 the paper, relative to the base row of the same table. A change smaller than the
 spread between our seeds of the base row counts as "flat" and agrees with a paper
 change of the same small size (|PPL| < 0.05, |BLEU| < 0.2); a row with one seed is
-compared as is and marked so.
+compared as is and marked so. The last column says where each row ran: its CPU and its
+budget (minutes, or a fixed step count for rows run on a slower machine to the base's steps).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
 import statistics
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -59,6 +62,7 @@ class Ours:
     ppl: list[float]
     bleu: list[float]
     steps: list[int]
+    where: list[str]  # per seed: the CPU and the budget it ran under
 
     @property
     def mean_ppl(self) -> float:
@@ -78,11 +82,32 @@ def read_results(path: Path) -> dict[str, Ours]:
             per_seed[(record["row"], record["seed"])] = record
     rows: dict[str, Ours] = {}
     for (row, _), record in sorted(per_seed.items()):
-        ours = rows.setdefault(row, Ours([], [], []))
+        ours = rows.setdefault(row, Ours([], [], [], []))
         ours.ppl.append(float(record["perplexity"]))
         ours.bleu.append(float(record["bleu"]))
         ours.steps.append(int(record.get("steps", 0)))
+        ours.where.append(where(record))
     return rows
+
+
+def where(record: Mapping[str, object]) -> str:
+    """One run's CPU and budget: "AMD EPYC, 15 min" or "Intel Xeon, 2154 steps".
+
+    The budget comes from the record's ``budget`` or its command's ``--set`` overrides
+    (``train.max_steps`` below the config's 100000 is a step budget; ``table3.sh``'s own
+    runs are time-budgeted), so rows trained on different machines show it.
+    """
+    cpu = str(record.get("cpu", "?"))
+    budget = record.get("budget")
+    command = str(record.get("command", ""))
+    if budget is None and command:
+        steps = re.search(r"train\.max_steps=(\d+)", command)
+        minutes = re.search(r"train\.max_minutes=([\d.]+)", command)
+        if steps and int(steps.group(1)) < 100000:
+            budget = f"{steps.group(1)} steps"
+        elif minutes:
+            budget = f"{minutes.group(1)} min"
+    return f"{cpu}, {budget}" if budget else cpu
 
 
 def direction(delta: float, flat: float) -> int:
@@ -117,13 +142,13 @@ def _spread(values: list[float]) -> float:
 def table(ours: dict[str, Ours]) -> str:
     lines = [
         "| row | change | paper PPL | paper BLEU | our PPL | our BLEU | seeds | steps | "
-        "PPL agrees | BLEU agrees |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "PPL agrees | BLEU agrees | ran on |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for row, paper in PAPER.items():
         if row not in ours:
             lines.append(
-                f"| {row} | {paper.change} | {paper.ppl} | {paper.bleu} | not run | | | | | |"
+                f"| {row} | {paper.change} | {paper.ppl} | {paper.bleu} | not run | | | | | | |"
             )
             continue
         o = ours[row]
@@ -132,10 +157,11 @@ def table(ours: dict[str, Ours]) -> str:
         each_ppl = " / ".join(f"{p:.2f}" for p in o.ppl)
         each_bleu = " / ".join(f"{b:.1f}" for b in o.bleu)
         steps = " / ".join(str(s) for s in o.steps)
+        ran_on = " / ".join(dict.fromkeys(o.where))  # once when every seed ran alike
         lines.append(
             f"| {row} | {paper.change} | {paper.ppl} | {paper.bleu} | {o.mean_ppl:.2f} "
             f"({each_ppl}) | {o.mean_bleu:.2f} ({each_bleu}) | {seeds} | {steps} | {ppl_mark} | "
-            f"{bleu_mark} |"
+            f"{bleu_mark} | {ran_on} |"
         )
     return "\n".join(lines)
 

@@ -44,6 +44,33 @@ def test_rows_are_averaged_and_directions_compared_with_the_paper(tmp_path):
     assert "| C_layers1 |" in text and "not run" in text
 
 
+def test_each_row_says_where_it_ran_and_under_which_budget(tmp_path):
+    table3 = _module()
+    command = ("attnkit train --config configs/multi30k_de_en_cpu.yaml --set data.dir=d "
+               "--set train.max_minutes={m} --set train.seed=1 {extra}--out o")  # fmt: skip
+    records = [
+        {"row": "base", "seed": 1, "cpu": "AMD EPYC", "budget": "15 min"},
+        {"row": "base", "seed": 2, "cpu": "AMD EPYC", "command": command.format(m=15, extra="")},
+        {"row": "D_ls0", "seed": 1, "cpu": "Intel Xeon",
+         "command": command.format(m=240, extra="--set train.max_steps=2154 ")},
+        {"row": "D_ls0", "seed": 2, "cpu": "Intel Xeon",
+         "command": command.format(m=240, extra="--set train.max_steps=2154 ")},
+        {"row": "E_learned", "seed": 1},  # an old record naming neither
+    ]  # fmt: skip
+    assert [table3.where(r) for r in records] == [
+        "AMD EPYC, 15 min", "AMD EPYC, 15 min", "Intel Xeon, 2154 steps",
+        "Intel Xeon, 2154 steps", "?",
+    ]  # fmt: skip
+    path = tmp_path / "r.jsonl"
+    path.write_text("".join(json.dumps({**r, "perplexity": 5.0, "bleu": 36.0, "steps": 2154})
+                            + "\n" for r in records))  # fmt: skip
+    text = table3.main([str(path)])
+    assert text.splitlines()[0].endswith("| ran on |")
+    assert "| yes | AMD EPYC, 15 min |" not in text  # the base row has no marks
+    assert "| - | - | AMD EPYC, 15 min |" in text  # two seeds alike: said once
+    assert "| Intel Xeon, 2154 steps |" in text and "| ? |" in text
+
+
 def test_every_row_of_the_script_is_a_valid_config():
     # Each row's --set overrides on the base config, as `attnkit train` reads them: an
     # unknown key or a value the model refuses fails here, not an hour into a sitting.
