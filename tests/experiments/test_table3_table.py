@@ -99,3 +99,17 @@ def test_every_row_of_the_script_is_a_valid_config():
         )
         for key, value in (s.split("=", 1) for s in sets if s.startswith("model.")):
             assert str(getattr(model, key.removeprefix("model."))) == value, row
+
+
+def test_the_projects_own_results_name_their_rows_machines_and_budgets():
+    # experiments/table3_results.jsonl is the table docs/results.md shows: every record a
+    # known row and seed, with its CPU and budget (a row from another machine must say so).
+    table3 = _module()
+    path = SCRIPT.parent / "table3_results.jsonl"
+    ours = table3.read_results(path)
+    assert "base" in ours and set(ours) <= set(table3.PAPER)
+    for line in path.read_text(encoding="utf-8").splitlines():
+        record = json.loads(line)
+        assert record["seed"] in (1, 2) and record["steps"] > 0, record["row"]
+        cpu, _, budget = table3.where(record).partition(", ")
+        assert cpu != "?" and budget.endswith((" min", " steps")), record["row"]
