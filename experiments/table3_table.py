@@ -76,10 +76,17 @@ class Ours:
 def read_results(path: Path) -> dict[str, Ours]:
     """Row -> our per-seed dev perplexity, BLEU and steps (the last record of a seed wins)."""
     per_seed: dict[tuple[str, int], dict[str, float]] = {}
-    for line in path.read_text(encoding="utf-8").splitlines():
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
         if line.strip():
-            record = json.loads(line)
-            per_seed[(record["row"], record["seed"])] = record
+            try:
+                record = json.loads(line)
+                per_seed[(record["row"], record["seed"])] = record
+                float(record["perplexity"]), float(record["bleu"])
+            except json.JSONDecodeError as err:
+                raise ValueError(f"{path}:{number}: not a JSON record ({err.msg})") from None
+            except (KeyError, TypeError, ValueError) as err:
+                raise ValueError(f"{path}:{number}: a record needs row, seed, perplexity and "
+                                 f"bleu ({type(err).__name__}: {err})") from None  # fmt: skip
     rows: dict[str, Ours] = {}
     for (row, _), record in sorted(per_seed.items()):
         ours = rows.setdefault(row, Ours([], [], [], []))
@@ -170,7 +177,12 @@ def main(argv: list[str] | None = None) -> str:
     p = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     p.add_argument("results", type=Path, help="experiments/table3.sh's results.jsonl")
     args = p.parse_args(argv)
-    text = table(read_results(args.results))
+    try:
+        text = table(read_results(args.results))
+    except OSError as err:
+        raise SystemExit(f"error: {args.results}: {err.strerror}") from None
+    except ValueError as err:
+        raise SystemExit(f"error: {err}") from None
     print(text)
     return text
 

@@ -7,6 +7,8 @@ import json
 import sys
 from pathlib import Path
 
+import pytest
+
 SCRIPT = Path(__file__).resolve().parents[2] / "experiments" / "table3_table.py"
 
 
@@ -113,3 +115,20 @@ def test_the_projects_own_results_name_their_rows_machines_and_budgets():
         assert record["seed"] in (1, 2) and record["steps"] > 0, record["row"]
         cpu, _, budget = table3.where(record).partition(", ")
         assert cpu != "?" and budget.endswith((" min", " steps")), record["row"]
+
+
+def test_a_missing_or_broken_results_file_is_one_line_naming_it(tmp_path):
+    table3 = _module()
+    broken = tmp_path / "r.jsonl"
+    for text, says in (
+        ('{"row": "base", "seed": 1, "perplexity": 6.6, "bleu": 38.0}\n{"row": "base"',
+         ":2: not a JSON"),
+        ('{"row": "base", "seed": 1, "bleu": 38.0}\n', ":1: a record needs row, seed, perplexity"),
+        ('{"row": "base", "seed": 1, "perplexity": "n/a", "bleu": 38.0}\n', ":1: a record needs"),
+    ):  # fmt: skip
+        broken.write_text(text)
+        with pytest.raises(SystemExit) as exit_:
+            table3.main([str(broken)])
+        assert str(exit_.value).startswith(f"error: {broken}{says}"), exit_.value
+    with pytest.raises(SystemExit, match=r"error: .*nothing\.jsonl: No such file"):
+        table3.main([str(tmp_path / "nothing.jsonl")])
