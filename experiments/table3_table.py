@@ -81,7 +81,7 @@ def read_results(path: Path) -> dict[str, Ours]:
             try:
                 record = json.loads(line)
                 per_seed[(record["row"], record["seed"])] = record
-                float(record["perplexity"]), float(record["bleu"])
+                float(record["perplexity"]), float(record["bleu"])  # numbers, or say which line
             except json.JSONDecodeError as err:
                 raise ValueError(f"{path}:{number}: not a JSON record ({err.msg})") from None
             except (KeyError, TypeError, ValueError) as err:
