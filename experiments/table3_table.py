@@ -101,8 +101,9 @@ def where(record: Mapping[str, object]) -> str:
     """One run's CPU and budget: "AMD EPYC, 15 min" or "Intel Xeon, 2154 steps".
 
     The budget comes from the record's ``budget`` or its command's ``--set`` overrides
-    (``train.max_steps`` below the config's 100000 is a step budget; ``table3.sh``'s own
-    runs are time-budgeted), so rows trained on different machines show it.
+    (``table3.sh`` sets only ``train.max_minutes``; a ``train.max_steps`` in the command
+    came from ``EXTRA`` and is the step budget), so rows trained on different machines
+    show it.
     """
     cpu = str(record.get("cpu", "?"))
     budget = record.get("budget")
@@ -110,7 +111,7 @@ def where(record: Mapping[str, object]) -> str:
     if budget is None and command:
         steps = re.search(r"train\.max_steps=(\d+)", command)
         minutes = re.search(r"train\.max_minutes=([\d.]+)", command)
-        if steps and int(steps.group(1)) < 100000:
+        if steps:
             budget = f"{steps.group(1)} steps"
         elif minutes:
             budget = f"{minutes.group(1)} min"
