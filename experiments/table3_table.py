@@ -10,6 +10,7 @@ spread between our seeds of the base row counts as "flat" and agrees with a pape
 change of the same small size (|PPL| < 0.05, |BLEU| < 0.2); a row with one seed is
 compared as is and marked so. The last column says where each row ran: its CPU and its
 budget (minutes, or a fixed step count for rows run on a slower machine to the base's steps).
+A last line counts the rows whose perplexity, BLEU or both move as in the paper.
 """
 
 from __future__ import annotations
@@ -171,7 +172,22 @@ def table(ours: dict[str, Ours]) -> str:
             f"({each_ppl}) | {o.mean_bleu:.2f} ({each_bleu}) | {seeds} | {steps} | {ppl_mark} | "
             f"{bleu_mark} | {ran_on} |"
         )
+    lines += ["", summary(ours)]
     return "\n".join(lines)
+
+
+def summary(ours: dict[str, Ours]) -> str:
+    """One line: how many of the rows run move like the paper's, per metric and both."""
+    marks = [agreement(row, ours) for row in PAPER if row != "base" and row in ours]
+    marks = [m for m in marks if m != ("-", "-")]
+    ppl = sum(m[0] == "yes" for m in marks)
+    bleu = sum(m[1] == "yes" for m in marks)
+    both = sum(m == ("yes", "yes") for m in marks)
+    not_run = sum(row not in ours for row in PAPER)
+    return (
+        f"Directions as in the paper, of {len(marks)} rows compared with the base: perplexity "
+        f"{ppl}, BLEU {bleu}, both {both}; rows not run: {not_run}."
+    )
 
 
 def main(argv: list[str] | None = None) -> str:

@@ -44,6 +44,11 @@ def test_rows_are_averaged_and_directions_compared_with_the_paper(tmp_path):
     text = table3.main([str(results)])
     assert "| A_heads1 | (A) 1 head, d_k = d_model | 5.29 | 24.9 | 6.10 (6.00 / 6.20)" in text
     assert "| C_layers1 |" in text and "not run" in text
+    # A_heads1 (yes, yes), D_ls0 (yes, no), E_learned (yes, yes); 19 - 4 rows not run.
+    assert text.endswith(
+        "Directions as in the paper, of 3 rows compared with the base: perplexity 3, BLEU 2, "
+        "both 2; rows not run: 15."
+    )
 
 
 def test_each_row_says_where_it_ran_and_under_which_budget(tmp_path):
