@@ -185,7 +185,8 @@ def summary(ours: dict[str, Ours]) -> str:
     both = sum(m == ("yes", "yes") for m in marks)
     not_run = sum(row not in ours for row in PAPER)
     return (
-        f"Directions as in the paper, of {len(marks)} rows compared with the base: perplexity "
+        f"Directions as in the paper, of {len(marks)} row{'' if len(marks) == 1 else 's'} "
+        f"compared with the base: perplexity "
         f"{ppl}, BLEU {bleu}, both {both}; rows not run: {not_run}."
     )
 
