@@ -178,8 +178,7 @@ def table(ours: dict[str, Ours]) -> str:
 
 def summary(ours: dict[str, Ours]) -> str:
     """One line: how many of the rows run move like the paper's, per metric and both."""
-    marks = [agreement(row, ours) for row in PAPER if row != "base" and row in ours]
-    marks = [m for m in marks if m != ("-", "-")]
+    marks = [m for row in PAPER if row in ours and (m := agreement(row, ours)) != ("-", "-")]
     ppl = sum(m[0] == "yes" for m in marks)
     bleu = sum(m[1] == "yes" for m in marks)
     both = sum(m == ("yes", "yes") for m in marks)
