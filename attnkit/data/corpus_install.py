@@ -153,10 +153,11 @@ def install(corpus: Corpus, to: Path, *, progress: bool = True, log: Log = print
         raise UsageError(f"--to {to}: is not a directory")
     if to.is_dir() and installed(corpus, to):
         return False
-    ours = read_manifest(to) is not None
+    manifest = read_manifest(to)
+    ours = manifest is not None and manifest.get("corpus") == corpus.name  # another corpus: kept
     if to.is_dir() and any(to.iterdir()) and not ours:
-        raise UsageError(f"--to {to}: exists and is not a corpus 'attnkit data get' made; "
-                         "remove it or choose another --to")  # fmt: skip
+        held = f"holds {manifest.get('corpus')}" if manifest else "is not a corpus 'data get' made"
+        raise UsageError(f"--to {to}: exists and {held}; remove it or choose another --to")
     to.parent.mkdir(parents=True, exist_ok=True)
     work = to.parent / f".{to.name}.download"
     work.mkdir(exist_ok=True)
@@ -173,7 +174,7 @@ def install(corpus: Corpus, to: Path, *, progress: bool = True, log: Log = print
             with staged_directory(to, overwrite=ours, option="--to") as out:
                 files = {f.path: _make(corpus, f, work, out) for f in corpus.files}
                 (out / "SOURCE.txt").write_text(_source_text(corpus, urls), encoding="utf-8")
-                manifest = {
+                record = {
                     "format": MANIFEST_FORMAT, "corpus": corpus.name, "title": corpus.title,
                     "license": corpus.license, "license_url": corpus.license_url,
                     "source": corpus.source,
@@ -181,7 +182,7 @@ def install(corpus: Corpus, to: Path, *, progress: bool = True, log: Log = print
                                    "pinned": d.sha256 is not None} for d in corpus.downloads],
                     "files": files, "created": time.strftime("%Y-%m-%d %H:%M:%S"),
                 }  # fmt: skip
-                text = json.dumps(manifest, indent=1) + "\n"
+                text = json.dumps(record, indent=1) + "\n"
                 (out / MANIFEST).write_text(text, encoding="utf-8")  # last: the folder is whole
         except DataError:
             shutil.rmtree(work, ignore_errors=True)  # what made a wrong file is not kept either

@@ -74,6 +74,7 @@ class Mirror:
         self.files = {f"/tiny/{n}": b for n, b in FILES.items()}
         self.drops: dict[str, int] = {}  # path -> how many more responses to cut short
         self.requests: list[tuple[str, str | None]] = []  # (path, Range header)
+        self.ranges = True  # False: answer every request with the whole file (200)
 
 
 def _handler(mirror: Mirror) -> type[BaseHTTPRequestHandler]:
@@ -88,7 +89,7 @@ def _handler(mirror: Mirror) -> type[BaseHTTPRequestHandler]:
                 self.send_error(404, "Not Found")
                 return
             start = 0
-            if self.headers.get("Range"):
+            if self.headers.get("Range") and mirror.ranges:
                 start = int(self.headers["Range"].removeprefix("bytes=").split("-")[0])
                 self.send_response(206)
                 self.send_header("Content-Range", f"bytes {start}-{len(data) - 1}/{len(data)}")
@@ -172,6 +173,13 @@ def test_a_dropped_connection_resumes_with_a_range_request(mirror: Mirror) -> No
     assert ranges[0] is None and ranges[1] == f"bytes={len(FILES['text.gz']) // 3}-"
 
 
+def test_a_server_that_ignores_the_range_starts_the_file_over(mirror: Mirror) -> None:
+    mirror.drops["/tiny/text.gz"] = 1
+    mirror.ranges = False
+    code, _ = get()
+    assert code == 0 and Path("data/tiny/train.txt").read_bytes() == TEXT
+
+
 def test_a_download_broken_off_in_every_try_resumes_in_the_next_run(
     mirror: Mirror, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -245,8 +253,14 @@ def test_404_and_foreign_folders_are_one_line_errors(
     (mine / "notes.txt").write_text("keep me")
     code, _ = get("--to", str(mine))
     err = capsys.readouterr().err.strip()
-    assert code == 2 and "is not a corpus 'attnkit data get' made" in err
+    assert code == 2 and "is not a corpus 'data get' made" in err
     assert [p.name for p in mine.iterdir()] == ["notes.txt"]
+
+    other = tmp_path / "other"  # another corpus's folder is not replaced either
+    other.mkdir()
+    (other / "attnkit-data.json").write_text(json.dumps({"corpus": "sst2"}))
+    code, _ = get("--to", str(other))
+    assert code == 2 and "exists and holds sst2" in capsys.readouterr().err
 
 
 def test_list_shows_size_license_and_source(capsys: pytest.CaptureFixture[str]) -> None:

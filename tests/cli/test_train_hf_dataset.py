@@ -132,3 +132,14 @@ def test_a_missing_column_is_one_line_exit_2(
     assert code == 2 and err.startswith("attnkit train: error: ")
     assert "data.hf_dataset.columns: json split 'train' has no column for text" in err
     assert "its columns: body" in err
+
+
+def test_files_named_beside_the_dataset_are_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = tmp_path / "t.yaml"
+    config.write_text(TRANSLATION.format(file=_wmt(tmp_path), loading="prepared"))
+    code = main(["train", "--config", str(config), "--out", "run", "--no-progress",
+                 "--set", "data.train=europarl"])  # fmt: skip
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert code == 2 and "data.train: data.hf_dataset names the data; remove data.train" in err

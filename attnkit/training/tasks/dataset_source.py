@@ -43,6 +43,14 @@ def with_dataset(run: RunConfig, *, log: Log | None = None) -> RunConfig:
                           f"not {run.task}")  # fmt: skip
     if run.data.corpora:
         raise ConfigError("data.hf_dataset: reads one dataset; remove data.corpora (or use files)")
+    data = run.data
+    files = {"text": data.text} if run.task in LM_TASKS else {"train": data.train}
+    if run.task not in LM_TASKS and data.valid not in ("valid", None):
+        files["valid"] = data.valid
+    for key, value in files.items():  # a file named beside the dataset would be ignored
+        if value not in (None, "train"):
+            raise ConfigError(f"data.{key}: data.hf_dataset names the data; remove data.{key} "
+                              "(or data.hf_dataset)")  # fmt: skip
     if run.task in LM_TASKS and hf.valid_split is not None:
         raise ConfigError(f"data.hf_dataset.valid_split: the {run.task} task holds out the "
                           "last data.valid_fraction of its text; remove valid_split")  # fmt: skip
@@ -61,5 +69,5 @@ def with_dataset(run: RunConfig, *, log: Log | None = None) -> RunConfig:
     model = dict(run.model)
     if fmt == "labelled" and train.label_names and "label_names" not in model:
         model["label_names"] = list(train.label_names)  # the ClassLabel's order is the output order
-    data = dataclasses.replace(run.data, **changes)  # type: ignore[arg-type]
-    return dataclasses.replace(run, data=data, model=model)
+    exported = dataclasses.replace(data, **changes)  # type: ignore[arg-type]
+    return dataclasses.replace(run, data=exported, model=model)
