@@ -32,7 +32,10 @@ class HFDatasetConfig:
     and ``data.tgt_lang``; lm/mlm: ``text``; text_classification: ``label``,
     ``text``, ``text_b``); roles it leaves out are looked for under their usual
     names. The split is exported once, as JSON lines, into the data cache
-    (``data.cache_dir``), and read from there like a file.
+    (``data.cache_dir``), and read from there like a file: keyed by ``datasets``'
+    own fingerprint of what it read, or, when streaming (a stream has none), by
+    the settings here and the local files; pin ``revision`` so that a Hub
+    dataset that changes upstream is not mistaken for the one already exported.
     """
 
     path: str = ""
