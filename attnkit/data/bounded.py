@@ -176,7 +176,7 @@ def stdin_binary() -> BinaryIO:
     """Standard input as bytes (a test's ``io.StringIO`` stand-in is encoded)."""
     buffer = getattr(sys.stdin, "buffer", None)
     if buffer is not None:
-        return buffer  # type: ignore[no-any-return]
+        return buffer
     return io.BytesIO(sys.stdin.read().encode("utf-8"))
 
 
