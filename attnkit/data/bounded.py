@@ -174,6 +174,8 @@ def open_input(path: Path) -> Stream:
 
 def stdin_binary() -> BinaryIO:
     """Standard input as bytes (a test's ``io.StringIO`` stand-in is encoded)."""
+    if sys.stdin is None:  # started with standard input closed (`<&-`)
+        raise DataError("<stdin>: standard input is closed; give --input or redirect a file")
     buffer = getattr(sys.stdin, "buffer", None)
     if buffer is not None:
         return buffer

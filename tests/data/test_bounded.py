@@ -146,6 +146,9 @@ def test_standard_input_has_the_same_ceiling(monkeypatch) -> None:
         read_input_lines(None)
     monkeypatch.setattr("sys.stdin", io.StringIO("\ufeffshort\r\nfine\r\n"))
     assert read_input_lines(None) == ["short", "fine"]
+    monkeypatch.setattr("sys.stdin", None)  # `attnkit translate <&-`
+    with pytest.raises(DataError, match=r"^<stdin>: standard input is closed"):
+        read_input_lines(None)
 
 
 def test_a_tokenizer_json_on_one_long_line_is_not_a_corpus(tmp_path, monkeypatch) -> None:
