@@ -13,8 +13,13 @@ requests join one running batch token by token (models with relative
 positions). A request whose client disconnects
 is dropped (before or during decoding, at a step boundary); one that runs past
 --request-timeout is cancelled; generation is capped at --max-new-tokens;
-SIGTERM cancels what is running and stops within a few seconds. Needs the
-serve extra (pip install 'attnkit[serve]').
+one request holds at most --max-rows-per-request generation rows, and a stream
+left unread for --stall-timeout is cancelled; SIGTERM cancels what is running
+and stops within a few seconds. A request whose Host header names neither the
+bound address (localhost on loopback) nor --allowed-hosts gets 400 (a DNS
+rebinding guard); with --api-key (or ATTNKIT_API_KEY) every route but
+/v1/health and /docs needs "Authorization: Bearer KEY". Needs the serve extra
+(pip install 'attnkit[serve]').
 
 --engine ctranslate2 or onnxruntime (Transformer translation checkpoints)
 decodes /v1/translate's batches on that engine, converted at startup into
