@@ -21,8 +21,10 @@ the stream has begun comes as one ``data: {"error": ...}`` event.
 The work runs in the model worker (``DynamicBatcher.call``) through the same
 request handles as attnkit's own endpoints: ``max_tokens`` is refused past the
 server's ``--max-new-tokens``, a request is cancelled past ``--request-timeout``,
-and a client that disconnects (or stops reading a stream) frees the worker at
-the next decoding step.
+and a client that disconnects (or leaves a stream unread for ``--stall-timeout``:
+``attnkit.serve.stall``) frees the worker at the next decoding step. A request
+holds at most ``--max-rows-per-request`` rows of the running batch at once
+(``attnkit.serve.fairness``).
 """
 
 from __future__ import annotations
