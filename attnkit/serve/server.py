@@ -9,7 +9,9 @@ queued and running request (``attnkit.serve.handles``), their clients get a
 503 within one decoding step, the connections close, and uvicorn's own wait
 ends; ``timeout_graceful_shutdown`` is a backstop for anything else. A
 connection whose client stopped reading (its writes paused: ``stall``) is cut
-at once, since it would never take its answer.
+at once, since it would never take its answer, and any connection still open
+half a second before that backstop is cut too (an answer sent but never read
+would otherwise hold uvicorn's wait to its end and an error line).
 
 ``build_server`` holds every uvicorn setting ``attnkit serve`` uses, and puts the
 access checks in front of the app (``guard_access``: ``Host``, then the API key).
@@ -17,6 +19,7 @@ access checks in front of the app (``guard_access``: ``Host``, then the API key)
 
 from __future__ import annotations
 
+import asyncio
 import socket
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -43,11 +46,24 @@ class CancellingServer(uvicorn.Server):
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
         self.on_shutdown()
         # A client that stopped reading would hold uvicorn's wait to its end, and uvicorn
-        # would then cancel its request mid-answer (a traceback): cut it now.
+        # would then cancel its request mid-answer (a traceback): cut it now, and cut
+        # what is still open (an answer nobody takes) just before uvicorn would give up.
         for connection in list(self.server_state.connections):
             if isinstance(connection, StallTimeoutH11):
                 connection.abort_if_paused()
-        await super().shutdown(sockets)
+        late = asyncio.get_running_loop().call_later(
+            GRACEFUL_SHUTDOWN_S - 0.5, self._abort_open_connections
+        )
+        try:
+            await super().shutdown(sockets)
+        finally:
+            late.cancel()
+
+    def _abort_open_connections(self) -> None:
+        for connection in list(self.server_state.connections):
+            transport = getattr(connection, "transport", None)
+            if transport is not None:
+                transport.abort()
 
 
 def guard_access(
