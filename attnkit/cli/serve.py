@@ -13,8 +13,13 @@ requests join one running batch token by token (models with relative
 positions). A request whose client disconnects
 is dropped (before or during decoding, at a step boundary); one that runs past
 --request-timeout is cancelled; generation is capped at --max-new-tokens;
-SIGTERM cancels what is running and stops within a few seconds. Needs the
-serve extra (pip install 'attnkit[serve]').
+one request holds at most --max-rows-per-request generation rows, and a stream
+left unread for --stall-timeout is cancelled; SIGTERM cancels what is running
+and stops within a few seconds. A request whose Host header names neither the
+bound address (localhost on loopback) nor --allowed-hosts gets 400 (a DNS
+rebinding guard); with --api-key (or ATTNKIT_API_KEY) every route but
+/v1/health and /docs needs "Authorization: Bearer KEY". Needs the serve extra
+(pip install 'attnkit[serve]').
 
 --engine ctranslate2 or onnxruntime (Transformer translation checkpoints)
 decodes /v1/translate's batches on that engine, converted at startup into
@@ -36,6 +41,7 @@ from __future__ import annotations
 import argparse
 import os
 import socket
+import sys
 from typing import Any
 
 from attnkit.cli.argtypes import finite_float
@@ -44,6 +50,7 @@ from attnkit.cli.translate import ENGINES, MAX_ALPHA
 from attnkit.errors import UsageError
 
 MAX_NEW_TOKENS = 1024  # attnkit.serve.schemas.MAX_NEW_TOKENS (not imported: FastAPI may be missing)
+API_KEY_ENV = "ATTNKIT_API_KEY"  # attnkit.serve.api_key.API_KEY_ENV (likewise)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -134,6 +141,37 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "join and leave token by token (models with rotary, ALiBi or no positions; default: 16)",
     )
     parser.add_argument(
+        "--max-rows-per-request",
+        type=int,
+        default=None,
+        help="generation rows one request holds at once; its other choices wait their turn "
+        "behind other requests, so a large n cannot take the whole batch (default: a quarter "
+        "of --max-generation-rows, at least 1)",
+    )
+    parser.add_argument(
+        "--stall-timeout",
+        type=float,
+        default=5.0,
+        help="seconds a client may leave a streamed answer unread before the request is "
+        "cancelled (its rows freed) and a connection whose writes stay blocked that long is "
+        "closed (default: 5)",
+    )
+    parser.add_argument(
+        "--allowed-hosts",
+        default="",
+        help="comma-separated names the Host header may give besides the bound address "
+        "(and localhost on loopback): example.com, .example.com for its subdomains too, "
+        "or IPs. Other names get 400 (DNS rebinding guard). '*' turns the check off: "
+        "unsafe, any web page can then use the model once its name points here",
+    )
+    parser.add_argument(
+        "--api-key",
+        default=None,
+        help=f"require 'Authorization: Bearer KEY' on every route but /v1/health and /docs "
+        f"(401 otherwise). Prefer the {API_KEY_ENV} environment variable: an option is "
+        f"visible to other users in ps",
+    )
+    parser.add_argument(
         "--threads",
         type=int,
         default=None,
@@ -148,7 +186,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _check(args: argparse.Namespace) -> None:
     for name in ("max_batch_tokens", "max_batch_sentences", "max_body_bytes", "max_connections",
-                 "max_generation_rows"):  # fmt: skip
+                 "max_generation_rows", "max_rows_per_request"):  # fmt: skip
         if getattr(args, name) is not None and getattr(args, name) < 1:
             raise UsageError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
     if not args.max_wait_ms >= 0:
@@ -165,10 +203,38 @@ def _check(args: argparse.Namespace) -> None:
         raise UsageError(f"--request-timeout must be >= 0 seconds, got {args.request_timeout}")
     if not 0 <= args.alpha <= MAX_ALPHA:
         raise UsageError(f"--alpha must be in [0, {MAX_ALPHA:g}], got {args.alpha}")
+    if not 0 < args.stall_timeout < float("inf"):
+        raise UsageError(f"--stall-timeout must be > 0 seconds, got {args.stall_timeout}")
     if not 1 <= args.max_new_tokens <= MAX_NEW_TOKENS:
         raise UsageError(
             f"--max-new-tokens must be in [1, {MAX_NEW_TOKENS}], got {args.max_new_tokens}"
         )
+
+
+def _allowed_hosts(option: str) -> list[str]:
+    """``--allowed-hosts``, each entry canonical (``attnkit.serve.host_check``)."""
+    from attnkit.serve.host_check import allowed_host
+
+    entries = [e.strip() for e in option.split(",") if e.strip()]
+    out = []
+    for entry in entries:
+        canonical = allowed_host(entry)
+        if canonical is None:
+            raise UsageError(
+                f"--allowed-hosts: {entry!r} is not a host name, .domain, IP address or '*' "
+                "(no port: any port is accepted)"
+            )
+        out.append(canonical)
+    return out
+
+
+def _api_key(option: str | None) -> str | None:
+    """The key of ``--api-key``, else of the environment; ``None``: no key required."""
+    key = option if option is not None else os.environ.get(API_KEY_ENV)
+    if key is not None and not key.strip():
+        source = "--api-key" if option is not None else API_KEY_ENV
+        raise UsageError(f"{source}: the API key is empty")
+    return key
 
 
 def run(args: argparse.Namespace) -> int:
@@ -181,6 +247,7 @@ def run(args: argparse.Namespace) -> int:
             f"attnkit serve needs the serve extra ({e.name} is missing): "
             "pip install 'attnkit[serve]'"
         ) from None
+    allowed_hosts, api_key = _allowed_hosts(args.allowed_hosts), _api_key(args.api_key)
     from attnkit.cli.common import apply_precision, load_for
     from attnkit.serve.engine import Engine
     from attnkit.serve.memory import bound_native_caches
@@ -202,6 +269,8 @@ def run(args: argparse.Namespace) -> int:
         request_timeout=args.request_timeout or None,
         max_new_tokens=args.max_new_tokens,
         max_generation_rows=args.max_generation_rows,
+        max_rows_per_request=args.max_rows_per_request,
+        stall_timeout=args.stall_timeout,
         max_connections=args.max_connections,
         alpha=args.alpha,
         batch_workers=args.engine_workers,  # > 1 only with ctranslate2 (checked above)
@@ -215,6 +284,9 @@ def run(args: argparse.Namespace) -> int:
         read_timeout=args.read_timeout,
         max_connections=args.max_connections,
         log_level=args.log_level,
+        stall_timeout=args.stall_timeout,
+        allowed_hosts=allowed_hosts,
+        api_key=api_key,
     )
     sock = _bind(args.host, args.port)
     host, port = sock.getsockname()[:2]
@@ -226,6 +298,10 @@ def run(args: argparse.Namespace) -> int:
         f"{settings.threads} torch thread(s){decoder})",
         flush=True,
     )
+    if "*" in allowed_hosts:
+        print("attnkit serve: --allowed-hosts '*': any Host header is answered, so a web page "
+              "whose name points here can use the model (DNS rebinding)", file=sys.stderr,
+              flush=True)  # fmt: skip
     server.run(sockets=[sock])
     return 0
 
@@ -233,8 +309,6 @@ def run(args: argparse.Namespace) -> int:
 def _translator(args: argparse.Namespace, loaded: Any, threads: int) -> Any:
     """The ``--engine`` engine for ``loaded`` (a CPU model in its own precision), opened
     (converted on a cache miss) before anything else: a refusal is one line, exit 2."""
-    import sys
-
     from attnkit.interop.engines import RunOptions
     from attnkit.serve.engine_translator import open_translator
 

@@ -21,8 +21,10 @@ the stream has begun comes as one ``data: {"error": ...}`` event.
 The work runs in the model worker (``DynamicBatcher.call``) through the same
 request handles as attnkit's own endpoints: ``max_tokens`` is refused past the
 server's ``--max-new-tokens``, a request is cancelled past ``--request-timeout``,
-and a client that disconnects (or stops reading a stream) frees the worker at
-the next decoding step.
+and a client that disconnects (or leaves a stream unread for ``--stall-timeout``:
+``attnkit.serve.stall``) frees the worker at the next decoding step. A request
+holds at most ``--max-rows-per-request`` rows of the running batch at once
+(``attnkit.serve.fairness``).
 """
 
 from __future__ import annotations
@@ -45,9 +47,11 @@ from attnkit.serve.completion import Completion, OnDelta, generate_choices
 from attnkit.serve.continuous import GENERATE, ContinuousGenerator, GenerationJob
 from attnkit.serve.engine import Engine, RequestError
 from attnkit.serve.error_shape import error_body
+from attnkit.serve.fairness import row_share, run_shared, split
 from attnkit.serve.handles import CLIENT_GONE, RequestCancelled, RequestHandle, watch_disconnect
 from attnkit.serve.openai_schemas import ChatCompletionRequest, CompletionRequest, _Sampling
 from attnkit.serve.settings import ServeSettings
+from attnkit.serve.stall import StreamBacklog
 
 __all__ = ["OPENAI_ENDPOINTS", "add_openai_routes"]
 
@@ -129,6 +133,7 @@ def add_openai_routes(
     With a ``generator`` the requests join its running batch (``attnkit.serve.continuous``);
     without one (or for a request past the model's context) each is decoded alone."""
     model_id = model_name(engine.loaded.directory)
+    share = row_share(settings.max_generation_rows, settings.max_rows_per_request)
     created = int(time.time())
     templates: dict[str, Any] = {}
 
@@ -196,11 +201,14 @@ def add_openai_routes(
         async def execute(on_delta: OnDelta | None) -> list[Completion]:
             for job in jobs:
                 job.on_delta = on_delta
-            if generator is not None and all(generator.fits_alone(j) for j in jobs):
-                answers = await asyncio.gather(
-                    *(batcher.submit(GENERATE, j, cost=j.n, handle=handle) for j in jobs)
-                )
-                return [completion for completion, _ in answers]
+            parts = split(jobs, share)  # a few rows at a time: others join too (fairness)
+            if generator is not None and all(generator.fits_alone(j) for _, j in parts):
+
+                async def submit(job: GenerationJob) -> Completion:
+                    completion, _ = await batcher.submit(GENERATE, job, cost=job.n, handle=handle)
+                    return completion
+
+                return await run_shared(parts, len(jobs), share, submit)
             alone, _ = await batcher.call(lambda: [decode_alone(j) for j in jobs], handle=handle)
             return list(alone)
 
@@ -219,7 +227,8 @@ def add_openai_routes(
                 watcher.cancel()
             return JSONResponse(answer.whole(completions))
         include_usage = req.stream_options is not None and req.stream_options.include_usage
-        events = _stream(request, execute, handle, answer, len(prompts) * req.n, include_usage)
+        backlog = StreamBacklog(handle, settings.stall_timeout)
+        events = _stream(request, execute, backlog, answer, len(prompts) * req.n, include_usage)
         return StreamingResponse(
             events, media_type="text/event-stream",
             headers={"cache-control": "no-cache", "x-accel-buffering": "no"},
@@ -260,23 +269,25 @@ def add_openai_routes(
 async def _stream(
     request: Request,
     execute: Callable[[OnDelta | None], Awaitable[list[Completion]]],
-    handle: RequestHandle,
+    queue: StreamBacklog,
     answer: _Answer,
     total: int,
     include_usage: bool,
 ) -> AsyncIterator[bytes]:
-    """The server-sent events of a streamed answer (module doc)."""
+    """The server-sent events of a streamed answer (module doc); ``queue`` holds the
+    pieces the worker drew and the client has not taken yet (bounded: ``StreamBacklog``)."""
     loop = asyncio.get_running_loop()
-    queue: asyncio.Queue[tuple[int, str, str | None]] = asyncio.Queue()
+    handle = queue.handle
 
     def on_delta(index: int, text: str, reason: str | None) -> None:  # the worker thread
-        loop.call_soon_threadsafe(queue.put_nowait, (index, text, reason))
+        loop.call_soon_threadsafe(queue.put, (index, text, reason))
 
     def chunk(index: int, text: str, reason: str | None) -> dict[str, Any]:
         return answer.body([answer.choice(index, text, reason, chunk=True)], chunk=True)
 
     watcher = watch_disconnect(request.receive, handle)
     task = asyncio.ensure_future(execute(on_delta))
+    task.add_done_callback(_ended(queue))
     last: dict[str, Any] | None = None  # the last finish chunk waits for the usage
     try:
         for index in range(total):
@@ -287,18 +298,7 @@ async def _stream(
             elif answer.echo:
                 yield _sse(chunk(index, answer.echo[index // (total // len(answer.echo))], None))
         finished = 0
-        while True:
-            if queue.empty():
-                if task.done():
-                    break
-                getter = asyncio.ensure_future(queue.get())
-                await asyncio.wait({getter, task}, return_when=asyncio.FIRST_COMPLETED)
-                if not getter.done():  # the job ended: what it sent is queued by now
-                    getter.cancel()
-                    continue
-                item = getter.result()
-            else:
-                item = queue.get_nowait()
+        while (item := await queue.get()) is not None:
             for event in _pieces(*item):
                 finished += event[2] is not None
                 if finished == total and event[2] is not None:
@@ -325,6 +325,19 @@ async def _stream(
         if not task.done():  # the client went away (or stopped reading): free the worker
             handle.cancel(CLIENT_GONE)
             task.cancel()
+
+
+def _ended(queue: StreamBacklog) -> Callable[[asyncio.Future[Any]], None]:
+    """What ends a stream's pieces once its job is done (the worker queued them before
+    it answered); it also takes the job's error, so that a stream closed early (the
+    client gone, shutdown) leaves no "exception was never retrieved"."""
+
+    def done(task: asyncio.Future[Any]) -> None:
+        queue.close()
+        if not task.cancelled():
+            task.exception()
+
+    return done
 
 
 def _pieces(index: int, text: str, reason: str | None) -> list[tuple[int, str, str | None]]:

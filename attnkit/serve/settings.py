@@ -18,6 +18,12 @@ class ServeSettings:
     request_timeout: float | None = 120.0  # time budget of a request, queue included
     max_new_tokens: int = 1024  # token budget of a generation request (<= schemas.MAX_NEW_TOKENS)
     max_generation_rows: int = 16  # rows (choices) in the continuous generation batch
+    # rows one request holds at once (its other choices wait their turn; None: a quarter
+    # of max_generation_rows): ``attnkit.serve.fairness``
+    max_rows_per_request: int | None = None
+    # seconds a streamed answer's chunks may wait for a client that stopped reading before
+    # the request is cancelled (and a connection whose writes stay paused is cut): ``stall``
+    stall_timeout: float = 5.0
     max_connections: int | None = None  # what uvicorn allows (shown in /v1/model; set there)
     alpha: float = 0.6  # alpha of a /v1/translate request that names none (--alpha)
     # threads forming and running translate batches side by side (--engine-workers with

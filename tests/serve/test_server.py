@@ -130,17 +130,24 @@ def test_concurrent_clients_get_what_sequential_clients_get(served_transformer):
     assert all(s["timing"]["batch_requests"] == 1 for s in sequential)
 
 
-def test_serve_refuses_bad_options(checkpoint, capsys):
+def test_serve_refuses_bad_options(checkpoint, capsys, monkeypatch):
     run = checkpoint("transformer")
     for argv, needle in (
         (["--max-batch-tokens", "0"], "--max-batch-tokens"),
         (["--max-wait-ms", "-1"], "--max-wait-ms"),
         (["--port", "70000"], "--port"),
         (["--read-timeout", "0"], "--read-timeout"),
+        (["--stall-timeout", "0"], "--stall-timeout"),
+        (["--max-rows-per-request", "0"], "--max-rows-per-request"),
+        (["--allowed-hosts", "good.example,evil.example:80"], "'evil.example:80'"),
+        (["--api-key", " "], "--api-key: the API key is empty"),
     ):
         assert main(["serve", "--checkpoint", str(run), *argv]) == 2
         err = capsys.readouterr().err.strip()
         assert needle in err and len(err.splitlines()) == 1
+    monkeypatch.setenv("ATTNKIT_API_KEY", "")
+    assert main(["serve", "--checkpoint", str(run)]) == 2
+    assert "ATTNKIT_API_KEY: the API key is empty" in capsys.readouterr().err
 
 
 def test_the_listening_socket_says_it_is_tcp():
