@@ -36,9 +36,7 @@ def _option_row(action: argparse.Action) -> str | None:
         names += f" `{action.metavar or action.dest.upper()}`"
     default = action.default
     shown = (
-        ""
-        if default in (None, False, argparse.SUPPRESS) or action.nargs == 0
-        else f"`{default}`"
+        "" if default in (None, False, argparse.SUPPRESS) or action.nargs == 0 else f"`{default}`"
     )
     choices = f" (one of: {', '.join(map(str, action.choices))})" if action.choices else ""
     help_text = (action.help or "").replace("|", "\\|").replace("\n", " ")

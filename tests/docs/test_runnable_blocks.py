@@ -19,7 +19,7 @@ WITH_BLOCKS = [p for p in PAGES if runnable_blocks(p)]
 def test_marker_parsing(tmp_path):
     page = tmp_path / "p.md"
     page.write_text(
-        "text\n<!-- runnable replace=\"--minutes 2=>--minutes 0.1\" -->\n```bash\n"
+        'text\n<!-- runnable replace="--minutes 2=>--minutes 0.1" -->\n```bash\n'
         "attnkit quickstart --minutes 2\n```\n\n```bash\nnot run\n```\n"
         "<!-- runnable -->\n```console\n$ echo hi\nhi\n```\n",
         encoding="utf-8",

@@ -16,7 +16,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _reference():
-    spec = importlib.util.spec_from_file_location("docs_reference", ROOT / "docs/hooks/reference.py")
+    path = ROOT / "docs/hooks/reference.py"
+    spec = importlib.util.spec_from_file_location("docs_reference", path)
     assert spec and spec.loader
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
