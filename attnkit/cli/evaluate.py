@@ -25,7 +25,7 @@ Examples:
   attnkit evaluate --checkpoint runs/shakespeare --text held_out.txt
   attnkit evaluate --checkpoint runs/shakespeare --text held_out.txt --context 512
   attnkit evaluate --checkpoint runs/vit_digits --images digits
-  attnkit evaluate --checkpoint runs/sst2 --labelled ../shared/data/sst2/dev.tsv
+  attnkit evaluate --checkpoint runs/sst2 --labelled data/sst2/dev.tsv
 """
 
 from __future__ import annotations

@@ -30,11 +30,13 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "generate": ("attnkit.cli.generate", "continue a prompt with a decoder-only checkpoint"),
     "fill-mask": ("attnkit.cli.fill_mask", "fill in [MASK] tokens with a masked-LM checkpoint"),
     "classify": ("attnkit.cli.classify", "label texts with a text-classification checkpoint"),
+    "embed": ("attnkit.cli.embed", "turn sentences into vectors (sentence embeddings)"),
     "export": ("attnkit.cli.export", "export a checkpoint to transformers, ONNX or CTranslate2"),
     "import": ("attnkit.cli.import_", "import pretrained weights (Hugging Face, GGUF)"),
     "explore": ("attnkit.cli.explore", "write the attention explorer for one text (HTML)"),
     "serve": ("attnkit.cli.serve", "serve a checkpoint over HTTP (API + explorer)"),
     "merge": ("attnkit.cli.merge", "fold a LoRA checkpoint's adapters into full weights"),
+    "data": ("attnkit.cli.data", "list and download the public corpora the recipes use"),
 }
 
 

@@ -13,7 +13,7 @@ With ``data.loading: streaming`` only the tokenizer is prepared.
 
 Examples:
   attnkit prepare --config configs/multi30k_de_en_cpu.yaml \\
-      --set data.dir=../shared/data/multi30k
+      --set data.dir=data/multi30k
   attnkit prepare --config big.yaml --set data.cache_dir=/scratch/cache
 
 A preparation killed half-way leaves nothing a later run trusts.

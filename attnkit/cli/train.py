@@ -10,10 +10,10 @@ with keep_last, resume, torchrun, and the auxiliary losses and utilisation
 log of mixture-of-experts models.
 
 Examples:
-  attnkit train --config configs/multi30k_de_en.yaml --set data.dir=../shared/data/multi30k \\
+  attnkit train --config configs/multi30k_de_en.yaml --set data.dir=data/multi30k \\
       --out runs/de_en
   attnkit train --config configs/tinyshakespeare_char.yaml \\
-      --set data.dir=../shared/data/tinyshakespeare --out runs/shakespeare
+      --set data.dir=data/tinyshakespeare --out runs/shakespeare
   attnkit train --config configs/vit_digits.yaml --out runs/vit_digits
 
 Start from a checkpoint (transfer learning) with --init CKPT: any attnkit run

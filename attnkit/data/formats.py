@@ -14,7 +14,9 @@ several inputs (``data.train: [a.jsonl.gz, b.tsv, europarl]``); each is
   text file.
 
 An entry with ``*``/``?``/``[`` is a glob (``shard-*.jsonl.gz``, sorted).
-A name ending in ``.gz`` is read through gzip. Every problem is a one-line
+A name ending in ``.gz`` is read through gzip. Every file is read through
+``bounded`` (a ceiling on a line's length and on a gzip's expansion, linear
+time). Every problem is a one-line
 ``DataError`` naming the file and line, with the same wording as
 ``readers.py`` (``train.de:17: empty line; ...``).
 
@@ -24,96 +26,26 @@ Shapes: a ``PairChunk`` holds up to ``CHUNK_LINES`` pairs.
 from __future__ import annotations
 
 import glob
-import gzip
 import json
-import zlib
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import BinaryIO, Literal
+from typing import Literal
 
-from attnkit.data.readers import ParallelCorpus, check_readable, empty_line_error
+from attnkit.data.readers import (
+    ParallelCorpus,
+    empty_line_error,
+    iter_decoded,
+    iter_line_blocks,
+)
 from attnkit.errors import DataError
 
-BLOCK_BYTES = 1 << 22  # bytes read at a time (4 MiB)
 CHUNK_LINES = 50_000  # pairs handed on at a time
-_BOM = "\ufeff"
-
 Kind = Literal["aligned", "tsv", "jsonl", "text"]
 
 
 def _is_blank(s: str) -> bool:
     return not s or s.isspace()  # == not s.strip(), without building a copy
-
-
-def open_binary(path: Path) -> BinaryIO:
-    """``path`` opened for reading bytes, through gzip if its name ends in ``.gz``."""
-    check_readable(path)
-    try:
-        if path.name.endswith(".gz"):
-            return gzip.open(path, "rb")  # type: ignore[return-value]
-        return open(path, "rb")  # noqa: SIM115 - the caller closes it
-    except PermissionError:
-        raise DataError(f"{path}: permission denied; check the file's permissions") from None
-    except OSError as e:
-        raise DataError(f"{path}: cannot read the file ({e.strerror or e})") from None
-
-
-def iter_decoded(path: Path) -> Iterator[tuple[int, str]]:
-    """``(number of the first line, text)`` blocks of a UTF-8 file, plain or gzip.
-
-    Each block but the last ends with ``"\\n"``; ``"\\r\\n"`` becomes ``"\\n"`` and
-    the leading BOM is dropped (as ``readers.read_text``). A file with no text
-    at all is a ``DataError``, as in ``readers.py``.
-    """
-    lineno, rest, seen_text = 1, b"", False
-    with open_binary(path) as f:
-        while True:
-            try:
-                block = f.read(BLOCK_BYTES)
-            except (OSError, EOFError, zlib.error) as e:  # gzip.BadGzipFile is an OSError
-                raise DataError(f"{path}: not a valid gzip file ({e})") from None
-            if not block:
-                break
-            block = rest + block
-            cut = block.rfind(b"\n") + 1
-            rest, block = block[cut:], block[:cut]
-            if block:
-                seen_text = seen_text or bool(block.strip(b"\xef\xbb\xbf\r\n"))
-                text = _decode(path, block, lineno)
-                yield lineno, text.removeprefix(_BOM) if lineno == 1 else text
-                lineno += block.count(b"\n")
-    if rest:
-        seen_text = seen_text or bool(rest.strip(b"\xef\xbb\xbf\r\n"))
-        text = _decode(path, rest, lineno)
-        yield lineno, text.removeprefix(_BOM) if lineno == 1 else text
-    if not seen_text:
-        raise DataError(f"{path}: file is empty; expected one sentence per line")
-
-
-def iter_line_blocks(path: Path) -> Iterator[tuple[int, list[str]]]:
-    """``(number of the first line, lines)`` blocks of a file (``iter_decoded``).
-
-    Lines are split on ``"\\n"`` only (as ``readers.read_lines``: U+2028 and
-    friends can occur inside a sentence), without their line endings.
-    """
-    for first, text in iter_decoded(path):
-        lines = text.split("\n")
-        if lines[-1] == "":
-            lines.pop()  # the block's final newline, not an extra empty line
-        else:
-            lines[-1] = lines[-1].removesuffix("\r")  # the file's last line, no newline
-        yield first, lines
-
-
-def _decode(path: Path, block: bytes, lineno: int) -> str:
-    try:
-        return block.decode("utf-8").replace("\r\n", "\n")
-    except UnicodeDecodeError as e:
-        line = lineno + block.count(b"\n", 0, e.start)
-        raise DataError(
-            f"{path}:{line}: not valid UTF-8 (byte {e.start}); convert the file to UTF-8"
-        ) from None
 
 
 @dataclass

@@ -29,6 +29,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
+from attnkit.data.readers import read_lines
 from attnkit.errors import DataError
 
 
@@ -123,14 +124,10 @@ def load_digits_split(test_fraction: float = 0.2, seed: int = 0) -> tuple[ImageS
 
 def _label_rows(labels_file: Path) -> list[tuple[int, str, str]]:
     """``(line number, filename, label)`` for each data line of the CSV."""
-    try:
-        text = labels_file.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise DataError(f"{labels_file}: labels file not found") from None
-    except UnicodeDecodeError as e:
-        raise DataError(f"{labels_file}: not UTF-8 text ({e.reason})") from None
+    if not labels_file.exists():
+        raise DataError(f"{labels_file}: labels file not found")
     rows = []
-    for lineno, row in enumerate(csv.reader(text.splitlines()), start=1):
+    for lineno, row in enumerate(csv.reader(read_lines(labels_file, check_empty=False)), start=1):
         if not row or all(not cell.strip() for cell in row):
             continue
         if len(row) != 2 or not row[0].strip() or not row[1].strip():

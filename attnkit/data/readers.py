@@ -2,7 +2,9 @@
 
 Every problem raises ``DataError`` with a one-line message that names the file
 and, where it helps, the line (``train.de:17: empty line; ...``), so the CLI can
-print it without a traceback.
+print it without a traceback. Files and standard input are read through
+``attnkit.data.bounded`` (a ceiling on a line's length and on a gzip's
+expansion, linear time); a name ending in ``.gz`` is read through gzip.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from attnkit.data import bounded
 from attnkit.errors import DataError
 
 _BOM = "\ufeff"
@@ -101,8 +104,10 @@ def _stdin_device() -> str | None:
         return None
 
 
-def _read_checked(path: str | Path) -> str:
-    """The file's text, UTF-8 decoded, leading BOM removed; DataError for every failure."""
+def read_document(path: str | Path) -> str:
+    """A whole UTF-8 document such as a tokenizer JSON (BOM removed), with no line
+    ceiling: JSON is often one long line. Not for corpora, which ``read_lines`` and
+    ``read_text`` read under ``bounded``'s ceilings. DataError for every failure."""
     p = Path(path)
     check_readable(p)
     try:
@@ -123,6 +128,41 @@ def _read_checked(path: str | Path) -> str:
     return text.removeprefix(_BOM)
 
 
+def open_checked(path: str | Path) -> bounded.Stream:
+    """``path`` checked (``check_readable``) and opened for bounded reading, through gzip
+    if its name ends in ``.gz``; the caller closes it."""
+    p = Path(path)
+    check_readable(p)
+    return bounded.open_input(p)
+
+
+def iter_decoded(path: str | Path, *, check_empty: bool = True) -> Iterator[tuple[int, str]]:
+    """``(number of the first line, text)`` blocks of a UTF-8 file, plain or gzip, read
+    under ``bounded``'s ceilings (``bounded.decoded_blocks``).
+
+    Each block but the last ends with ``"\\n"``; ``"\\r\\n"`` becomes ``"\\n"`` and
+    the leading BOM is dropped. With ``check_empty``, a file with no text is a ``DataError``.
+    """
+    stream = open_checked(path)
+    try:
+        yield from bounded.decoded_blocks(path, stream, check_empty=check_empty)
+    finally:
+        stream.close()
+
+
+def iter_line_blocks(
+    path: str | Path, *, check_empty: bool = True
+) -> Iterator[tuple[int, list[str]]]:
+    """``(number of the first line, lines)`` blocks of a file (``bounded.line_blocks``):
+    split on ``"\\n"`` only (U+2028 and friends can occur inside a sentence), without
+    their line endings."""
+    stream = open_checked(path)
+    try:
+        yield from bounded.line_blocks(path, stream, check_empty=check_empty)
+    finally:
+        stream.close()
+
+
 def _file_in_the_way(path: Path) -> Path | None:
     """The nearest existing ancestor of ``path`` if it is a file (e.g. data.dir names a file)."""
     for parent in path.parents:
@@ -131,37 +171,29 @@ def _file_in_the_way(path: Path) -> Path | None:
     return None
 
 
-def _split_lines(text: str) -> list[str]:
-    # Split on "\n" only: str.splitlines() also breaks at U+2028, U+0085, form
-    # feeds etc., which can occur inside a sentence and would misalign the sides.
-    lines = text.split("\n")
-    if lines[-1] == "":  # the usual final newline, not an extra empty line
-        lines.pop()
-    return [line.removesuffix("\r") for line in lines]
-
-
-def read_lines(path: str | Path) -> list[str]:
-    """One string per line of a UTF-8 file (no line endings, no BOM)."""
-    return _split_lines(_read_checked(path))
+def read_lines(path: str | Path, *, check_empty: bool = True) -> list[str]:
+    """One string per line of a UTF-8 file, plain or gzip (no line endings, no BOM);
+    with ``check_empty``, a file with no text is a ``DataError``."""
+    return [line for _, block in iter_line_blocks(path, check_empty=check_empty) for line in block]
 
 
 def read_input_lines(path: str | Path | None) -> list[str]:
     """``read_lines(path)``, or the lines of standard input when ``path`` is ``None``
-    (the commands' ``--input`` default), read the same way: no line endings, no BOM."""
+    (the commands' ``--input`` default), read the same way: bounded, no line endings,
+    no BOM."""
     if path is not None:
         return read_lines(path)
     kind = _stdin_device()
     if kind is not None:
         raise DataError(f"<stdin>: is a {kind} device, not text; redirect a file or a pipe")
-    lines = [line.rstrip("\r\n") for line in sys.stdin]
-    if lines:
-        lines[0] = lines[0].removeprefix(_BOM)
-    return lines
+    blocks = bounded.line_blocks("<stdin>", bounded.stdin_binary(), check_empty=False)
+    return [line for _, block in blocks for line in block]
 
 
 def read_text(path: str | Path) -> str:
-    """A whole UTF-8 text file (BOM removed, CRLF turned into LF), for language-model corpora."""
-    return _read_checked(path).replace("\r\n", "\n")
+    """A whole UTF-8 text file, plain or gzip (BOM removed, CRLF turned into LF), for
+    language-model corpora."""
+    return "".join(text for _, text in iter_decoded(path))
 
 
 def empty_line_error(path: Path, line: int) -> DataError:

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from attnkit.data.pretrained_tokenizer import PretrainedTokenizer
-from attnkit.data.readers import read_text
+from attnkit.data.readers import read_document
 from attnkit.data.tokenizers import (
     FORMAT_VERSION,
     BPETokenizer,
@@ -82,7 +82,7 @@ def tokenizer_from_json(text: str) -> Tokenizer:
 
 def load_tokenizer(path: str | Path) -> Tokenizer:
     """Read a tokenizer saved with ``Tokenizer.save``."""
-    text = read_text(path)  # its errors already name the file
+    text = read_document(path)  # its errors already name the file
     try:
         return tokenizer_from_json(text)
     except DataError as e:

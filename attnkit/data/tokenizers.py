@@ -27,6 +27,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, ClassVar, Self
 
+from attnkit.data.bounded import check_text_lengths
 from attnkit.errors import AttnkitError, DataError, UsageError
 
 if TYPE_CHECKING:
@@ -262,8 +263,13 @@ class BPETokenizer(_OwnSpecials):
     def train(
         cls, texts: Iterable[str], vocab_size: int, *, min_frequency: int = 2
     ) -> BPETokenizer:
-        """Learn merges on ``texts`` (source and target together for a joint vocabulary)."""
+        """Learn merges on ``texts`` (source and target together for a joint vocabulary).
+
+        Every text must be within the readers' line ceiling (``bounded``): HF's
+        trainer aborts the process (a Rust allocation failure) on a huge one."""
         _check_vocab_size(vocab_size)
+        texts = texts if isinstance(texts, list) else list(texts)
+        check_text_lengths(texts, "tokenizer training")
         tk = import_hf_tokenizers()
         hf = tk.Tokenizer(tk.models.BPE(unk_token="<unk>"))
         hf.pre_tokenizer = tk.pre_tokenizers.Metaspace(replacement=_METASPACE)

@@ -21,7 +21,7 @@ from typing import Any, Generic, TypeVar
 
 import numpy as np
 
-from attnkit.data.readers import read_text
+from attnkit.data.readers import read_document
 from attnkit.data.tokenizer_kinds import tokenizer_from_json
 from attnkit.data.tokenizers import BPETokenizer, CharTokenizer, Tokenizer, import_hf_tokenizers
 from attnkit.errors import DataError, UsageError
@@ -89,7 +89,7 @@ def load_tokenizer_file(path: str | Path) -> Tokenizer:
         from attnkit.data.unigram import SentencePieceTokenizer
 
         return SentencePieceTokenizer.from_file(p)
-    text = read_text(p)  # its errors name the file
+    text = read_document(p)  # its errors name the file (JSON: no line ceiling)
     try:
         data = json.loads(text)
     except json.JSONDecodeError as e:

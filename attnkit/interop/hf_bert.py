@@ -54,6 +54,7 @@ from attnkit.interop.hf_files import (
     special_token,
     token_id,
 )
+from attnkit.interop.hf_pooling import sentence_embedding_details
 from attnkit.interop.import_writer import Imported
 from attnkit.interop.keytable import Rule, Table, fuse
 from attnkit.models.lm_config import EncoderOnlyConfig
@@ -201,6 +202,9 @@ def import_bert(d: HFDirectory) -> Imported:
         ),
     )
     details = {"architectures": d.config.get("architectures")}
+    sentence = sentence_embedding_details(d.path)
+    if sentence is not None:  # a sentence-transformers model: how `attnkit embed` pools
+        details["sentence_embedding"] = sentence
     return Imported(config, state, tokenizer, "hf", "bert", notes, details)
 
 

@@ -5,7 +5,9 @@
   per-token bias;
 * a sequence-classification head: a pooled summary of the sequence (the first
   token, BERT's [CLS], or the mean over real tokens), then BERT's pooler
-  (dense + tanh), dropout and a linear layer to ``num_labels`` scores.
+  (dense + tanh), dropout and a linear layer to ``num_labels`` scores; or, with
+  ``label_level="token"``, a token-classification head: ``num_labels`` scores for
+  every token (named entities; an extractive answer's start and end).
 
 Padding (``pad_id``) is found in ``ids`` and masked out of attention and of
 mean pooling, so a sequence gets the same outputs however much padding
@@ -43,12 +45,15 @@ class EncoderOnlyOutput:
             only, or ``None`` (``mlm=False``).
         class_logits: ``(B, num_labels)`` (``None`` without a classifier or
             unless ``classify=True``).
+        token_logits: ``(B, S, num_labels)`` of a token-level head
+            (``label_level="token"``; ``None`` otherwise or unless ``classify=True``).
         attentions: per layer ``(B, h, S, S)``, only on request.
     """
 
     hidden: Tensor
     mlm_logits: Tensor | None = None
     class_logits: Tensor | None = None
+    token_logits: Tensor | None = None
     attentions: list[Tensor] | None = None
     moe: MoEAux | None = None
 
@@ -90,6 +95,21 @@ class ClassificationHead(nn.Module):
         return scores
 
 
+class TokenClassificationHead(nn.Module):
+    """Every token ``(B, S, D)`` -> ``(B, S, num_labels)``: dropout, then one linear layer
+    (BERT's token-classification head; with two labels, its question-answering head's
+    start and end scores)."""
+
+    def __init__(self, d_model: int, num_labels: int, dropout: float):
+        super().__init__()
+        self.dropout = nn.Dropout(dropout)
+        self.classifier = nn.Linear(d_model, num_labels)
+
+    def forward(self, hidden: Tensor) -> Tensor:
+        scores: Tensor = self.classifier(self.dropout(hidden))
+        return scores
+
+
 def pool(hidden: Tensor, real: Tensor, how: str) -> Tensor:
     """Summarise ``hidden`` ``(B, S, D)`` to ``(B, D)``; ``real`` ``(B, S)`` marks non-pad."""
     if how == "first":
@@ -115,10 +135,14 @@ class EncoderOnlyModel(nn.Module):
         self.encoder = builders.encoder(c, c.num_layers)
         self.mlm_head = MLMHead(c.d_model, c.vocab_size, c.activation, c.norm_eps)
         self.mlm_head.output_proj.weight = tokens.weight  # tied, as in BERT
+        by_token = c.label_level == "token"
         self.classifier = (
-            ClassificationHead(c.d_model, c.num_labels, c.dropout)
-            if c.num_labels or c.pooler
+            ClassificationHead(c.d_model, 0 if by_token else c.num_labels, c.dropout)
+            if (c.num_labels and not by_token) or c.pooler
             else None
+        )
+        self.token_classifier = (
+            TokenClassificationHead(c.d_model, c.num_labels, c.dropout) if by_token else None
         )
         builders.init_weights(self, self.mlm_head.output_proj, tied=True, d_model=c.d_model)
 
@@ -166,7 +190,10 @@ class EncoderOnlyModel(nn.Module):
         )
         hidden = encoded.hidden
         class_logits = None
-        if classify and self.classifier is not None and self.config.num_labels:
+        token_logits = None
+        if classify and self.token_classifier is not None:
+            token_logits = self.token_classifier(hidden)
+        elif classify and self.classifier is not None and self.config.num_labels:
             class_logits = self.classifier(pool(hidden, real, self.config.pooling))
         mlm_logits = None
         if mlm:
@@ -175,6 +202,7 @@ class EncoderOnlyModel(nn.Module):
             hidden=hidden,
             mlm_logits=mlm_logits,
             class_logits=class_logits,
+            token_logits=token_logits,
             attentions=encoded.attentions,
             moe=merge_aux(encoded.aux),
         )

@@ -23,6 +23,9 @@ from attnkit.models.presets import DECODER_ONLY_PRESETS, ENCODER_ONLY_PRESETS
 from attnkit.validation import at_least, require
 
 Pooling = Literal["first", "mean"]
+# What the labels are of: the whole sequence (sentence classification) or each token
+# (named entities; extractive QA, whose two "labels" are an answer's start and end).
+LabelLevel = Literal["sequence", "token"]
 
 
 @dataclass(frozen=True)
@@ -61,7 +64,10 @@ class EncoderOnlyConfig(AttentionStackConfig):
     attnkit tokenizers reserve ids 0-3 (pad, BOS, EOS, unk) and have no mask
     token: give the model one more id, ``vocab_size = tokenizer.vocab_size + 1``
     and ``mask_id = tokenizer.vocab_size`` (see ``attnkit.data.mlm.mlm_vocab``).
-    ``num_labels = 0`` builds no classification head; ``pooling`` picks the
+    ``label_level = "token"`` puts the ``num_labels`` scores on every token instead
+    (dropout and one linear layer, as BERT's token-classification and
+    question-answering heads; no pooling). ``num_labels = 0`` builds no
+    classification head; ``pooling`` picks the
     sequence summary it reads (``"first"`` token, as BERT's [CLS], or the
     ``"mean"`` over real tokens); ``label_names`` (empty, or one per label)
     name its outputs, so a classifier's checkpoint carries its label mapping.
@@ -83,6 +89,7 @@ class EncoderOnlyConfig(AttentionStackConfig):
     vocab_size: int = 8001
     num_labels: int = 2
     pooling: Pooling = "first"
+    label_level: LabelLevel = "sequence"
     pooler: bool = False
     label_names: tuple[str, ...] = ()
     type_vocab_size: int = 0
@@ -94,6 +101,11 @@ class EncoderOnlyConfig(AttentionStackConfig):
     def _check_family(self) -> None:
         at_least(self, ("num_layers",), 1)
         at_least(self, ("num_labels", "type_vocab_size"), 0)
+        require(
+            "label_level",
+            self.label_level == "sequence" or self.num_labels >= 1,
+            "token: needs num_labels >= 1 (one score per label and token)",
+        )
         require(
             "label_names",
             not self.label_names or len(self.label_names) == self.num_labels,

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from attnkit.errors import ConfigError
+from attnkit.training.config_hf_dataset import HFDatasetConfig
 from attnkit.training.config_tasks import IMAGE_TASKS
 from attnkit.validation import at_least, check_fields, from_mapping, in_range, require
 
@@ -81,6 +82,9 @@ class DataConfig:
     ``instruction`` reads JSONL records from ``{dir}/{train}`` and ``{dir}/{valid}``
     (``valid: null``: the last ``valid_fraction`` of the training records, default
     0.1).
+    ``hf_dataset`` (``HFDatasetConfig``) reads a Hugging Face ``datasets`` dataset
+    (or local Parquet/CSV/JSON through it) instead of files, for translation,
+    lm/mlm and text_classification.
 
     ``loading`` (translation, lm, mlm): ``prepared`` (default) encodes the
     training data once into memory-mapped token ids in a cache
@@ -120,8 +124,12 @@ class DataConfig:
     # mlm with train.nsp: what a document is, for NotNext pairs: "blank_lines" (paragraphs,
     # BERT's articles) or "file" (the whole text one document: B from anywhere else)
     documents: Literal["blank_lines", "file"] = "blank_lines"
+    # a Hugging Face `datasets` dataset instead of files (translation, lm/mlm, classification)
+    hf_dataset: HFDatasetConfig | None = None
 
     def __post_init__(self) -> None:
+        if isinstance(self.hf_dataset, dict):
+            self.hf_dataset = from_mapping(HFDatasetConfig, self.hf_dataset, "hf_dataset")
         if isinstance(self.corpora, list | tuple):
             self.corpora = tuple(
                 c if isinstance(c, CorpusConfig) else from_mapping(CorpusConfig, c, f"corpora[{i}]")

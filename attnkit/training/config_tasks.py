@@ -59,6 +59,7 @@ TASK_KEYS: dict[str, tuple[str, ...]] = {
     "data.documents": ("mlm",),
     "data.skip_empty": SEQ2SEQ_TEXT,
     "data.corpora": SEQ2SEQ_TEXT,
+    "data.hf_dataset": ("translation", "lm", "mlm", "span_corruption", *TEXT_CLASSIFICATION),
     "data.shuffle_buffer": ("translation",),
     "data.text": LM_TASKS,
     "data.valid_fraction": (*LM_TASKS, *IMAGE_TASKS, "instruction"),

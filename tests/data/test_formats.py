@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from attnkit.data import formats
+from attnkit.data import bounded, formats
 from attnkit.data.formats import (
     iter_line_blocks,
     iter_pair_chunks,
@@ -57,7 +57,7 @@ def test_every_format_and_compression_reads_the_same_pairs(tmp_path: Path) -> No
 
 def test_streaming_matches_the_in_memory_reader_in_chunks(tmp_path, monkeypatch) -> None:
     monkeypatch.setattr(formats, "CHUNK_LINES", 7)
-    monkeypatch.setattr(formats, "BLOCK_BYTES", 16)  # blocks cut mid-line and mid-character
+    monkeypatch.setattr(bounded, "BLOCK_BYTES", 16)  # blocks cut mid-line and mid-character
     src = [f"Satz {i} ü \u2028 x" for i in range(50)]
     tgt = [f"sentence {i}" + " long" * (i % 5) for i in range(50)]
     write(tmp_path / "t.de", "\ufeff" + "\r\n".join(src))  # BOM, CRLF, no final newline
@@ -121,7 +121,7 @@ def test_empty_pairs_are_dropped_and_counted_when_asked(tmp_path: Path) -> None:
 
 
 def test_text_pieces_and_lines_give_the_text_back_exactly(tmp_path, monkeypatch) -> None:
-    monkeypatch.setattr(formats, "BLOCK_BYTES", 32)
+    monkeypatch.setattr(bounded, "BLOCK_BYTES", 32)
     text = "\ufeffFirst Citizen:\r\nBefore we proceed, hear me speak.\n\nAll: Speak, speak.\n" * 9
     path = write(tmp_path / "input.txt", text)
     exact = read_text(path)
@@ -140,7 +140,7 @@ def test_text_pieces_and_lines_give_the_text_back_exactly(tmp_path, monkeypatch)
 
 
 def test_line_blocks_number_their_first_line(tmp_path, monkeypatch) -> None:
-    monkeypatch.setattr(formats, "BLOCK_BYTES", 8)
+    monkeypatch.setattr(bounded, "BLOCK_BYTES", 8)
     path = write(tmp_path / "x.txt", "".join(f"line {i}\n" for i in range(1, 21)))
     for first, lines in iter_line_blocks(path):
         assert lines[0] == f"line {first}"

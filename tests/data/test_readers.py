@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
+import builtins
 import pathlib
 from pathlib import Path
 
 import pytest
 
-from attnkit.data.readers import read_input_lines, read_lines, read_parallel, read_text, read_tsv
+from attnkit.data.readers import (
+    read_document,
+    read_input_lines,
+    read_lines,
+    read_parallel,
+    read_text,
+    read_tsv,
+)
 from attnkit.errors import DataError
 
 
@@ -70,9 +78,18 @@ def test_permission_denied(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> N
     def deny(self: Path) -> bytes:
         raise PermissionError(13, "Permission denied", str(self))
 
+    real_open = builtins.open
+
+    def open_file(file, *args, **kwargs):  # the bounded reader opens files itself
+        if isinstance(file, str | Path) and Path(file) == path:
+            raise PermissionError(13, "Permission denied", str(file))
+        return real_open(file, *args, **kwargs)
+
     monkeypatch.setattr(pathlib.Path, "read_bytes", deny)
-    with pytest.raises(DataError, match=r"secret\.txt: permission denied"):
-        read_text(path)
+    monkeypatch.setattr(builtins, "open", open_file)
+    for read in (read_text, read_lines, read_document):
+        with pytest.raises(DataError, match=r"secret\.txt: permission denied"):
+            read(path)
 
 
 @pytest.mark.parametrize("content", [b"", b"\n\n", b"\xef\xbb\xbf"])

@@ -18,6 +18,7 @@ from attnkit.training.init import Initial
 from attnkit.training.runconfig import RunConfig
 from attnkit.training.tasks.base import LossSums, Task, TaskContext
 from attnkit.training.tasks.corpus import lm_corpus, translation_data
+from attnkit.training.tasks.dataset_source import with_dataset
 from attnkit.training.tasks.image import ImageClassificationTask, load_images
 from attnkit.training.tasks.instruction import InstructionTask, instruction_task
 from attnkit.training.tasks.language_model import CausalLMTask, MaskedLMTask
@@ -62,8 +63,10 @@ def task_from_run(
     Text data is prepared (or reused) as ``data.loading`` says
     (``tasks/corpus.py``); ``log`` hears what preparation does and why.
     Raises ``DataError``/``ConfigError`` naming the file or field before anything
-    is written to the run directory.
+    is written to the run directory. ``data.hf_dataset`` is read here, once, into files
+    (``tasks/dataset_source.py``).
     """
+    run = with_dataset(run, log=log)
     data = run.data
     if initial is not None:
         tokenizer = initial.tokenizer

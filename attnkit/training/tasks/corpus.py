@@ -146,6 +146,8 @@ def lm_corpus(
 def prepare_run_data(run: RunConfig, *, log: Log | None = None) -> dict[str, Any]:
     """What ``attnkit prepare`` does: the training data of ``run`` prepared (or found
     prepared) in the cache, as ``attnkit train`` will want it; a summary."""
+    from attnkit.training.tasks.dataset_source import with_dataset
+
     data, root = run.data, cache_root(run)
     if data.loading == "memory":
         raise ConfigError(
@@ -153,6 +155,8 @@ def prepare_run_data(run: RunConfig, *, log: Log | None = None) -> dict[str, Any
             "prepare; use data.loading: prepared (the default) or streaming"
         )
     summary: dict[str, Any] = {"task": run.task, "cache": str(root), "loading": data.loading}
+    run = with_dataset(run, log=log)  # data.hf_dataset: exported once into the cache
+    data = run.data
     tokenizer = _given_tokenizer(run, None)
     if run.task == "translation":
         corpora = training_inputs(run)
