@@ -21,6 +21,8 @@ import urllib.request
 from pathlib import Path
 
 from attnkit.errors import DataError
+from attnkit.progress import Progress
+from attnkit.progress import progress as progress_bar
 
 ATTEMPTS = 3  # tries per file within one run (each resumes where the last stopped)
 BLOCK = 1 << 20
@@ -51,7 +53,7 @@ def _size_error(url: str, got: int, size: int) -> DataError:
                      "the download was deleted")  # fmt: skip
 
 
-def _try(url: str, part: Path, size: int | None, bar: object | None) -> None:
+def _try(url: str, part: Path, size: int | None, bar: Progress | None) -> None:
     """One request appending to ``part`` from its current length."""
     offset = part.stat().st_size if part.exists() else 0
     headers = {"User-Agent": _agent()}
@@ -85,8 +87,8 @@ def _try(url: str, part: Path, size: int | None, bar: object | None) -> None:
             part.unlink(missing_ok=True)
             raise _size_error(url, total, size)
         if bar is not None:
-            bar.reset(total=total)  # type: ignore[attr-defined]
-            bar.update(offset)  # type: ignore[attr-defined]
+            bar.reset(total=total)
+            bar.update(offset)
         with open(part, "r+b" if offset else "wb") as f:
             f.seek(offset)
             f.truncate()
@@ -105,7 +107,7 @@ def _try(url: str, part: Path, size: int | None, bar: object | None) -> None:
                     raise _size_error(url, written, size)
                 f.write(block)
                 if bar is not None:
-                    bar.update(len(block))  # type: ignore[attr-defined]
+                    bar.update(len(block))
             f.flush()
             os.fsync(f.fileno())
         if total is not None and written < total:
@@ -133,12 +135,9 @@ def fetch(
             return sha256_file(dest)
         dest.unlink()
     part = dest.with_name(dest.name + ".part")
-    bar = None
+    bar: Progress | None = None
     if progress:
-        from tqdm import tqdm
-
-        bar = tqdm(total=size, unit="B", unit_scale=True, unit_divisor=1024, desc=dest.name,
-                   leave=False)  # fmt: skip
+        bar = progress_bar(size, unit="B", unit_scale=True, desc=dest.name, leave=False)
     try:
         for attempt in range(1, attempts + 1):
             try:

@@ -306,7 +306,7 @@ class Trainer:
         Returns the final step, whether training stopped early, and the last
         validation metrics.
         """
-        from tqdm.auto import tqdm
+        from attnkit.progress import progress
 
         cfg, main = self.cfg, self.dist.is_main
         if main:
@@ -317,8 +317,8 @@ class Trainer:
         if self.compiled:  # only the training forward; self.model keeps its state-dict names
             self._train_model = torch.compile(self._train_model)  # type: ignore[assignment]
         start = time.perf_counter()
-        bar = tqdm(total=cfg.max_steps, initial=self.step, disable=not (self.progress and main),
-                   unit="step", dynamic_ncols=True)  # fmt: skip
+        bar = progress(cfg.max_steps, initial=self.step, disable=not (self.progress and main),
+                       unit="step")  # fmt: skip
         window_tokens, window_start = 0, time.perf_counter()
         last_valid: dict[str, float] = {}
         stopped_early = False
