@@ -21,7 +21,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from attnkit.cli.common import (
     add_device_argument,
@@ -32,6 +32,9 @@ from attnkit.cli.common import (
     load_for,
 )
 from attnkit.errors import DataError, UsageError
+
+if TYPE_CHECKING:
+    from torch import Tensor
 
 OUTPUT_KINDS = (".jsonl", ".npy")
 
@@ -57,26 +60,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_device_argument(parser)
 
 
-def embedding_defaults(checkpoint: str, config: Any) -> dict[str, Any]:
-    """Pooling, normalisation and input length: an imported sentence-transformers model's
-    own (its import record), else the encoder's pooling, normalised, at its full length."""
-    from attnkit.errors import CheckpointError
-    from attnkit.interop.import_writer import read_import_record
-
-    recorded: dict[str, Any] = {}
-    for folder in (Path(checkpoint), *(p.parent.parent for p in checkpoint_inputs(checkpoint))):
-        try:
-            recorded = read_import_record(folder)["details"].get("sentence_embedding") or {}
-        except (CheckpointError, OSError):
-            continue
-        break
-    pooling = recorded.get("pooling") or ("cls" if config.pooling == "first" else "mean")
-    length = recorded.get("max_seq_length") or config.max_len
-    return {"pooling": pooling, "normalize": recorded.get("normalize", True),
-            "max_len": min(int(length), config.max_len)}  # fmt: skip
-
-
-def _write(vectors: Any, texts: list[str], output: str | None, inputs: list[Path]) -> None:
+def _write(vectors: Tensor, texts: list[str], output: str | None, inputs: list[Path]) -> None:
     from attnkit.outputs.atomic import atomic_file
 
     if output is None:
@@ -100,6 +84,7 @@ def _write(vectors: Any, texts: list[str], output: str | None, inputs: list[Path
 def run(args: argparse.Namespace) -> int:
     from attnkit.data.readers import read_input_lines
     from attnkit.evaluation.embeddings import embed_texts
+    from attnkit.interop.hf_pooling import embedding_settings
 
     if args.batch_size < 1:
         raise UsageError(f"--batch-size must be >= 1, got {args.batch_size}")
@@ -112,8 +97,8 @@ def run(args: argparse.Namespace) -> int:
 
         check_output_file(args.output, option="--output", inputs=inputs)
     loaded = load_for("embed", args.checkpoint, args.device)
-    defaults = embedding_defaults(args.checkpoint, loaded.config)
-    max_len = defaults["max_len"] if args.max_len is None else args.max_len
+    defaults = embedding_settings(loaded.directory, loaded.config)
+    max_len = defaults.max_len if args.max_len is None else args.max_len
     if not 2 <= max_len <= loaded.config.max_len:
         raise UsageError(f"--max-len must be in [2, {loaded.config.max_len}], got {max_len}")
     apply_precision(loaded.model, args.precision)
@@ -123,8 +108,8 @@ def run(args: argparse.Namespace) -> int:
         if not text.strip():
             raise DataError(f"{name}:{n}: empty text")
     result = embed_texts(
-        loaded.model, loaded.tokenizer, texts, pooling=args.pooling or defaults["pooling"],
-        normalize=defaults["normalize"] and not args.no_normalize, max_len=max_len,
+        loaded.model, loaded.tokenizer, texts, pooling=args.pooling or defaults.pooling,
+        normalize=defaults.normalize and not args.no_normalize, max_len=max_len,
         batch_size=args.batch_size,
     )  # fmt: skip
     if result.truncated:

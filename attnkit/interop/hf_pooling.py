@@ -11,6 +11,7 @@ from, so its vectors are the ones ``SentenceTransformer.encode`` gives.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -51,3 +52,31 @@ def sentence_embedding_details(root: Path) -> dict[str, Any] | None:
         "normalize": "Normalize" in kinds,
         "max_seq_length": length if isinstance(length, int) and length > 0 else None,
     }
+
+
+@dataclass(frozen=True)
+class EmbeddingSettings:
+    """How a checkpoint's sentence embeddings are made (``attnkit embed``, ``/v1/embeddings``)."""
+
+    pooling: str  # mean, cls or max
+    normalize: bool
+    max_len: int  # tokens, [CLS] and [SEP] included
+
+
+def embedding_settings(directory: Path, config: Any) -> EmbeddingSettings:
+    """The settings of the checkpoint in ``directory`` (a run or checkpoint folder): an
+    imported sentence-transformers model's own (its import record, in the run folder two
+    levels up), else the encoder's pooling, normalised, at its full length."""
+    from attnkit.interop.import_writer import read_import_record
+
+    recorded: dict[str, Any] = {}
+    for folder in (directory, directory.parent.parent):
+        try:
+            recorded = read_import_record(folder)["details"].get("sentence_embedding") or {}
+        except (CheckpointError, OSError):
+            continue
+        break
+    pooling = recorded.get("pooling") or ("cls" if config.pooling == "first" else "mean")
+    length = recorded.get("max_seq_length") or config.max_len
+    return EmbeddingSettings(pooling, bool(recorded.get("normalize", True)),
+                             min(int(length), int(config.max_len)))  # fmt: skip

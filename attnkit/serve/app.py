@@ -28,7 +28,13 @@ from attnkit.serve.continuous import GENERATE, ContinuousGenerator, GenerationJo
 from attnkit.serve.deps import Handle, timing
 from attnkit.serve.docs_page import CSP as DOCS_CSP
 from attnkit.serve.docs_page import render_docs
-from attnkit.serve.encoder_batch import CLASSIFY, FILL_MASK, is_classifier, run_encoder_batch
+from attnkit.serve.encoder_batch import (
+    CLASSIFY,
+    EMBED,
+    FILL_MASK,
+    is_classifier,
+    run_encoder_batch,
+)
 from attnkit.serve.encoder_routes import add_encoder_routes
 from attnkit.serve.engine import KIND_ENDPOINTS, Engine, RequestError
 from attnkit.serve.errors import install_error_handlers
@@ -83,7 +89,7 @@ def create_app(engine: Engine, settings: ServeSettings | None = None) -> Request
     settings = settings or ServeSettings()
 
     def run_batch(key: Hashable, payloads: list[Any], handles: list[RequestHandle]) -> list[Any]:
-        if key in (FILL_MASK, CLASSIFY):
+        if key in (FILL_MASK, CLASSIFY, EMBED):
             return run_encoder_batch(engine, key, payloads, handles)
         beam, alpha, nbest = cast(tuple[int, float, int], key)
         flat = [src for sources in payloads for src in sources]
@@ -318,6 +324,7 @@ def create_app(engine: Engine, settings: ServeSettings | None = None) -> Request
         {"GET /", "GET /v1/health", "GET /v1/model", "POST /v1/explore", "GET /docs"}
         | {f"POST {KIND_ENDPOINTS[engine.kind]}"}
         | ({"POST /v1/classify"} if is_classifier(engine) else set())
+        | ({"POST /v1/embeddings"} if engine.kind == "masked_lm" else set())
         | (set(OPENAI_ENDPOINTS) if engine.kind == "causal_lm" else {"GET /v1/models"})
     )
     return RequestGuard(app, max_bytes=settings.max_body_bytes, read_timeout=settings.read_timeout)

@@ -1,4 +1,4 @@
-"""Encoder-only checkpoints in dynamic batches: fill-mask and text classification.
+"""Encoder-only checkpoints in dynamic batches: fill-mask, text classification, embeddings.
 
 Concurrent ``/v1/fill-mask`` and ``/v1/classify`` requests are grouped by the
 batcher as translations are (``attnkit.serve.batcher``: one key each, the
@@ -32,9 +32,13 @@ from attnkit.serve.handles import RequestHandle
 
 __all__ = [
     "CLASSIFY",
+    "EMBED",
     "FILL_MASK",
     "ClassifyJob",
+    "EmbedJob",
     "classify",
+    "embed",
+    "encode_for_embedding",
     "encode_examples",
     "is_classifier",
     "label_names",
@@ -43,6 +47,7 @@ __all__ = [
 
 FILL_MASK: Hashable = ("fill-mask",)  # the batcher keys (translation's are (beam, alpha, nbest))
 CLASSIFY: Hashable = ("classify",)
+EMBED: Hashable = ("embed",)
 
 
 @dataclass(frozen=True)
@@ -113,12 +118,75 @@ def classify(
     return results
 
 
+@dataclass(frozen=True)
+class EmbedJob:
+    """One ``/v1/embeddings`` request: ``[CLS] text [SEP]`` ids per input."""
+
+    ids: list[list[int]]
+
+    @property
+    def tokens(self) -> int:
+        return sum(len(x) for x in self.ids)
+
+
+def encode_for_embedding(engine: Engine, texts: Sequence[str], max_len: int) -> EmbedJob:
+    """The ids of each input, cut to ``max_len`` as ``attnkit embed`` and
+    sentence-transformers cut them (an embedding API embeds the start of a long text)."""
+    tok = engine.tokenizer
+    ids = []
+    for text in texts:
+        seq, _, _ = encode_example(tok.encode(text), None, bos_id=tok.bos_id,
+                                   eos_id=tok.eos_id, max_len=max_len)  # fmt: skip
+        ids.append(seq)
+    return EmbedJob(ids)
+
+
+@torch.no_grad()
+def embed(
+    engine: Engine,
+    jobs: Sequence[EmbedJob],
+    handles: Sequence[RequestHandle] | None = None,
+    *,
+    pooling: str = "mean",
+    normalize: bool = True,
+) -> list[list[list[float]] | None]:
+    """Each request's vectors ``[input][dimension]``, every input of every request in one
+    padded pass; pooling over each row's own tokens, so padding changes nothing."""
+    import torch.nn.functional as F
+
+    from attnkit.evaluation.embeddings import pool_tokens
+
+    live = live_requests(handles, len(jobs))
+    results: list[list[list[float]] | None] = [None] * len(jobs)
+    if not live:
+        return results
+    ids = [x for i in live for x in jobs[i].ids]
+    batch = collate_examples(ids, None, None, engine.tokenizer.pad_id).to(engine.device)
+    lengths = torch.tensor([len(x) for x in ids], device=engine.device)
+    real = torch.arange(batch.ids.size(1), device=engine.device)[None, :] < lengths[:, None]
+    hidden = engine.model(batch.ids, mlm=False, classify=False).hidden
+    vectors = pool_tokens(hidden, real, pooling).float()
+    if normalize:
+        vectors = F.normalize(vectors, dim=-1)
+    rows = vectors.tolist()
+    n = 0
+    for i in live:
+        k = len(jobs[i].ids)
+        results[i], n = rows[n : n + k], n + k
+    return results
+
+
 def run_encoder_batch(
     engine: Engine, key: Hashable, payloads: list[Any], handles: list[RequestHandle]
 ) -> list[Any]:
-    """The batcher's ``run_batch`` for the keys ``FILL_MASK`` and ``CLASSIFY``."""
+    """The batcher's ``run_batch`` for the keys ``FILL_MASK``, ``CLASSIFY`` and ``EMBED``
+    (an ``EMBED`` payload is ``(EmbedJob, pooling, normalize)``: one checkpoint, one way)."""
     if key == FILL_MASK:
         return list(engine.fill_masks(payloads, handles))
     if key == CLASSIFY:
         return list(classify(engine, payloads, handles))
+    if key == EMBED:
+        _, pooling, normalize = payloads[0]
+        jobs = [job for job, _, _ in payloads]
+        return list(embed(engine, jobs, handles, pooling=pooling, normalize=normalize))
     raise ValueError(f"not an encoder-only batch key: {key!r}")

@@ -1,4 +1,5 @@
-"""The routes of encoder-only checkpoints: ``/v1/fill-mask`` and ``/v1/classify``.
+"""The routes of encoder-only checkpoints: ``/v1/fill-mask``, ``/v1/classify`` and
+OpenAI's ``/v1/embeddings``.
 
 Both queue their request in the dynamic batcher under their own key
 (``attnkit.serve.encoder_batch``): concurrent requests are answered from one
@@ -19,12 +20,15 @@ from attnkit.serve.batcher import DynamicBatcher
 from attnkit.serve.deps import Handle, timing
 from attnkit.serve.encoder_batch import (
     CLASSIFY,
+    EMBED,
     FILL_MASK,
     encode_examples,
+    encode_for_embedding,
     is_classifier,
     label_names,
 )
 from attnkit.serve.engine import Engine, MaskJob, RequestError
+from attnkit.serve.openai_schemas import EmbeddingRequest
 from attnkit.serve.schemas import (
     ClassifyRequest,
     ClassifyResponse,
@@ -42,8 +46,14 @@ def add_encoder_routes(
     *,
     needs: Callable[[str, str], Any],
 ) -> None:
-    """Add ``/v1/fill-mask`` and ``/v1/classify``; ``needs(kind, endpoint)``: the
-    dependency that answers 400 on another kind of model."""
+    """Add ``/v1/fill-mask``, ``/v1/classify`` and ``/v1/embeddings``; ``needs(kind,
+    endpoint)``: the dependency that answers 400 on another kind of model."""
+    settings = None
+    if engine.kind == "masked_lm":
+        from attnkit.interop.hf_pooling import embedding_settings
+
+        # An imported sentence-transformers model's own pooling, normalisation and length.
+        settings = embedding_settings(engine.loaded.directory, engine.model.config)
 
     def classifier() -> None:
         engine.require("masked_lm", "/v1/classify")
@@ -97,3 +107,31 @@ def add_encoder_routes(
                 "probabilities": dict(zip(names, probs, strict=True)),
             })  # fmt: skip
         return {"predictions": predictions, "timing": timing(info, started)}
+
+    @app.post("/v1/embeddings", dependencies=[needs("masked_lm", "/v1/embeddings")])
+    async def embeddings(req: EmbeddingRequest, handle: Handle) -> dict[str, Any]:
+        """OpenAI's embeddings: one vector per input (batched with other requests)."""
+        import base64
+        import struct
+
+        from attnkit.serve.openai_api import model_name
+
+        assert settings is not None  # the dependency refused other kinds of model
+        width = int(engine.model.config.d_model)
+        if req.dimensions is not None and req.dimensions != width:
+            raise RequestError(f"dimensions: this model's vectors have {width}", status=400)
+        job = encode_for_embedding(engine, req.texts(), settings.max_len)
+        payload = (job, settings.pooling, settings.normalize)
+        vectors, _ = await batcher.submit(
+            EMBED, payload, cost=job.tokens, sentences=len(job.ids), handle=handle
+        )
+        data = []
+        for i, vector in enumerate(vectors):
+            # base64: the float32 bytes, little-endian, as OpenAI sends them (its Python
+            # client asks for this by default and decodes it with NumPy)
+            value: Any = (base64.b64encode(struct.pack(f"<{len(vector)}f", *vector)).decode()
+                          if req.encoding_format == "base64" else vector)  # fmt: skip
+            data.append({"object": "embedding", "index": i, "embedding": value})
+        tokens = job.tokens
+        return {"object": "list", "data": data, "model": model_name(engine.loaded.directory),
+                "usage": {"prompt_tokens": tokens, "total_tokens": tokens}}  # fmt: skip

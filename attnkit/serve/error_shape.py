@@ -2,7 +2,7 @@
 
 attnkit's own endpoints answer ``{"error": "field: what is wrong"}``. The
 OpenAI-compatible endpoints (``/v1/chat/completions``, ``/v1/completions``,
-``/v1/models``) answer what OpenAI's API answers and its clients parse::
+``/v1/models``, ``/v1/embeddings``) answer what OpenAI's API answers and its clients parse::
 
     {"error": {"message": "...", "type": "invalid_request_error", "param": "max_tokens",
                "code": null}}
@@ -18,7 +18,7 @@ from typing import Any
 
 __all__ = ["OPENAI_PATHS", "error_body", "error_status", "is_openai"]
 
-OPENAI_PATHS = ("/v1/chat/completions", "/v1/completions", "/v1/models")
+OPENAI_PATHS = ("/v1/chat/completions", "/v1/completions", "/v1/models", "/v1/embeddings")
 
 
 def is_openai(path: str) -> bool:

@@ -17,7 +17,13 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-__all__ = ["ChatCompletionRequest", "ChatMessage", "CompletionRequest", "MAX_CHOICES"]
+__all__ = [
+    "ChatCompletionRequest",
+    "ChatMessage",
+    "CompletionRequest",
+    "EmbeddingRequest",
+    "MAX_CHOICES",
+]
 
 MAX_CHOICES = 8  # n
 MAX_PROMPTS = 16  # prompts in one /v1/completions request
@@ -149,3 +155,49 @@ class CompletionRequest(_Sampling):
 
     def prompts(self) -> list[str]:
         return [self.prompt] if isinstance(self.prompt, str) else self.prompt
+
+
+MAX_EMBEDDING_INPUTS = 256  # inputs in one /v1/embeddings request
+MAX_EMBEDDING_CHARS = 100_000  # per input; the model reads its first max_len tokens
+
+
+class EmbeddingRequest(BaseModel):
+    """``POST /v1/embeddings``: one vector per input text (an encoder-only checkpoint).
+
+    Token-id inputs (lists of integers) are refused: attnkit's vocabulary is the
+    checkpoint's, not OpenAI's. ``dimensions`` may only name the model's own width
+    (a truncated embedding of a model not trained for it would be worse, silently).
+    """
+
+    model_config = _STRICT
+
+    input: str | list[str] = Field(description=f"a text, or a list of up to "
+                                               f"{MAX_EMBEDDING_INPUTS}")  # fmt: skip
+    model: str | None = Field(None, description="any name: the one model is used")
+    encoding_format: Literal["float", "base64"] = "float"
+    dimensions: int | None = Field(None, ge=1, description="the model's width only")
+    user: str | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_token_ids(cls, data: Any) -> Any:
+        value = data.get("input") if isinstance(data, dict) else None
+        if isinstance(value, list) and value and not isinstance(value[0], str):
+            raise ValueError("input: token-id inputs are not supported; send text")
+        return data
+
+    @model_validator(mode="after")
+    def _inputs(self) -> EmbeddingRequest:
+        texts = self.texts()
+        if not 1 <= len(texts) <= MAX_EMBEDDING_INPUTS:
+            raise ValueError(f"input: {len(texts)} inputs; 1 to {MAX_EMBEDDING_INPUTS}")
+        for i, text in enumerate(texts):
+            if not text.strip():
+                raise ValueError(f"input[{i}]: empty text")
+            if len(text) > MAX_EMBEDDING_CHARS:
+                raise ValueError(f"input[{i}]: {len(text)} characters; at most "
+                                 f"{MAX_EMBEDDING_CHARS}")  # fmt: skip
+        return self
+
+    def texts(self) -> list[str]:
+        return [self.input] if isinstance(self.input, str) else self.input
