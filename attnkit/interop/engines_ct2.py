@@ -42,7 +42,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from attnkit.checkpoints.loading import LoadedModel
 from attnkit.decoding.common import Hypothesis
@@ -73,6 +73,7 @@ class CTranslate2Engine:
     """A loaded CTranslate2 ``Translator`` with attnkit's source side and limits."""
 
     name = "ctranslate2"
+    unrecorded: ClassVar[tuple[str, ...]] = ()  # the cache records every file it loads
 
     @staticmethod
     def version() -> str:

@@ -74,8 +74,9 @@ class OnnxStepper:
         sessions = []
         for name in ("encoder.onnx", "decoder.onnx"):
             path = self.directory / name
-            if not path.is_file():
-                raise UsageError(f"{path}: not found; is {self.directory} an ONNX export?")
+            if not path.is_file():  # (is_file is False for a FIFO: never opened)
+                what = "not a regular file" if path.exists() else "not found"
+                raise UsageError(f"{path}: {what}; is {self.directory} an ONNX export?")
             sessions.append(
                 ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
             )
