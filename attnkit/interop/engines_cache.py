@@ -2,7 +2,9 @@
 
 Layout (inside the checkpoint directory)::
 
-    CKPT/engines/<engine>-<key>/engine.json   what the key was made of (written last)
+    CKPT/engines/<engine>-<key>/engine.json   what the key was made of, and the size,
+                                              digest and stamp of every other file
+                                              (written last)
     CKPT/engines/<engine>-<key>/model/        the export (attnkit export --to ...)
 
 ``key`` is the first 16 hex digits of a SHA-256 over the checkpoint's files

@@ -46,7 +46,7 @@ from typing import Any, ClassVar
 
 from attnkit.checkpoints.loading import LoadedModel
 from attnkit.decoding.common import Hypothesis
-from attnkit.errors import UsageError
+from attnkit.errors import EngineError, UsageError
 from attnkit.interop.engines_base import (
     DecodeOptions,
     RunOptions,
@@ -120,10 +120,13 @@ class CTranslate2Engine:
         self.workers = run.workers
         self._calls = 0  # decode_ids calls in progress (from any thread)
         self._calls_lock = threading.Lock()
-        self.translator = ctranslate2.Translator(
-            str(directory), device="cpu", compute_type=COMPUTE_TYPES[run.precision],
-            inter_threads=run.workers, intra_threads=run.threads or 0,
-        )  # fmt: skip
+        try:
+            self.translator = ctranslate2.Translator(
+                str(directory), device="cpu", compute_type=COMPUTE_TYPES[run.precision],
+                inter_threads=run.workers, intra_threads=run.threads or 0,
+            )  # fmt: skip
+        except RuntimeError as e:  # the cache was verified first: this is not damage
+            raise EngineError(f"--engine ctranslate2: cannot load {directory} ({e})") from None
         tokenizer = source.tokenizer
         self._piece = tokenizer.id_to_token
         self._ids = {tokenizer.id_to_token(i): i for i in range(tokenizer.vocab_size)}

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
+import os
 import shutil
 from pathlib import Path
 
@@ -189,3 +191,32 @@ def test_llama_cpp_rebuilds_a_damaged_cache_in_one_line(llama_checkpoint, damage
     assert_rebuilt_once(code, err, cache, why)
     assert out == expected
     assert run_main(argv) == (0, expected, "")
+
+
+# -- what the engines say about a directory that was never verified ------------------------
+
+
+def test_engines_loading_garbage_raise_one_line_engine_errors(tmp_path, bpe_checkpoint):
+    """Outside the cache (``onnx_runner DIR``) or should a file change after the check:
+    the engine's own failure is an ``EngineError`` naming the file, not the catch-all."""
+    from attnkit.data.tokenizer_kinds import load_tokenizer
+    from attnkit.errors import EngineError, UsageError
+    from attnkit.interop.engines_base import SourceSide
+    from attnkit.interop.engines_ct2 import CTranslate2Engine
+    from attnkit.interop.onnx_runner import OnnxStepper
+
+    (tmp_path / "model.bin").write_bytes(bytes(range(256)) * 4)
+    source = SourceSide(load_tokenizer(bpe_checkpoint / "tokenizer.json"), 10)
+    with pytest.raises(EngineError, match="--engine ctranslate2: cannot load") as e:
+        CTranslate2Engine(tmp_path, source, RunOptions())
+    assert "\n" not in str(e.value)
+    meta = {"format": "attnkit-onnx", "pad_id": 0, "bos_id": 1, "eos_id": 2, "max_len": 8}
+    (tmp_path / "config.json").write_text(json.dumps(meta))
+    for name in ("encoder.onnx", "decoder.onnx"):
+        (tmp_path / name).write_bytes(bytes(range(256)))
+    with pytest.raises(EngineError, match="encoder.onnx: onnxruntime cannot load it"):
+        OnnxStepper(tmp_path)
+    (tmp_path / "config.json").unlink()
+    os.mkfifo(tmp_path / "config.json")
+    with watchdog(60), pytest.raises(UsageError, match="not a regular file"):
+        OnnxStepper(tmp_path)
