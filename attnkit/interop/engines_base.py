@@ -76,9 +76,15 @@ class Engine(Protocol):
 
 
 class Converter(Protocol):
-    """What the engine cache needs of an engine: its name, version and conversion."""
+    """What the engine cache needs of an engine: its name, version and conversion.
+
+    ``unrecorded``: files the engine itself writes into its model directory
+    after the conversion (llama.cpp's probe outcome), which the cache's record
+    of its contents leaves out (``attnkit.interop.engines_verify``).
+    """
 
     name: str
+    unrecorded: tuple[str, ...]
 
     def version(self) -> str:
         """The engine packages' versions (part of the cache key)."""

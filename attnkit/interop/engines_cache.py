@@ -2,7 +2,9 @@
 
 Layout (inside the checkpoint directory)::
 
-    CKPT/engines/<engine>-<key>/engine.json   what the key was made of (written last)
+    CKPT/engines/<engine>-<key>/engine.json   what the key was made of, and the size,
+                                              digest and stamp of every other file
+                                              (written last)
     CKPT/engines/<engine>-<key>/model/        the export (attnkit export --to ...)
 
 ``key`` is the first 16 hex digits of a SHA-256 over the checkpoint's files
@@ -18,13 +20,24 @@ Writes go through the output-path policy's staged directory: the whole
 in, ``engine.json`` included, so a killed conversion leaves no directory that
 looks finished. Two processes converting at once each build their own copy;
 the later swap wins, and both copies are the same conversion.
+
+Before a cache is used, ``attnkit.interop.engines_verify.check`` compares what
+it holds with what ``engine.json`` records (regular files only, no links, the
+recorded sizes and digests). A cache that fails is rebuilt the same way, with
+one line on stderr saying why; one that cannot be removed is refused in one
+line naming it. Only directories named ``<engine>-<16 hex digits>`` are ever
+removed from ``engines/``; a link there is unlinked, never followed.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
+import re
 import shutil
+import stat
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -33,13 +46,14 @@ from attnkit.checkpoints import safe_files
 from attnkit.checkpoints.adapters import ADAPTER_FILE, weights_sha256
 from attnkit.checkpoints.files import CONFIG_FILE, TOKENIZER_FILE
 from attnkit.checkpoints.loading import LoadedModel
+from attnkit.errors import EngineError
 from attnkit.interop.engines_base import Converter
-from attnkit.outputs import staged_directory
+from attnkit.interop.engines_verify import MANIFEST, check, read_manifest, record
+from attnkit.outputs import describe_os_error, staged_directory
 
 CACHE_DIR = "engines"
-MANIFEST = "engine.json"
 MODEL_DIR = "model"
-FORMAT = 1
+FORMAT = 2  # 2: engine.json records the contents (size, digest, stamp of each file)
 
 
 def _file_sha256(path: Path) -> str | None:
@@ -61,12 +75,29 @@ def cache_key(files: dict[str, str | None], version: str) -> str:
     return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
 
-def _read_manifest(directory: Path) -> dict[str, Any]:
+def _caches(root: Path, engine: str) -> list[Path]:
+    """The cache entries of ``engine`` in ``root`` (links and odd files included, never
+    followed); names of another shape (``ctranslate2-backup``) are the user's."""
+    shape = re.compile(rf"{re.escape(engine)}-[0-9a-f]{{16}}")
     try:
-        manifest = json.loads((directory / MANIFEST).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    return manifest if isinstance(manifest, dict) else {}
+        return sorted(p for p in root.iterdir() if shape.fullmatch(p.name))
+    except OSError:  # no engines/ yet (or not a directory: the build says so)
+        return []
+
+
+def _discard(path: Path) -> None:
+    """Remove the cache entry ``path``: a link or file is unlinked (its target untouched);
+    a directory is renamed aside first, so no half-removed cache is ever seen."""
+    try:
+        mode = path.lstat().st_mode
+    except FileNotFoundError:
+        return
+    if not stat.S_ISDIR(mode):
+        path.unlink()
+        return
+    aside = path.with_name(f".{path.name}.old-{uuid.uuid4().hex[:8]}")
+    os.rename(path, aside)
+    shutil.rmtree(aside, ignore_errors=True)
 
 
 def _why_stale(old: dict[str, Any], files: dict[str, str | None], version: str) -> str:
@@ -90,25 +121,43 @@ def converted_model(
 
     ``load`` is called only on a cache miss (loading the model is the slow
     part of a cache hit otherwise); ``say`` gets the one line that tells the
-    user a conversion is happening, and why when it replaces a stale one.
+    user a conversion is happening, and why: a stale cache, or one that failed
+    verification (``engines_verify.check``).
     """
     version = engine.version()
     files = fingerprint(checkpoint)
     root = checkpoint / CACHE_DIR
     target = root / f"{engine.name}-{cache_key(files, version)}"
-    if (target / MANIFEST).is_file():
-        return target / MODEL_DIR
-    stale = sorted(p for p in root.glob(f"{engine.name}-*") if p.is_dir()) if root.is_dir() else []
-    if stale:
-        why = _why_stale(_read_manifest(stale[-1]), files, version)
+    keyed = {"engine": engine.name, "version": version, "files": files, "format": FORMAT}
+    unrecorded = tuple(f"{MODEL_DIR}/{name}" for name in engine.unrecorded)
+    stale = [p for p in _caches(root, engine.name) if p != target]
+    if os.path.lexists(target):
+        checked = check(target, keyed, unrecorded)
+        if checked.problem is None:
+            return target / MODEL_DIR
+        failed = f"engine cache {target} failed verification ({checked.problem})"
+        try:
+            _discard(target)
+        except OSError as e:
+            raise EngineError(
+                f"{failed} and cannot be removed ({describe_os_error(e)}); remove it or make "
+                f"{root} writable"
+            ) from None
+        say(f"{failed}; rebuilding")
+    elif stale:
+        old, _ = read_manifest(stale[-1])
+        why = _why_stale(old or {}, files, version)
         say(f"engine cache {stale[-1]} is stale ({why}); rebuilding it as {target.name}")
     else:
         say(f"converting {checkpoint} for --engine {engine.name} (once; cached in {target})")
     loaded = load()
     with staged_directory(target, overwrite=True, option="engine cache") as tmp:
         engine.convert(loaded, tmp / MODEL_DIR)
-        manifest = {"engine": engine.name, "version": version, "files": files, "format": FORMAT}
-        safe_files.write_json(tmp / MANIFEST, manifest)
-    for old in stale:
-        shutil.rmtree(old, ignore_errors=True)
+        # recorded before engine.json exists: the manifest lists every other file
+        safe_files.write_json(tmp / MANIFEST, {**keyed, "contents": record(tmp)})
+    for old_cache in stale:
+        try:
+            _discard(old_cache)
+        except OSError:
+            pass  # a stale cache left behind is never used (its key differs)
     return target / MODEL_DIR

@@ -42,11 +42,11 @@ from __future__ import annotations
 import threading
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from attnkit.checkpoints.loading import LoadedModel
 from attnkit.decoding.common import Hypothesis
-from attnkit.errors import UsageError
+from attnkit.errors import EngineError, UsageError
 from attnkit.interop.engines_base import (
     DecodeOptions,
     RunOptions,
@@ -73,6 +73,7 @@ class CTranslate2Engine:
     """A loaded CTranslate2 ``Translator`` with attnkit's source side and limits."""
 
     name = "ctranslate2"
+    unrecorded: ClassVar[tuple[str, ...]] = ()  # the cache records every file it loads
 
     @staticmethod
     def version() -> str:
@@ -119,10 +120,13 @@ class CTranslate2Engine:
         self.workers = run.workers
         self._calls = 0  # decode_ids calls in progress (from any thread)
         self._calls_lock = threading.Lock()
-        self.translator = ctranslate2.Translator(
-            str(directory), device="cpu", compute_type=COMPUTE_TYPES[run.precision],
-            inter_threads=run.workers, intra_threads=run.threads or 0,
-        )  # fmt: skip
+        try:
+            self.translator = ctranslate2.Translator(
+                str(directory), device="cpu", compute_type=COMPUTE_TYPES[run.precision],
+                inter_threads=run.workers, intra_threads=run.threads or 0,
+            )  # fmt: skip
+        except RuntimeError as e:  # the cache was verified first: this is not damage
+            raise EngineError(f"--engine ctranslate2: cannot load {directory} ({e})") from None
         tokenizer = source.tokenizer
         self._piece = tokenizer.id_to_token
         self._ids = {tokenizer.id_to_token(i): i for i in range(tokenizer.vocab_size)}

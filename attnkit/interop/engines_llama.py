@@ -45,11 +45,13 @@ from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from attnkit.checkpoints.loading import LoadedModel
-from attnkit.errors import EngineError, UsageError
+from attnkit.checkpoints.safe_files import read_text
+from attnkit.errors import CheckpointError, EngineError, UsageError
 from attnkit.interop.engines_base import RunOptions, cpu_only, refuse_attnkit_paths
+from attnkit.interop.engines_verify import MAX_UNRECORDED_BYTES
 from attnkit.kernels.machine_choice import cpu_name
 from attnkit.outputs.atomic import write_text
 
@@ -94,6 +96,7 @@ class LlamaCppEngine:
     """llama.cpp on the checkpoint's GGUF export: prompt ids in, new ids out, one by one."""
 
     name = NAME
+    unrecorded: ClassVar[tuple[str, ...]] = (PROBE_FILE,)  # written after the conversion
 
     @staticmethod
     def version() -> str:
@@ -229,9 +232,9 @@ def probe(file: Path, first_id: int, command: list[str] | None = None) -> None:
     """
     record = file.parent / PROBE_FILE
     cpu = cpu_name()
-    try:
-        seen = json.loads(record.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+    try:  # checked unread first: a FIFO here would block the read forever
+        seen = json.loads(read_text(record, MAX_UNRECORDED_BYTES))
+    except (CheckpointError, ValueError, RecursionError):
         seen = {}
     key = f"{cpu} | {file.name}"
     outcome = seen.get(key) if isinstance(seen, dict) else None

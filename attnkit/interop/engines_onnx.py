@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import ClassVar
 
 from attnkit.checkpoints.loading import LoadedModel
 from attnkit.errors import UsageError
@@ -32,6 +33,7 @@ class OnnxRuntimeEngine:
     """The ONNX export's encoder and decoder-with-past graphs under attnkit's search."""
 
     name = "onnxruntime"
+    unrecorded: ClassVar[tuple[str, ...]] = ()  # the cache records every file it loads
 
     @staticmethod
     def version() -> str:

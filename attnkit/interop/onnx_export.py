@@ -38,7 +38,7 @@ from torch import Tensor, nn
 from attnkit.attention.cache import LayerCache
 from attnkit.checkpoints import safe_files
 from attnkit.checkpoints.loading import LoadedModel
-from attnkit.errors import ConfigError, UsageError
+from attnkit.errors import CheckpointError, ConfigError, UsageError
 from attnkit.interop.outdir import staged_directory
 from attnkit.models.config import TransformerConfig
 from attnkit.models.encoder_decoder import EncoderDecoder
@@ -245,12 +245,15 @@ def export_onnx(loaded: LoadedModel, out: Path, *, overwrite: bool = False) -> P
     return Path(out)
 
 
+META_LIMIT = 1 << 20  # the export's config.json is a few hundred bytes
+
+
 def read_meta(directory: Path) -> dict[str, Any]:
     """The ``config.json`` of an ONNX export; ``UsageError`` naming the file otherwise."""
     path = directory / "config.json"
-    try:
-        meta = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as e:
+    try:  # checked unread first: a FIFO would block the read forever
+        meta = json.loads(safe_files.read_text(path, META_LIMIT))
+    except (CheckpointError, ValueError, RecursionError) as e:
         raise UsageError(f"{path}: not an attnkit ONNX export ({e})") from None
     if not isinstance(meta, dict) or meta.get("format") != "attnkit-onnx":
         raise UsageError(f"{path}: not an attnkit ONNX export (no format: attnkit-onnx)")

@@ -29,7 +29,7 @@ from torch import Tensor
 
 from attnkit.data.tokenizer_kinds import Tokenizer, load_tokenizer
 from attnkit.decoding.text import decode_ids, source_ids
-from attnkit.errors import AttnkitError, UsageError
+from attnkit.errors import AttnkitError, EngineError, UsageError
 from attnkit.interop.onnx_export import read_meta
 
 
@@ -74,11 +74,17 @@ class OnnxStepper:
         sessions = []
         for name in ("encoder.onnx", "decoder.onnx"):
             path = self.directory / name
-            if not path.is_file():
-                raise UsageError(f"{path}: not found; is {self.directory} an ONNX export?")
-            sessions.append(
-                ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
-            )
+            if not path.is_file():  # (is_file is False for a FIFO: never opened)
+                what = "not a regular file" if path.exists() else "not found"
+                raise UsageError(f"{path}: {what}; is {self.directory} an ONNX export?")
+            try:
+                sessions.append(
+                    ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+                )
+            except Exception as e:  # onnxruntime's own classes (InvalidProtobuf, Fail, ...)
+                if not type(e).__module__.startswith("onnxruntime"):
+                    raise
+                raise EngineError(f"{path}: onnxruntime cannot load it ({e})") from None
         self.encoder, self.decoder = sessions
 
     def start(self, src_ids: Tensor, *, max_steps: int | None = None) -> OnnxState:
