@@ -28,7 +28,6 @@ the next decoding step.
 from __future__ import annotations
 
 import asyncio
-import json
 import secrets
 import time
 import uuid
@@ -40,6 +39,7 @@ from fastapi import FastAPI, Request
 from fastapi.params import Depends
 from fastapi.responses import JSONResponse, StreamingResponse
 
+from attnkit import jsonio
 from attnkit.serve.batcher import BatcherClosed, DynamicBatcher
 from attnkit.serve.completion import Completion, OnDelta, generate_choices
 from attnkit.serve.continuous import GENERATE, ContinuousGenerator, GenerationJob
@@ -58,7 +58,7 @@ _DONE = b"data: [DONE]\n\n"
 
 
 def _sse(data: dict[str, Any]) -> bytes:
-    return b"data: " + json.dumps(data, ensure_ascii=False).encode("utf-8") + b"\n\n"
+    return b"data: " + jsonio.dumps(data, ensure_ascii=False).encode("utf-8") + b"\n\n"
 
 
 class _Answer:
@@ -217,7 +217,7 @@ def add_openai_routes(
                 completions = await execute(None)
             finally:
                 watcher.cancel()
-            return JSONResponse(answer.whole(completions))
+            return JSONResponse(jsonio.finite_tree(answer.whole(completions)))
         include_usage = req.stream_options is not None and req.stream_options.include_usage
         events = _stream(request, execute, handle, answer, len(prompts) * req.n, include_usage)
         return StreamingResponse(
