@@ -27,6 +27,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, ClassVar, Self
 
+from attnkit import jsonio
+from attnkit.data.hf_ids import hf_tokenizer_from_json
 from attnkit.errors import AttnkitError, DataError, UsageError
 
 if TYPE_CHECKING:
@@ -129,7 +131,7 @@ class Tokenizer(ABC):
         return [self.encode(t) for t in texts]
 
     def to_json(self) -> str:
-        return json.dumps(
+        return jsonio.dumps(
             {"kind": self.kind, "version": FORMAT_VERSION, **self._state()}, ensure_ascii=False
         )
 
@@ -310,5 +312,4 @@ class BPETokenizer(_OwnSpecials):
 
     @classmethod
     def from_state(cls, state: dict[str, Any]) -> Self:
-        tk = import_hf_tokenizers()
-        return cls(tk.Tokenizer.from_str(json.dumps(state["hf"])))
+        return cls(hf_tokenizer_from_json(state["hf"], "tokenizer JSON"))
