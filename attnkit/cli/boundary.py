@@ -153,8 +153,16 @@ def run_command(command: str, run: Callable[[], int | None], *, debug: bool) -> 
         _print(f"attnkit {command}: error: standard output is closed; redirect it to a file "
                "(or to /dev/null to discard it)")  # fmt: skip
         return 1
+    previous = warnings.formatwarning
     if not debug:  # a warning is one line too, as errors are (--debug: Python's own form)
         warnings.formatwarning = _one_line_warning(command)
+    try:
+        return _run(command, run, debug=debug)
+    finally:
+        warnings.formatwarning = previous
+
+
+def _run(command: str, run: Callable[[], int | None], *, debug: bool) -> int:
     try:
         code = int(run() or 0)
         if sys.stdout is not None:

@@ -89,7 +89,7 @@ def run(args: argparse.Namespace) -> int:
         if args.json:
             every = {n: round(float(p), 6) for n, p in zip(names, row)}
             print(jsonio.dumps({"label": names[best], "probability": round(float(row[best]), 6),
-                              "probabilities": every}, ensure_ascii=False))  # fmt: skip
+                                "probabilities": every}, ensure_ascii=False))  # fmt: skip
         else:
             print(f"{names[best]}\t{float(row[best]):.4f}")
     return 0

@@ -150,7 +150,7 @@ def run(args: argparse.Namespace, *, callbacks: Sequence = ()) -> int:
             lock.release()
     if dist.is_main:
         print(jsonio.dumps({"out": str(out), **summary, "parameters": total,
-                          "trainable_parameters": trainable}))  # fmt: skip
+                            "trainable_parameters": trainable}))  # fmt: skip
     return 0
 
 

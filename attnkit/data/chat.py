@@ -47,7 +47,7 @@ class ChatTokenizer(Protocol):
 def _tojson(x: Any, ensure_ascii: bool = False, indent: int | None = None,
             separators: Any = None, sort_keys: bool = False) -> str:  # fmt: skip
     return jsonio.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators,
-                      sort_keys=sort_keys)  # fmt: skip
+                        sort_keys=sort_keys)  # fmt: skip
 
 
 def _reason(e: Exception) -> str:
