@@ -9,20 +9,16 @@ added tokens, the special tokens its post-processor inserts) is therefore
 read from the JSON first and must be a non-negative integer below
 ``dense_limit(n)`` for the ``n`` distinct ids it defines: at most as many
 unused ids as used ones (and 1,024 spare for small vocabularies), so what the
-tables cost is bounded by the file's own size. ``hf_tokenizer_from_json``
-checks, then loads.
+tables cost is bounded by the file's own size.
+``attnkit.data.tokenizers.hf_tokenizer_from_json`` checks, then loads.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from attnkit import jsonio
 from attnkit.errors import DataError
-
-if TYPE_CHECKING:
-    import tokenizers as hf_tokenizers
 
 SPARE_IDS = 1024  # unused ids any vocabulary may have, however small
 
@@ -82,11 +78,3 @@ def check_hf_ids(data: Any, where: str) -> int:
                 f"must lie in 0..{limit - 1:,} (dense): renumber it"
             )
     return count
-
-
-def hf_tokenizer_from_json(data: Any, where: str) -> hf_tokenizers.Tokenizer:
-    """``tokenizers.Tokenizer`` from a parsed ``tokenizer.json``, its ids checked first."""
-    from attnkit.data.tokenizers import import_hf_tokenizers  # it imports this module
-
-    check_hf_ids(data, where)
-    return import_hf_tokenizers().Tokenizer.from_str(jsonio.dumps(data))

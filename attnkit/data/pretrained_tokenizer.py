@@ -36,8 +36,7 @@ import json
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Self
 
-from attnkit.data.hf_ids import hf_tokenizer_from_json
-from attnkit.data.tokenizers import Tokenizer, hf_batch_ids
+from attnkit.data.tokenizers import Tokenizer, hf_batch_ids, hf_tokenizer_from_json
 from attnkit.errors import DataError
 
 if TYPE_CHECKING:

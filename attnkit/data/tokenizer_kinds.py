@@ -15,7 +15,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from attnkit.data.hf_ids import hf_tokenizer_from_json
 from attnkit.data.pretrained_tokenizer import PretrainedTokenizer
 from attnkit.data.readers import read_text
 from attnkit.data.tokenizers import (
@@ -24,6 +23,7 @@ from attnkit.data.tokenizers import (
     CharTokenizer,
     Tokenizer,
     WordTokenizer,
+    hf_tokenizer_from_json,
 )
 from attnkit.data.unigram import SentencePieceTokenizer
 from attnkit.errors import AttnkitError, DataError

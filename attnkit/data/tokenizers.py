@@ -28,7 +28,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any, ClassVar, Self
 
 from attnkit import jsonio
-from attnkit.data.hf_ids import hf_tokenizer_from_json
+from attnkit.data.hf_ids import check_hf_ids
 from attnkit.errors import AttnkitError, DataError, UsageError
 
 if TYPE_CHECKING:
@@ -50,6 +50,13 @@ def import_hf_tokenizers() -> ModuleType:
             "BPE tokenizers need the 'tokenizers' package: pip install 'attnkit[train]'"
         ) from None
     return tokenizers
+
+
+def hf_tokenizer_from_json(data: Any, where: str) -> hf_tokenizers.Tokenizer:
+    """``tokenizers.Tokenizer`` from a parsed ``tokenizer.json``, its ids checked first
+    (``attnkit.data.hf_ids``: ``tokenizers`` sizes its tables by the largest id)."""
+    check_hf_ids(data, where)
+    return import_hf_tokenizers().Tokenizer.from_str(jsonio.dumps(data))
 
 
 def hf_batch_ids(hf: hf_tokenizers.Tokenizer, texts: Sequence[str]) -> list[list[int]]:

@@ -8,7 +8,8 @@ import time
 
 import pytest
 
-from attnkit.data.hf_ids import check_hf_ids, dense_limit, hf_tokenizer_from_json
+from attnkit.data.hf_ids import check_hf_ids, dense_limit
+from attnkit.data.tokenizers import hf_tokenizer_from_json
 from attnkit.data.vocabulary import load_tokenizer_file
 from attnkit.errors import DataError
 
