@@ -50,6 +50,25 @@ def _fp32_linears_packed() -> Iterator[None]:
         os.environ["ATTNKIT_FP32_LINEARS"] = previous
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _strict_json_responses() -> Iterator[None]:
+    """Every HTTP response body a test reads with ``.json()`` (``TestClient``, httpx;
+    the server tests) is parsed as strict JSON: ``NaN``/``Infinity``, which Python's
+    parser accepts and every other refuses, fail the test (``attnkit.jsonio``)."""
+    import httpx
+
+    from attnkit.jsonio import loads_strict
+
+    original = httpx.Response.json
+
+    def strict(self: httpx.Response, **kwargs: object) -> object:
+        return loads_strict(self.content) if not kwargs else original(self, **kwargs)
+
+    httpx.Response.json = strict  # type: ignore[method-assign]
+    yield
+    httpx.Response.json = original  # type: ignore[method-assign]
+
+
 @pytest.fixture(autouse=True)
 def _seed_and_one_thread():
     # Test tensors are tiny: intra-op threads only add wake-up latency (on a

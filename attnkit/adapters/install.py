@@ -21,16 +21,18 @@ from torch import Tensor, nn
 
 from attnkit.adapters.config import LoRAConfig
 from attnkit.adapters.lora import LoRALinear
+from attnkit.adapters.sizes import check_rank
 from attnkit.adapters.targets import find_targets, roles_present, selected
 from attnkit.errors import ConfigError
 
 
-def install_lora(model: nn.Module, config: LoRAConfig) -> list[str]:
+def install_lora(model: nn.Module, config: LoRAConfig, *, field: str = "lora") -> list[str]:
     """Freeze ``model`` and adapt its ``config.targets`` in place; returns the adapted names.
 
-    Raises ``ConfigError`` naming ``lora.targets`` when a target role has no
-    projection in this model (an RNN has no ``v`` or ``ffn``), and when the
-    model already holds adapters.
+    Raises ``ConfigError`` naming ``{field}.targets`` when a target role has no
+    projection in this model (an RNN has no ``v`` or ``ffn``), ``{field}.rank``
+    when the rank exceeds a target's ``min(in, out)`` (checked before anything is
+    allocated), and when the model already holds adapters.
     """
     if any(isinstance(m, LoRALinear) for m in model.modules()):
         raise ConfigError("lora: the model already holds LoRA adapters; merge them first")
@@ -38,9 +40,10 @@ def install_lora(model: nn.Module, config: LoRAConfig) -> list[str]:
     if missing:
         kind = type(model).__name__
         raise ConfigError(
-            f"lora.targets: {kind} has no {', '.join(sorted(missing))} projection; "
+            f"{field}.targets: {kind} has no {', '.join(sorted(missing))} projection; "
             f"it has {', '.join(sorted(roles_present(model))) or 'none'}"
         )
+    check_rank(model, config, field=field)
     for p in model.parameters():
         p.requires_grad_(False)
     adapted = []

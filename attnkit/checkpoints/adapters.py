@@ -23,7 +23,6 @@ of its family. ``attnkit merge`` writes that merged model as a full checkpoint.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +30,7 @@ from typing import Any
 
 from torch import Tensor, nn
 
+from attnkit import jsonio
 from attnkit.adapters.config import LoRAConfig
 from attnkit.adapters.install import adapter_state, install_lora, lora_parameter_names, merge_lora
 from attnkit.checkpoints import safe_files
@@ -79,7 +79,7 @@ class AdapterInfo:
     def to_json(self) -> str:
         data = {"format": ADAPTER_FORMAT, "lora": self.lora.to_dict(),
                 "base": {"path": self.base.path, "sha256": self.base.sha256}}  # fmt: skip
-        return json.dumps(data, indent=2) + "\n"
+        return jsonio.dumps(data, indent=2) + "\n"
 
 
 def read_adapter_info(directory: str | Path) -> AdapterInfo | None:
@@ -126,7 +126,10 @@ class AdaptedWeights:
     def install(self, model: nn.Module, *, merge: bool) -> None:
         """Install the adapters on ``model`` (already holding ``model_state``), load
         them, and fold them into the weights when ``merge``."""
-        install_lora(model, self.info.lora)
+        try:  # a crafted adapter.json (a rank of 3,000,000) is refused before allocating
+            install_lora(model, self.info.lora)
+        except ConfigError as e:
+            raise CheckpointError(f"{self.source}: {e}") from None
         load_lora_state(model, self.lora_state, source=self.source)
         if merge:
             merge_lora(model)
@@ -171,6 +174,8 @@ def adapted_weights(
         return None
     source = Path(directory) / ADAPTER_FILE
     base_dir = Path(base) if base is not None else Path(info.base.path)
+    if base is not None and base_dir.is_dir() and not (base_dir / MODEL_FILE).exists():
+        base_dir = resolve_checkpoint(base_dir)  # a run directory: its latest checkpoint
     if not (base_dir / MODEL_FILE).is_file():
         raise CheckpointError(
             f"{source}: its base checkpoint {base_dir} is not there (no {MODEL_FILE}); "

@@ -18,11 +18,11 @@ written by older versions), so ``WeightsDigest.matches`` accepts either.
 from __future__ import annotations
 
 import hashlib
-import json
 import struct
 from dataclasses import dataclass
 from pathlib import Path
 
+from attnkit import jsonio
 from attnkit.checkpoints.safe_files import check_safetensors_file
 from attnkit.errors import CheckpointError
 
@@ -57,7 +57,7 @@ def weights_digest(path: str | Path) -> WeightsDigest:
     """
     path = Path(path)
     header_len, header = check_safetensors_file(path)
-    canonical = json.dumps(header, sort_keys=True, separators=(",", ":")).encode()
+    canonical = jsonio.dumps(header, sort_keys=True, separators=(",", ":")).encode()
     content = hashlib.sha256(_PREFIX + struct.pack("<Q", len(canonical)) + canonical)
     raw = hashlib.sha256()
     try:

@@ -27,6 +27,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from attnkit import jsonio
 from attnkit.errors import CheckpointError
 from attnkit.outputs.atomic import current_umask
 from attnkit.outputs.policy import as_os_error
@@ -93,7 +94,7 @@ def save_tensors(path: str | Path, tensors: Mapping[str, Tensor]) -> None:
     data, aliases = _dedup_for_save(tensors)
     metadata = {"format": "pt"}
     if aliases:
-        metadata[_ALIASES_KEY] = json.dumps(aliases, sort_keys=True)
+        metadata[_ALIASES_KEY] = jsonio.dumps(aliases, sort_keys=True)
     try:
         _safetensors().torch.save_file(data, str(path), metadata=metadata)
     except Exception as e:  # SafetensorError (Rust): a write failure hides its errno
@@ -294,7 +295,7 @@ def fsync_file(path: Path) -> None:
 
 def write_json(path: Path, obj: Any) -> None:
     try:
-        text = json.dumps(obj, indent=2, ensure_ascii=False)
+        text = jsonio.dumps(obj, indent=2, ensure_ascii=False)
     except (TypeError, ValueError) as e:
         raise CheckpointError(f"{path.name}: cannot write as JSON ({e})") from e
     write_text(path, text + "\n")

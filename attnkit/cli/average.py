@@ -15,7 +15,7 @@ from pathlib import Path
 
 from attnkit.cli.argtypes import integer
 from attnkit.errors import UsageError
-from attnkit.outputs import check_replaceable_dir
+from attnkit.outputs import check_not_in_run_checkpoints, check_replaceable_dir
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -47,6 +47,7 @@ def run(args: argparse.Namespace) -> int:
     # Never over a file or device, one of the inputs, a directory holding them or inside
     # one (--run R --out R/averaged is beside them), or a run that is training (its lock).
     target = check_replaceable_dir(out, overwrite=args.overwrite, inputs=dirs, checkpoints=dirs)
+    check_not_in_run_checkpoints(target)  # a run's checkpoints/ holds its own steps only
     averaged = average_checkpoints(dirs)
     newest = load_checkpoint(dirs[-1], load_optimizer=False)
     save_checkpoint(

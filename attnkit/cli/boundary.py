@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import os
 import sys
+import warnings
 from collections.abc import Callable
 
 from attnkit.errors import AttnkitError
@@ -139,12 +140,29 @@ def _silence_stdout() -> None:
         pass
 
 
+def _one_line_warning(command: str) -> Callable[..., str]:
+    def format_warning(message: Warning | str, *args: object, **kwargs: object) -> str:
+        return f"attnkit {command}: warning: {_one_line(str(message))}\n"
+
+    return format_warning
+
+
 def run_command(command: str, run: Callable[[], int | None], *, debug: bool) -> int:
     """Run ``attnkit COMMAND`` with the boundary around it; returns the exit code."""
     if sys.stdout is None:  # started with stdout closed (`>&-`): results would vanish
         _print(f"attnkit {command}: error: standard output is closed; redirect it to a file "
                "(or to /dev/null to discard it)")  # fmt: skip
         return 1
+    previous = warnings.formatwarning
+    if not debug:  # a warning is one line too, as errors are (--debug: Python's own form)
+        warnings.formatwarning = _one_line_warning(command)
+    try:
+        return _run(command, run, debug=debug)
+    finally:
+        warnings.formatwarning = previous
+
+
+def _run(command: str, run: Callable[[], int | None], *, debug: bool) -> int:
     try:
         code = int(run() or 0)
         if sys.stdout is not None:

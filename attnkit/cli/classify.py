@@ -14,10 +14,10 @@ Example:
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from typing import Any
 
+from attnkit import jsonio
 from attnkit.cli.common import (
     add_device_argument,
     add_precision_argument,
@@ -88,8 +88,8 @@ def run(args: argparse.Namespace) -> int:
         best = int(row.argmax())
         if args.json:
             every = {n: round(float(p), 6) for n, p in zip(names, row)}
-            print(json.dumps({"label": names[best], "probability": round(float(row[best]), 6),
-                              "probabilities": every}, ensure_ascii=False))  # fmt: skip
+            print(jsonio.dumps({"label": names[best], "probability": round(float(row[best]), 6),
+                                "probabilities": every}, ensure_ascii=False))  # fmt: skip
         else:
             print(f"{names[best]}\t{float(row[best]):.4f}")
     return 0

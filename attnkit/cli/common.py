@@ -204,11 +204,17 @@ def check_out_dir(
 
 
 def lock_run_dir(out: Path) -> RunLock | None:
-    """Lock ``out`` now if it exists, so a second run on it is refused at once (naming the
-    holder's PID) rather than after its data is read; ``None`` if ``out`` is not there yet."""
+    """Lock ``out`` now if it holds a lock file, so a second run on it is refused at once
+    (naming the holder's PID) rather than after its data is read; ``None`` if there is
+    none yet (``open_run_dir`` creates it). The lock is taken without writing the PID
+    and without creating a file: a command refused before ``open_run_dir`` changes
+    nothing in ``out`` (``RunLock.announce`` writes the PID once it goes ahead)."""
     from attnkit.outputs import RunLock
+    from attnkit.outputs.runlock import LOCK_FILE
 
-    return RunLock(out).acquire() if out.is_dir() else None
+    if not out.is_dir() or not (out / LOCK_FILE).is_file():
+        return None
+    return RunLock(out).acquire(announce=False)
 
 
 def open_run_dir(
@@ -227,6 +233,8 @@ def open_run_dir(
     ``out`` changes and is held until the process ends, so ``--overwrite``
     cannot delete the checkpoints of a run that is still going. Emptying keeps
     the lock file itself: a new file of the same name would be a second lock.
+    With ``resume`` the PID is not yet written (``RunLock.announce``): the
+    caller announces once the checkpoint to resume from has been accepted.
     """
     from attnkit.outputs import RunLock
     from attnkit.outputs.runlock import LOCK_FILE
@@ -235,7 +243,9 @@ def open_run_dir(
                   checkpoints=checkpoints, resumable=resumable)  # fmt: skip
     if lock is None:
         out.mkdir(parents=True, exist_ok=True)
-        lock = RunLock(out).acquire()
+        lock = RunLock(out).acquire(announce=not resume)
+    if not resume:  # a resume may still be refused (its checkpoint); it announces itself
+        lock.announce()
     if overwrite:
         for entry in out.iterdir():
             if entry.name == LOCK_FILE:

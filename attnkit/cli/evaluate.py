@@ -31,12 +31,12 @@ Examples:
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
+from attnkit import jsonio
 from attnkit.cli.argtypes import integer, seed
 from attnkit.cli.common import (
     add_device_argument,
@@ -307,7 +307,7 @@ def run(args: argparse.Namespace) -> int:
         apply_precision(loaded.model, args.precision, path=decode_path(args))
         result = _score_labelled(loaded, args)
         if args.json:
-            print(json.dumps(result, indent=2))
+            print(jsonio.dumps(result, indent=2))
         else:
             print(f"accuracy {result['accuracy']:.4f}   macro-F1 {result['macro_f1']:.4f}   "
                   f"({result['correct']}/{result['examples']} examples of {args.labelled}, "
@@ -316,7 +316,7 @@ def run(args: argparse.Namespace) -> int:
     if loaded.family.kind == "image_classifier":
         result = _score_images(loaded, args)
         if args.json:
-            print(json.dumps(result, indent=2))
+            print(jsonio.dumps(result, indent=2))
         else:
             print(f"accuracy {result['accuracy']:.4f}   ({result['correct']}/{result['images']} "
                   f"images of {result['data']}, cross-entropy {result['loss']:.4f})")  # fmt: skip
@@ -327,7 +327,7 @@ def run(args: argparse.Namespace) -> int:
         apply_precision(loaded.model, args.precision, path=decode_path(args))
         result = _score_text(loaded, args)
         if args.json:
-            print(json.dumps(result, indent=2))
+            print(jsonio.dumps(result, indent=2))
         else:
             objective = result["objective"].replace("_", " ")
             print(f"loss {result['loss']:.4f}   perplexity {result['perplexity']:.2f}   "
@@ -335,7 +335,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     result = _score_translation(loaded, args, corpus)
     if args.json:
-        print(json.dumps(result, indent=2))
+        print(jsonio.dumps(result, indent=2))
         return 0
     print(f"BLEU {result['bleu']:.2f}   ({result['bleu_signature']})")
     print(f"chrF {result['chrf']:.2f}   ({result['chrf_signature']})")

@@ -25,7 +25,7 @@ import importlib
 from pathlib import Path
 
 from attnkit.errors import UsageError
-from attnkit.outputs import check_replaceable_dir
+from attnkit.outputs import check_not_in_run_checkpoints, check_replaceable_dir
 
 # --from NAME -> "module:function(source: Path, out: Path) -> Path" (the checkpoint written).
 IMPORTERS: dict[str, str] = {
@@ -49,7 +49,8 @@ def run(args: argparse.Namespace) -> int:
     source = Path(args.source)
     if not source.exists():
         raise UsageError(f"{source}: not found")
-    check_replaceable_dir(out, overwrite=args.overwrite, inputs=[source])
+    target = check_replaceable_dir(out, overwrite=args.overwrite, inputs=[source])
+    check_not_in_run_checkpoints(target)  # a run's checkpoints/ holds its own steps only
     module, _, name = IMPORTERS[args.source_format].partition(":")
     importer = getattr(importlib.import_module(module), name)
     written = importer(source, out, overwrite=args.overwrite)

@@ -18,7 +18,7 @@ import argparse
 from pathlib import Path
 
 from attnkit.errors import UsageError
-from attnkit.outputs import check_replaceable_dir
+from attnkit.outputs import check_not_in_run_checkpoints, check_replaceable_dir
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -45,15 +45,18 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(
             f"--checkpoint {source}: not a LoRA checkpoint (no adapter.json); nothing to merge"
         )
-    base = Path(args.base) if args.base else Path(info.base.path)
+    # --base, like --checkpoint, names a checkpoint or a run directory (its latest).
+    base = _resolve_base(args.base) if args.base else Path(info.base.path)
     # The output-path policy: never over a file or device, an input or a directory
     # holding one, a locked run; an existing directory only with --overwrite; nothing
     # inside the adapters' checkpoint or the base's (inside the adapters' run is fine).
     target = check_replaceable_dir(
-        args.out, overwrite=args.overwrite, inputs=[args.checkpoint, source, base],
+        args.out, overwrite=args.overwrite,
+        inputs=[args.checkpoint, source, base, *([args.base] if args.base else [])],
         checkpoints=[source, *(checkpoint_inputs(base) or [base])],
     )  # fmt: skip
-    loaded = load_model(source, "cpu", base=args.base)
+    check_not_in_run_checkpoints(target)  # not beside another run's own checkpoints
+    loaded = load_model(source, "cpu", base=base if args.base else None)
     saved = load_checkpoint(source, load_optimizer=False)
     lora = info.lora
     save_checkpoint(
@@ -76,3 +79,14 @@ def run(args: argparse.Namespace) -> int:
         f"{base}'s weights: {args.out} ({n / 1e6:.2f}M parameters)"
     )
     return 0
+
+
+def _resolve_base(path: str) -> Path:
+    """``--base``: a checkpoint directory, or a run directory (its latest checkpoint)."""
+    from attnkit.checkpoints.rundir import resolve_checkpoint
+    from attnkit.errors import CheckpointError
+
+    try:
+        return resolve_checkpoint(path)
+    except CheckpointError as e:
+        raise UsageError(f"--base {e}") from None

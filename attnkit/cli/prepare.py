@@ -22,8 +22,8 @@ A preparation killed half-way leaves nothing a later run trusts.
 from __future__ import annotations
 
 import argparse
-import json
 
+from attnkit import jsonio
 from attnkit.cli.common import add_set_argument
 
 
@@ -38,5 +38,5 @@ def run(args: argparse.Namespace) -> int:
 
     run_config = load_run_config(args.config, list(args.overrides))
     summary = prepare_run_data(run_config, log=print)
-    print(json.dumps(summary))
+    print(jsonio.dumps(summary))
     return 0

@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from attnkit import jsonio
 from attnkit.cli.argtypes import finite_float, integer, seed
 from attnkit.cli.common import add_device_argument
 from attnkit.errors import UsageError
@@ -152,7 +153,7 @@ def _open_out(out: Path, overwrite: bool) -> RunLock:
 def _run_config(args: argparse.Namespace) -> RunConfig:
     from attnkit.training.runconfig import RunConfig
 
-    run_dict = json.loads(json.dumps(QUICKSTART_RUN))
+    run_dict = json.loads(jsonio.dumps(QUICKSTART_RUN))
     # Set as numbers, never through --set text (checked by option name in _check_args).
     run_dict["train"].update(max_minutes=args.minutes, max_steps=args.max_steps, seed=args.seed)
     return RunConfig.from_dict(run_dict)
@@ -177,7 +178,7 @@ def _run(args: argparse.Namespace, run_config: RunConfig, out: Path) -> int:
     from attnkit.training.loop import Trainer
     from attnkit.training.tasks import TranslationTask
 
-    write_text(out / "quickstart.json", json.dumps({"seed": args.seed}) + "\n")
+    write_text(out / "quickstart.json", jsonio.dumps({"seed": args.seed}) + "\n")
     torch.manual_seed(args.seed)
     device = resolve_device(args.device)
 
@@ -227,7 +228,7 @@ def _run(args: argparse.Namespace, run_config: RunConfig, out: Path) -> int:
         "device": str(device),
         "decode": {"beam": decode.beam, "alpha": decode.alpha},
     }
-    write_text(out / "metrics.json", json.dumps(metrics, indent=2) + "\n")
+    write_text(out / "metrics.json", jsonio.dumps(metrics, indent=2) + "\n")
 
     print(f"\nheld-out test ({len(test)} numbers never seen in training), beam {decode.beam}:")
     print(f"  exact match {exact:.3f}   BLEU {scores['bleu']:.1f}   chrF {scores['chrf']:.1f}")

@@ -36,11 +36,11 @@ to continue from its latest checkpoint, or --overwrite to start over.
 from __future__ import annotations
 
 import argparse
-import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from attnkit import jsonio
 from attnkit.cli.common import (
     add_device_argument,
     add_set_argument,
@@ -104,6 +104,10 @@ def run(args: argparse.Namespace, *, callbacks: Sequence = ()) -> int:
     lock = dist.on_main(lock_run_dir, out)
     try:
         initial = initial_for_run(run_config, out, init=args.init, resume=args.resume)
+        if run_config.train.lora is not None and initial is not None:  # before data is read
+            from attnkit.adapters.sizes import check_rank_for_config
+
+            check_rank_for_config(initial.config, run_config.train.lora, field="train.lora")
         # A resumed run reads with its own vocabulary (an --init run's comes with `initial`).
         saved_tokenizer = load_tokenizer(out) if args.resume and initial is None else None
         task = task_from_run(
@@ -127,6 +131,8 @@ def run(args: argparse.Namespace, *, callbacks: Sequence = ()) -> int:
         )  # fmt: skip
         if args.resume and trainer.resume() and dist.is_main:
             print(f"resuming {out} from step {trainer.step}")
+        if lock is not None:  # accepted: from here on the run writes (its PID first)
+            lock.announce()
         trainable, total = count_parameters(trainer.model)
         if dist.is_main:
             write_text(out / "run.json", run_config.to_json() + "\n")
@@ -143,8 +149,8 @@ def run(args: argparse.Namespace, *, callbacks: Sequence = ()) -> int:
         if lock is not None:
             lock.release()
     if dist.is_main:
-        print(json.dumps({"out": str(out), **summary, "parameters": total,
-                          "trainable_parameters": trainable}))  # fmt: skip
+        print(jsonio.dumps({"out": str(out), **summary, "parameters": total,
+                            "trainable_parameters": trainable}))  # fmt: skip
     return 0
 
 

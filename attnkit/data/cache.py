@@ -35,6 +35,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from attnkit import jsonio
 from attnkit.errors import DataError
 
 FORMAT = 1  # bump when the layout of a prepared directory changes
@@ -62,7 +63,7 @@ def file_identity(path: Path) -> dict[str, Any]:
 
 def digest(value: Any) -> str:
     """A short stable hash of a JSON-able value."""
-    text = json.dumps(value, sort_keys=True, ensure_ascii=False)
+    text = jsonio.dumps(value, sort_keys=True, ensure_ascii=False)
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
 
 
@@ -170,7 +171,7 @@ def ensure(
             manifest = {"format": FORMAT, "fingerprint": fingerprint, "files": files,
                         "created": time.strftime("%Y-%m-%d %H:%M:%S"), **extra}  # fmt: skip
             with open(tmp / MANIFEST, "w", encoding="utf-8") as f:
-                json.dump(manifest, f, indent=1, ensure_ascii=False)
+                jsonio.dump(manifest, f, indent=1, ensure_ascii=False)
                 f.flush()
                 os.fsync(f.fileno())
             _fsync_dir(tmp)

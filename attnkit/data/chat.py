@@ -25,10 +25,10 @@ first malformed one.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
+from attnkit import jsonio
 from attnkit.errors import DataError
 
 Message = Mapping[str, str]
@@ -46,8 +46,8 @@ class ChatTokenizer(Protocol):
 
 def _tojson(x: Any, ensure_ascii: bool = False, indent: int | None = None,
             separators: Any = None, sort_keys: bool = False) -> str:  # fmt: skip
-    return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators,
-                      sort_keys=sort_keys)  # fmt: skip
+    return jsonio.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators,
+                        sort_keys=sort_keys)  # fmt: skip
 
 
 def _reason(e: Exception) -> str:

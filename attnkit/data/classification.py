@@ -27,6 +27,7 @@ Shapes: ``B`` examples, ``S`` longest example in the batch.
 from __future__ import annotations
 
 import json
+import unicodedata
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -91,12 +92,25 @@ def _is_int(text: str) -> bool:
     return text.lstrip("-").isdigit()
 
 
+# Control characters (TAB, LF, CR, ...) and the line and paragraph separators.
+_UNPRINTABLE = frozenset({"Cc", "Zl", "Zp"})
+
+
 def _label(value: Any, where: str) -> str:
     if isinstance(value, bool) or not isinstance(value, str | int):
         raise DataError(f"{where}: label must be a string or an integer, got {value!r}")
     label = str(value).strip()
     if not label:
         raise DataError(f"{where}: empty label")
+    # `classify` prints one `label<TAB>probability` line per input: a label holding a
+    # TAB, a line break (any str.splitlines splits on) or another control character
+    # would break that line in two or shift its columns.
+    bad = next((c for c in label if unicodedata.category(c) in _UNPRINTABLE), None)
+    if bad is not None:
+        raise DataError(
+            f"{where}: label {label!r} holds the control character {bad!r} "
+            f"(U+{ord(bad):04X}); labels are printed one per line: rename it"
+        )
     return label
 
 

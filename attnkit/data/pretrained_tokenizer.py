@@ -36,7 +36,7 @@ import json
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Self
 
-from attnkit.data.tokenizers import Tokenizer, hf_batch_ids, import_hf_tokenizers
+from attnkit.data.tokenizers import Tokenizer, hf_batch_ids, hf_tokenizer_from_json
 from attnkit.errors import DataError
 
 if TYPE_CHECKING:
@@ -140,14 +140,13 @@ class PretrainedTokenizer(Tokenizer):
 
     @classmethod
     def from_state(cls, state: dict[str, Any]) -> Self:
-        tk = import_hf_tokenizers()
         try:
             ids = {name: int(state[name]) for name in ("pad_id", "bos_id", "eos_id")}
         except (KeyError, TypeError, ValueError) as e:
             raise DataError(f"pretrained tokenizer: a special id is missing or bad ({e})") from None
         unk, mask = state.get("unk_id"), state.get("mask_id")
         return cls(
-            tk.Tokenizer.from_str(json.dumps(state["hf"])),
+            hf_tokenizer_from_json(state["hf"], "tokenizer JSON"),
             **ids,
             unk_id=None if unk is None else int(unk),
             mask_id=None if mask is None else int(mask),

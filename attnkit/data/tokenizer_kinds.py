@@ -23,7 +23,7 @@ from attnkit.data.tokenizers import (
     CharTokenizer,
     Tokenizer,
     WordTokenizer,
-    import_hf_tokenizers,
+    hf_tokenizer_from_json,
 )
 from attnkit.data.unigram import SentencePieceTokenizer
 from attnkit.errors import AttnkitError, DataError
@@ -36,10 +36,9 @@ TokenizerReader = Callable[[dict[str, Any]], Tokenizer]
 def _legacy_hf(state: dict[str, Any]) -> Tokenizer:
     """Kind ``"hf"``: GGUF imports saved before ``PretrainedTokenizer`` took them over
     (the special ids under ``"special_ids"``, decode skipping the file's specials)."""
-    tk = import_hf_tokenizers()
     specials = state["special_ids"]
     return PretrainedTokenizer.with_special_skipped(
-        tk.Tokenizer.from_str(json.dumps(state["hf"])),
+        hf_tokenizer_from_json(state["hf"], "tokenizer JSON"),
         pad_id=specials["pad_id"],
         bos_id=specials["bos_id"],
         eos_id=specials["eos_id"],

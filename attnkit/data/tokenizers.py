@@ -27,7 +27,9 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, ClassVar, Self
 
+from attnkit import jsonio
 from attnkit.data.bounded import check_text_lengths
+from attnkit.data.hf_ids import check_hf_ids
 from attnkit.errors import AttnkitError, DataError, UsageError
 
 if TYPE_CHECKING:
@@ -49,6 +51,13 @@ def import_hf_tokenizers() -> ModuleType:
             "BPE tokenizers need the 'tokenizers' package: pip install 'attnkit[train]'"
         ) from None
     return tokenizers
+
+
+def hf_tokenizer_from_json(data: Any, where: str) -> hf_tokenizers.Tokenizer:
+    """``tokenizers.Tokenizer`` from a parsed ``tokenizer.json``, its ids checked first
+    (``attnkit.data.hf_ids``: ``tokenizers`` sizes its tables by the largest id)."""
+    check_hf_ids(data, where)
+    return import_hf_tokenizers().Tokenizer.from_str(jsonio.dumps(data))
 
 
 def hf_batch_ids(hf: hf_tokenizers.Tokenizer, texts: Sequence[str]) -> list[list[int]]:
@@ -130,7 +139,7 @@ class Tokenizer(ABC):
         return [self.encode(t) for t in texts]
 
     def to_json(self) -> str:
-        return json.dumps(
+        return jsonio.dumps(
             {"kind": self.kind, "version": FORMAT_VERSION, **self._state()}, ensure_ascii=False
         )
 
@@ -316,5 +325,4 @@ class BPETokenizer(_OwnSpecials):
 
     @classmethod
     def from_state(cls, state: dict[str, Any]) -> Self:
-        tk = import_hf_tokenizers()
-        return cls(tk.Tokenizer.from_str(json.dumps(state["hf"])))
+        return cls(hf_tokenizer_from_json(state["hf"], "tokenizer JSON"))

@@ -21,6 +21,7 @@ from typing import Any, Generic, TypeVar
 
 import numpy as np
 
+from attnkit.data.hf_ids import check_hf_ids
 from attnkit.data.readers import read_document
 from attnkit.data.tokenizer_kinds import tokenizer_from_json
 from attnkit.data.tokenizers import BPETokenizer, CharTokenizer, Tokenizer, import_hf_tokenizers
@@ -99,6 +100,7 @@ def load_tokenizer_file(path: str | Path) -> Tokenizer:
             return tokenizer_from_json(text)
         except DataError as e:
             raise DataError(f"{p}: {e}") from None
+    check_hf_ids(data, str(p))  # before tokenizers sizes its tables by the largest id
     return _hf_tokenizer(p, text)
 
 

@@ -29,11 +29,11 @@ CTranslate2 divides scores by ``len ** length_penalty``, not by GNMT's penalty.
 
 from __future__ import annotations
 
-import json
 import tempfile
 from pathlib import Path
 from typing import Any
 
+from attnkit import jsonio
 from attnkit.checkpoints import safe_files
 from attnkit.checkpoints.loading import LoadedModel
 from attnkit.errors import UsageError
@@ -109,7 +109,7 @@ def export_ctranslate2(
                     str(tmp), quantization=quantization, force=True
                 )
             plain = dict(tokenizer_json, post_processor=None)  # CTranslate2 adds </s> itself
-            safe_files.write_text(tmp / "tokenizer.json", json.dumps(plain, ensure_ascii=False))
+            safe_files.write_text(tmp / "tokenizer.json", jsonio.dumps(plain, ensure_ascii=False))
             card = _USAGE.format(source=loaded.directory, version=ctranslate2.__version__,
                                  name=Path(out).name)  # fmt: skip
             safe_files.write_text(tmp / "README.md", card)

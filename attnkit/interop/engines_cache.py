@@ -42,6 +42,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from attnkit import jsonio
 from attnkit.checkpoints import safe_files
 from attnkit.checkpoints.adapters import ADAPTER_FILE, weights_sha256
 from attnkit.checkpoints.files import CONFIG_FILE, TOKENIZER_FILE
@@ -71,7 +72,7 @@ def fingerprint(checkpoint: Path) -> dict[str, str | None]:
 
 
 def cache_key(files: dict[str, str | None], version: str) -> str:
-    payload = json.dumps({"files": files, "version": version, "format": FORMAT}, sort_keys=True)
+    payload = jsonio.dumps({"files": files, "version": version, "format": FORMAT}, sort_keys=True)
     return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
 

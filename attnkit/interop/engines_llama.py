@@ -47,6 +47,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
+from attnkit import jsonio
 from attnkit.checkpoints.loading import LoadedModel
 from attnkit.checkpoints.safe_files import read_text
 from attnkit.errors import CheckpointError, EngineError, UsageError
@@ -251,7 +252,7 @@ def probe(file: Path, first_id: int, command: list[str] | None = None) -> None:
         if not isinstance(seen, dict):
             seen = {}
         seen[key] = outcome
-        write_text(record, json.dumps(seen, indent=2) + "\n")
+        write_text(record, jsonio.dumps(seen, indent=2) + "\n")
     if outcome != "ok":
         llama_cpp = _need_llama_cpp()
         raise EngineError(

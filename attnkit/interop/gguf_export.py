@@ -45,6 +45,7 @@ from typing import Any
 import numpy as np
 from torch import Tensor
 
+from attnkit import jsonio
 from attnkit.checkpoints.loading import LoadedModel
 from attnkit.data.pretrained_tokenizer import PretrainedTokenizer
 from attnkit.errors import UsageError
@@ -154,7 +155,7 @@ def _pre_name(pre_tokenizer: dict[str, Any] | None) -> tuple[str, bool]:
         if _pieces(json.loads(probe.to_str())["pre_tokenizer"]) == ours:
             return name, space
     raise UsageError(
-        f"tokenizer: pre-tokenizer {json.dumps(pre_tokenizer)} has no llama.cpp name "
+        f"tokenizer: pre-tokenizer {jsonio.dumps(pre_tokenizer)} has no llama.cpp name "
         f"(GGUF export knows {', '.join(PRE_TOKENIZERS)})"
     )
 

@@ -38,7 +38,6 @@ Greedy search (``num_beams=1``) is the same function on both sides.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -46,6 +45,7 @@ from typing import Any
 
 import torch
 
+from attnkit import jsonio
 from attnkit.checkpoints import safe_files
 from attnkit.checkpoints.loading import LoadedModel
 from attnkit.errors import ConfigError, UsageError
@@ -174,7 +174,7 @@ def write_hf_directory(
     hf.generation_config = GenerationConfig(**generation_settings(hf))
     with quiet_transformers():
         hf.save_pretrained(directory)
-    text = json.dumps(tokenizer_json, ensure_ascii=False)
+    text = jsonio.dumps(tokenizer_json, ensure_ascii=False)
     safe_files.write_text(directory / "tokenizer.json", text)
     config = hf_tokenizer_config(loaded.tokenizer, hf.config.max_position_embeddings)
     safe_files.write_json(directory / "tokenizer_config.json", config)

@@ -21,6 +21,7 @@ from typing import Any, TypeVar
 from torch import Tensor
 
 from attnkit.checkpoints.safe_files import PICKLE_SUFFIXES, load_tensors, read_json
+from attnkit.data.hf_ids import check_hf_ids
 from attnkit.errors import CheckpointError, ConfigError
 from attnkit.interop.keymap import plan_load
 from attnkit.interop.keytable import Dims, Table
@@ -164,7 +165,11 @@ def read_tokenizer(directory: HFDirectory) -> Any:
         )
     text = path.read_text(encoding="utf-8")
     try:
-        json.loads(text)
+        data = json.loads(text)
+    except ValueError as e:
+        raise CheckpointError(f"{path}: not a tokenizers JSON file ({e})") from None
+    check_hf_ids(data, str(path))  # before tokenizers sizes its tables by the largest id
+    try:
         return Tokenizer.from_str(text)
     except Exception as e:  # tokenizers raises a bare Exception
         raise CheckpointError(f"{path}: not a tokenizers JSON file ({e})") from None

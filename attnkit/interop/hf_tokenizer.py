@@ -28,6 +28,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+from attnkit import jsonio
 from attnkit.data.pretrained_tokenizer import PretrainedTokenizer
 from attnkit.data.tokenizers import BPETokenizer, CharTokenizer, Tokenizer, WordTokenizer
 from attnkit.errors import ConfigError
@@ -118,7 +119,7 @@ def remap_ids(data: dict[str, Any], new_id: Callable[[int], int]) -> dict[str, A
     Handles the vocabularies of BPE/WordLevel/WordPiece models, the added
     tokens and a ``TemplateProcessing`` post-processor.
     """
-    data = json.loads(json.dumps(data))
+    data = json.loads(jsonio.dumps(data))
     model = data.get("model") or {}
     vocab = model.get("vocab")
     if not isinstance(vocab, dict):

@@ -19,7 +19,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from attnkit import __version__
+from attnkit import __version__, jsonio
 from attnkit.checkpoints.loading import LoadedModel
 from attnkit.errors import AttnkitError, UsageError
 
@@ -134,13 +134,13 @@ def _data_and_training(run: dict[str, Any] | None, step: int | None, source: str
         f"{data.get('src_lang', '?')} -> {data.get('tgt_lang', '?')}, splits "
         f"train `{data.get('train', '?')}`, valid `{data.get('valid', '?')}`, "
         f"test `{data.get('test', 'unknown')}`",
-        f"- tokenizer: {json.dumps(run.get('tokenizer'))}",
+        f"- tokenizer: {jsonio.dumps(run.get('tokenizer'))}",
         f"- training steps: {step if step is not None else 'unknown'}",
         f"- run config from `{source}`, copied here as `{RUN_FILE}`; to train again: "
         f"`attnkit train --config {RUN_FILE} --out RUN`",
         "",
         "```json",
-        json.dumps(run, indent=2),
+        jsonio.dumps(run, indent=2),
         "```",
     ]
     return lines
@@ -168,7 +168,7 @@ def _scores(metrics: dict[str, Any] | None, where: str, valid: dict[str, Any] | 
             )
     if valid is not None:
         shown = {k: v for k, v in valid.items() if k not in ("split",)}
-        lines += ["", f"Last validation record of the run: `{json.dumps(shown)}`"]
+        lines += ["", f"Last validation record of the run: `{jsonio.dumps(shown)}`"]
     return lines
 
 

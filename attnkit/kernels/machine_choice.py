@@ -23,6 +23,7 @@ from pathlib import Path
 
 import torch
 
+from attnkit import jsonio
 from attnkit.data.cache import default_root
 from attnkit.errors import AttnkitError
 from attnkit.outputs.atomic import atomic_file
@@ -85,7 +86,7 @@ class ChoiceCache:
         entries[key] = choice
         try:
             with atomic_file(self.path, option=f"{self.file} cache") as tmp:
-                tmp.write_text(json.dumps(entries, indent=1, sort_keys=True), encoding="utf-8")
+                tmp.write_text(jsonio.dumps(entries, indent=1, sort_keys=True), encoding="utf-8")
         except (AttnkitError, OSError):  # a path we may not write: measured again next time
             pass
 

@@ -22,6 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal, Self
 
+from attnkit import jsonio
 from attnkit.errors import ConfigError
 from attnkit.validation import at_least, check_fields, choices, from_mapping, in_range, require
 
@@ -82,7 +83,7 @@ class ModelConfig:
         return {"family": self.family, **{k: _as_json(v) for k, v in fields.items()}}
 
     def to_json(self) -> str:
-        return json.dumps(self.to_dict(), indent=2)
+        return jsonio.dumps(self.to_dict(), indent=2)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Self:

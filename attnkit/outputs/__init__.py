@@ -48,7 +48,12 @@ from attnkit.outputs.atomic import (
     swap_directory,
     write_text,
 )
-from attnkit.outputs.policy import check_output_dir, check_output_file, describe_os_error
+from attnkit.outputs.policy import (
+    check_not_in_run_checkpoints,
+    check_output_dir,
+    check_output_file,
+    describe_os_error,
+)
 from attnkit.outputs.runlock import RunLock, RunLockedError, refuse_if_locked
 
 __all__ = [
@@ -56,6 +61,7 @@ __all__ = [
     "RunLock",
     "RunLockedError",
     "atomic_file",
+    "check_not_in_run_checkpoints",
     "check_replaceable_dir",
     "check_output_dir",
     "check_output_file",

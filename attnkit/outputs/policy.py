@@ -14,6 +14,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from attnkit.errors import UsageError
+from attnkit.outputs.runlock import LOCK_FILE
 
 PathLike = str | os.PathLike[str]
 
@@ -205,3 +206,26 @@ def _check(
     _check_inputs(target, inputs, option, directory=directory, checkpoints=checkpoints)
     _check_parent(target, option)
     return target
+
+
+def check_not_in_run_checkpoints(target: PathLike, option: str = "--out") -> None:
+    """Refuse an output directory inside a run's ``checkpoints/`` (``RUN/checkpoints/X``,
+    at any depth), whose run is any directory holding ``checkpoints/`` beside its
+    ``run.json`` or lock file.
+
+    A checkpoint written there by ``merge``, ``average`` or ``import`` would be
+    listed as that run's own (``step_N``: its latest, resumed from and pruned by
+    ``keep_last``) or sit among files the run deletes; runs own their
+    ``checkpoints/``. ``target`` is the resolved output path (``check_output_dir``).
+    """
+    path = Path(target)
+    for folder in [path, *path.parents]:
+        run = folder.parent
+        if folder.name == "checkpoints" and (
+            (run / "run.json").exists() or (run / LOCK_FILE).exists()
+        ):
+            raise UsageError(
+                f"{label(option, target)}: inside the run {run}'s checkpoints/, which that "
+                "run owns (it lists, resumes from and prunes what is there); choose a "
+                "directory outside it"
+            )

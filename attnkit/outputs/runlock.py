@@ -78,30 +78,47 @@ class RunLock:
         self.path = self.run_dir / LOCK_FILE
         self.option = option
         self._fd: int | None = None
+        self._announced = False
 
     @property
     def held(self) -> bool:
         return self._fd is not None
 
-    def acquire(self) -> RunLock:
-        """Take the lock (the directory must exist); ``RunLockedError`` if another holds it."""
+    def acquire(self, *, announce: bool = True) -> RunLock:
+        """Take the lock (the directory must exist); ``RunLockedError`` if another holds it.
+
+        ``announce=False`` takes it without writing the PID (see ``announce``), for a
+        command that may still be refused: a refused command changes nothing on disk.
+        """
         if self._fd is not None:
+            if announce:
+                self.announce()
             return self
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         try:
             if not _try_lock(fd):
                 raise _refusal(self.run_dir, self.option, self.path)
-            os.ftruncate(fd, 0)
-            os.write(fd, f"{os.getpid()}\n".encode("ascii"))
         except BaseException:
             os.close(fd)
             raise
         self._fd = fd
+        if announce:
+            self.announce()
         return self
+
+    def announce(self) -> None:
+        """Write this process's PID into the held lock file (named in other runs'
+        refusals); once the command has passed its checks and starts writing."""
+        if self._fd is None or self._announced:
+            return
+        os.ftruncate(self._fd, 0)
+        os.pwrite(self._fd, f"{os.getpid()}\n".encode("ascii"), 0)
+        self._announced = True
 
     def release(self) -> None:
         if self._fd is not None:
             fd, self._fd = self._fd, None
+            self._announced = False
             os.close(fd)  # closing drops the flock
 
     def __enter__(self) -> RunLock:

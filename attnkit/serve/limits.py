@@ -20,13 +20,13 @@ plain text: malformed HTTP (400) and overload past ``--max-connections`` (503).
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
 import h11
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
+from attnkit import jsonio
 from attnkit.serve.error_shape import error_body
 
 Scope = MutableMapping[str, Any]
@@ -44,7 +44,7 @@ async def send_error(send: Send, scope: Scope, status: int, message: str) -> Non
 
 
 async def send_json(send: Send, status: int, body: dict[str, Any], *, close: bool) -> None:
-    data = json.dumps(body).encode("utf-8")
+    data = jsonio.dumps(body).encode("utf-8")
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(data)).encode())]
     if close:
         headers.append((b"connection", b"close"))
@@ -166,7 +166,7 @@ class HeaderTimeoutH11(H11Protocol):
 
     def send_400_response(self, msg: str) -> None:
         """uvicorn's answer to a request h11 cannot parse, as JSON (uvicorn's is plain text)."""
-        data = json.dumps({"error": MALFORMED_HTTP}).encode("utf-8")
+        data = jsonio.dumps({"error": MALFORMED_HTTP}).encode("utf-8")
         headers = [(b"content-type", b"application/json"), (b"connection", b"close"),
                    (b"content-length", str(len(data)).encode())]  # fmt: skip
         try:

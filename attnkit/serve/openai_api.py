@@ -30,7 +30,6 @@ holds at most ``--max-rows-per-request`` rows of the running batch at once
 from __future__ import annotations
 
 import asyncio
-import json
 import secrets
 import time
 import uuid
@@ -42,6 +41,7 @@ from fastapi import FastAPI, Request
 from fastapi.params import Depends
 from fastapi.responses import JSONResponse, StreamingResponse
 
+from attnkit import jsonio
 from attnkit.serve.batcher import BatcherClosed, DynamicBatcher
 from attnkit.serve.completion import Completion, OnDelta, generate_choices
 from attnkit.serve.continuous import GENERATE, ContinuousGenerator, GenerationJob
@@ -62,7 +62,7 @@ _DONE = b"data: [DONE]\n\n"
 
 
 def _sse(data: dict[str, Any]) -> bytes:
-    return b"data: " + json.dumps(data, ensure_ascii=False).encode("utf-8") + b"\n\n"
+    return b"data: " + jsonio.dumps(data, ensure_ascii=False).encode("utf-8") + b"\n\n"
 
 
 class _Answer:
@@ -225,7 +225,7 @@ def add_openai_routes(
                 completions = await execute(None)
             finally:
                 watcher.cancel()
-            return JSONResponse(answer.whole(completions))
+            return JSONResponse(jsonio.finite_tree(answer.whole(completions)))
         include_usage = req.stream_options is not None and req.stream_options.include_usage
         backlog = StreamBacklog(handle, settings.stall_timeout)
         events = _stream(request, execute, backlog, answer, len(prompts) * req.n, include_usage)

@@ -49,6 +49,7 @@ from torch import Tensor, nn
 
 from attnkit.checkpoints.digest import weights_digest
 from attnkit.checkpoints.files import MODEL_FILE, TRAINER_FILE, load_checkpoint
+from attnkit.checkpoints.finite import check_finite
 from attnkit.checkpoints.rundir import resolve_checkpoint
 from attnkit.data.tokenizer_kinds import tokenizer_from_json
 from attnkit.data.tokenizers import Tokenizer
@@ -126,6 +127,7 @@ def load_initial(path: str | Path, *, expected_sha256: str | None = None) -> Ini
             "the checkpoint changed since the run started from it"
         )
     ckpt = load_checkpoint(directory, load_optimizer=False)
+    check_finite(ckpt.model_state, weights)  # NaN weights: every step would be skipped
     try:
         family = get_family(ckpt.config.get("family", "transformer"))
         config = family.config_class.from_dict(ckpt.config)

@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
+from attnkit import jsonio
 from attnkit.errors import ConfigError
 
 Record = dict[str, Any]
@@ -54,7 +55,7 @@ def truncate_metrics(path: str | Path, last_step: int) -> list[Record]:
         if isinstance(record, dict) and record.get("step", 0) <= last_step:
             kept.append(record)
     tmp = path.with_suffix(".jsonl.tmp")
-    tmp.write_text("".join(json.dumps(r) + "\n" for r in kept), encoding="utf-8")
+    tmp.write_text("".join(jsonio.dumps(r) + "\n" for r in kept), encoding="utf-8")
     tmp.replace(path)
     return kept
 
@@ -71,7 +72,7 @@ class JsonlSink:
     def write(self, record: Record) -> None:
         self.records.append(record)
         with self.path.open("a", encoding="utf-8") as f:
-            f.write(json.dumps(record) + "\n")
+            f.write(jsonio.dumps(record) + "\n")
 
     def on_eval(self) -> None:
         pass

@@ -27,7 +27,8 @@ Numerical guards: an update whose loss or gradient norm is NaN/inf is skipped (n
 optimizer or schedule step, gradients zeroed), logged and counted; more than
 ``train.max_nonfinite`` such updates in a row stop training with a ``TrainingError``, and
 weights holding NaN/inf are never saved. fp16 overflow skips are the loss scaler's
-business and do not count.
+business and do not count. A run whose every update was skipped (``train.lora.alpha:
+1e308``, weights near the float32 maximum) is an error too, and saves no checkpoint.
 
 ``callbacks`` (``(event, step) -> None``) are called at two moments, for tests that crash
 a run there: ``"train_step"`` after the backward pass and before the update, and
@@ -42,7 +43,7 @@ import warnings
 from collections.abc import Callable, Sequence
 from contextlib import nullcontext
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import torch
 
@@ -238,9 +239,11 @@ class Trainer:
                 f"without saving; the last good checkpoint is {latest}; "
                 "try a lower train.lr, train.precision=fp32 or train.clip_norm=1.0"
             )
+        if self.nonfinite_streak > 1:  # once per streak: each skip is in metrics.jsonl
+            return
         warnings.warn(
-            f"step {self.step}: {what}; update skipped "
-            f"({self.nonfinite_streak} in a row, train.max_nonfinite={limit})",
+            f"step {self.step}: {what}; update skipped (more than "
+            f"train.max_nonfinite={limit} in a row stop the run; each is logged)",
             RuntimeWarning,
             stacklevel=3,
         )
@@ -323,6 +326,8 @@ class Trainer:
         last_valid: dict[str, float] = {}
         stopped_early = False
         first_step = self.step
+        skipped_at_start = self.skipped_steps
+        last_skip = ""
         reached_goal = False
         # Steps the time budget still holds at the speed so far (None: no budget, or
         # too early to tell), measured once per step after the update.
@@ -350,7 +355,10 @@ class Trainer:
                 bar.total = min(cfg.max_steps, self.step + steps_left)
             bar.update(1)
             if stats["skipped"]:
+                last_skip = stats["skipped"]
                 log.log({"split": "skipped", "step": self.step, "reason": stats["skipped"]})
+            # Updates applied in this session: with none, the weights are the start's.
+            applied = self.step - first_step - (self.skipped_steps - skipped_at_start)
             out_of_time = cfg.max_minutes is not None and self.dist.from_main(
                 time.perf_counter() - start >= 60.0 * cfg.max_minutes
             )  # rank 0's clock decides, so every rank stops at the same step
@@ -385,7 +393,8 @@ class Trainer:
                 shares = int(self.step / max(self.step + steps_left, 1) / cfg.save_fraction)
                 budget_save = self.dist.from_main(shares > saved_shares)
                 saved_shares = max(saved_shares, shares)
-            if (cfg.save_every and self.step % cfg.save_every == 0) or budget_save or last:
+            due = (cfg.save_every and self.step % cfg.save_every == 0) or budget_save or last
+            if due and applied > 0:  # nothing applied yet: the start's weights, unchanged
                 self.save()
             if out_of_time:
                 stopped_early = True
@@ -396,5 +405,22 @@ class Trainer:
                 break
         bar.close()
         log.close()
+        ran = self.step - first_step
+        if ran > 0 and ran == self.skipped_steps - skipped_at_start:
+            raise_nothing_learned(ran, last_skip, rundir.latest_checkpoint(self.out_dir))
         return {"step": self.step, "stopped_early": stopped_early, "valid": last_valid,
                 "skipped_steps": self.skipped_steps}  # fmt: skip
+
+
+def raise_nothing_learned(steps: int, reason: str, latest: Path | None) -> NoReturn:
+    """A run whose every update was skipped learned nothing: an error, not a success.
+
+    No checkpoint was written for it (the weights are still the ones it started
+    from), so ``--resume`` and ``average`` never take a no-op for progress.
+    """
+    where = latest if latest is not None else "none"
+    raise TrainingError(
+        f"all {steps} updates of this run were skipped ({reason}); nothing was learned "
+        f"and no checkpoint was written (the last good one: {where}); look for weights "
+        "or a scale that overflow: train.lora.alpha, train.lr, the --init weights"
+    )

@@ -17,11 +17,11 @@ only some of them read, ``config_tasks``. Every name is importable from here.
 from __future__ import annotations
 
 import dataclasses
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from attnkit import jsonio
 from attnkit.errors import ConfigError
 from attnkit.training.config_sections import (
     MAX_GRAD_ACCUM,
@@ -141,7 +141,7 @@ class RunConfig:
         return data
 
     def to_json(self) -> str:
-        return json.dumps(self.to_dict(), indent=2)
+        return jsonio.dumps(self.to_dict(), indent=2)
 
 
 def parse_override(text: str) -> tuple[list[str], Any]:

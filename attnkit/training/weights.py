@@ -100,7 +100,7 @@ class LoRAWeights:
                  if isinstance(module, ClassificationHead)
                  for name, _ in module.named_parameters()}  # fmt: skip
         self.fresh = [name for name in params if name not in base_keys or name in heads]
-        self.adapted = install_lora(model, self.info.lora)
+        self.adapted = install_lora(model, self.info.lora, field="train.lora")
         for name in self.fresh:  # a new head: trained in full
             params[name].requires_grad_(True)
         self.trained = [name for name, p in model.named_parameters() if p.requires_grad]

@@ -87,3 +87,45 @@ def test_commands_read_a_lora_checkpoint_directly(tmp_path, command):
     args = {"generate": ["--prompt", "the", "--max-new-tokens", "3"],
             "evaluate": ["--text", str(text), "--context", "16"]}[command]  # fmt: skip
     assert main([command, "--checkpoint", str(lora), "--device", "cpu", *args]) == 0
+
+
+def test_merge_base_takes_a_run_directory_as_checkpoint_does(tmp_path, capsys):
+    base, lora, _ = lora_run(tmp_path)
+    run = tmp_path / "base_run"
+    (run / "checkpoints").mkdir(parents=True)
+    base.rename(run / "checkpoints" / "step_00000007")  # the base moved into a run
+    out = tmp_path / "merged"
+    assert main(["merge", "--checkpoint", str(lora), "--base", str(run), "--out", str(out)]) == 0
+    assert "step_00000007" in capsys.readouterr().out
+    assert main(["merge", "--checkpoint", str(lora), "--base", str(tmp_path / "nowhere"),
+                 "--out", str(tmp_path / "m2")]) == 2  # fmt: skip
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--base " in err and "not found" in err
+
+
+@pytest.mark.parametrize("command", ["merge", "average"])
+def test_out_inside_another_runs_checkpoints_is_refused(tmp_path, capsys, command):
+    """A checkpoint written into RUN/checkpoints/ would be taken for that run's own
+    (its latest, resumed from, pruned): refused, and nothing is written."""
+    base, lora, _ = lora_run(tmp_path)
+    other = tmp_path / "other"
+    (other / "checkpoints").mkdir(parents=True)
+    (other / "run.json").write_text("{}\n")
+    for out in (other / "checkpoints" / "step_99999999", other / "checkpoints"):
+        if command == "merge":
+            argv = ["merge", "--checkpoint", str(lora), "--out", str(out), "--overwrite"]
+        else:
+            argv = [
+                "average",
+                "--checkpoints",
+                str(base),
+                str(base),
+                "--out",
+                str(out),
+                "--overwrite",
+            ]
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1
+        assert f"inside the run {other}'s checkpoints/, which that run owns" in err
+        assert list((other / "checkpoints").iterdir()) == []

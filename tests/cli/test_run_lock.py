@@ -70,3 +70,44 @@ def test_train_holds_the_lock_while_it_runs_and_a_kill_leaves_it_free(config, tm
     assert (run / LOCK_FILE).is_file()  # left behind, and harmless:
     with RunLock(run):
         pass
+
+
+def test_a_refused_resume_leaves_the_lock_file_as_it_was(tmp_path, capsys):
+    """The lock is taken at once, but its PID is written only once the command is
+    accepted: a refused `train --resume` changes no byte and no mtime in the run."""
+    import json
+
+    from attnkit.cli.main import main
+
+    config = tiny_run_config(tmp_path, max_steps=2, save_every=2)
+    run = tmp_path / "run"
+    assert main(["train", "--config", str(config), "--out", str(run), "--no-progress",
+                 "--device", "cpu"]) == 0  # fmt: skip
+    capsys.readouterr()
+    lock = run / LOCK_FILE
+    lock.write_text("4242\n")  # an earlier holder's PID, long gone
+    os.utime(lock, ns=(1_000_000_000, 1_000_000_000))
+    state = run / "checkpoints" / "step_00000002" / "trainer_state.json"
+
+    def snapshot() -> dict[str, tuple[bytes, int]]:
+        return {str(p): (p.read_bytes(), p.stat().st_mtime_ns)
+                for p in sorted(run.rglob("*")) if p.is_file()}  # fmt: skip
+
+    refusals = [
+        # refused before the run directory is opened (--init on a run that had none)
+        (["--init", str(run)], "did not start from a checkpoint"),
+        # refused while resuming, after the run directory is opened (a crafted step)
+        ([], "step"),
+    ]
+    for extra, message in refusals:
+        if not extra:
+            data = json.loads(state.read_text())
+            data["step"] = -3
+            state.write_text(json.dumps(data))
+            os.utime(state, ns=(2_000_000_000, 2_000_000_000))
+        before = snapshot()
+        code = main(["train", "--config", str(config), "--out", str(run), "--resume",
+                     "--no-progress", "--device", "cpu", *extra])  # fmt: skip
+        err = capsys.readouterr().err
+        assert code in (1, 2) and err.count("\n") == 1 and message in err, err
+        assert snapshot() == before

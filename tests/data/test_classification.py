@@ -135,3 +135,19 @@ def test_the_real_sst2_files_read(shared_data):
     dev = read_labelled(shared_data / "sst2" / "dev.tsv")
     assert (len(train), len(dev)) == (67349, 872)
     assert label_names(train.labels) == ("0", "1") and train.pairs is None
+
+
+@pytest.mark.parametrize(
+    ("label", "shown"),
+    [("pos\tneg", r"'\\t' \(U\+0009\)"), ("pos\nneg", r"'\\n' \(U\+000A\)"),
+     ("a\u2028b", r"'\\u2028' \(U\+2028\)"), ("x\x85y", r"'\\x85' \(U\+0085\)")],
+)  # fmt: skip
+def test_a_label_holding_a_tab_or_line_break_is_refused_naming_the_line(tmp_path, label, shown):
+    """`classify` prints one label<TAB>probability line per input; such a label broke it."""
+    text = (
+        json.dumps({"label": "ok", "text": "a"}) + "\n" + json.dumps({"label": label, "text": "b"})
+    )
+    with pytest.raises(
+        DataError, match=rf"b.jsonl:2: label .* holds the control character {shown}"
+    ):
+        read_labelled(_write(tmp_path, "b.jsonl", text + "\n"))

@@ -7,6 +7,7 @@ code and the standard error seen here are exactly what a user sees.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import resource
 import subprocess
@@ -15,7 +16,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from attnkit.data.synthetic import number_splits
-from attnkit.outputs.runlock import LOCK_FILE
 
 REPO = Path(__file__).parents[2]
 
@@ -83,7 +83,7 @@ def cli(*argv: str, cwd: Path, stdin: str | None = None) -> subprocess.Completed
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     env.setdefault("OMP_NUM_THREADS", "1")  # tiny models; be kind to a shared machine
-    return subprocess.run(
+    result = subprocess.run(
         [sys.executable, "-m", "attnkit", *argv],
         cwd=cwd,
         env=env,
@@ -95,14 +95,41 @@ def cli(*argv: str, cwd: Path, stdin: str | None = None) -> subprocess.Completed
         timeout=600,
         preexec_fn=_limit_address_space,
     )
+    check_json_lines(result.stdout, what=" ".join(argv[:1]))
+    return result
+
+
+def check_json_lines(text: str, what: str = "output") -> None:
+    """Every JSON value in ``text`` that starts a line (a summary, a ``--json`` line, an
+    indented block) must be strict JSON (``attnkit.jsonio``): ``NaN``/``Infinity``,
+    which only Python's parser reads, fail the test."""
+    lenient = json.JSONDecoder()
+    strict = json.JSONDecoder(parse_constant=_not_json)
+    start = 0
+    for line in text.splitlines(keepends=True):
+        if line.startswith(("{", "[")):
+            try:
+                lenient.raw_decode(text, start)
+            except ValueError:
+                pass  # not JSON at all (a message in brackets)
+            else:
+                try:
+                    strict.raw_decode(text, start)
+                except ValueError as e:
+                    raise AssertionError(f"{what}: not strict JSON ({e}): {line.strip()}") from e
+        start += len(line)
+
+
+def _not_json(name: str) -> None:
+    raise ValueError(f"{name} is not JSON")
 
 
 def snapshot(*roots: Path) -> dict[str, tuple]:
     """Every file and directory under ``roots``: kind, size, mtime and a hash of the bytes.
 
-    Two equal snapshots mean nothing was created, removed, rewritten or touched. The
-    run lock (``.attnkit.lock``) is the exception: a command that takes an existing run's
-    lock writes its PID there (and nothing else), so only its presence is compared.
+    Two equal snapshots mean nothing was created, removed, rewritten or touched, the
+    run lock (``.attnkit.lock``) included: a command writes its PID there only once it
+    has been accepted (``RunLock.announce``), so a refused one leaves it as it was.
     """
     state: dict[str, tuple] = {}
     for root in roots:
@@ -111,9 +138,7 @@ def snapshot(*roots: Path) -> dict[str, tuple]:
             continue
         for path in [root, *sorted(root.rglob("*"))]:
             st = path.lstat()
-            if path.name == LOCK_FILE:
-                state[str(path)] = ("lock",)
-            elif path.is_dir():
+            if path.is_dir():
                 state[str(path)] = ("dir", st.st_mtime_ns)
             elif path.is_file():
                 digest = hashlib.sha256(path.read_bytes()).hexdigest()

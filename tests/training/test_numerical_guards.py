@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import warnings
 
 import pytest
 import torch
@@ -23,8 +24,10 @@ MODEL = {"preset": "small", "d_model": 32, "num_heads": 2, "d_ff": 64,
 
 
 def _trainer(tmp_path, **train) -> Trainer:
+    # cpu_matmul fixed: "auto" may time extra loss calls on the first batch, which would
+    # shift the steps _poison_loss counts.
     train = {"max_tokens": 400, "warmup_steps": 3, "log_every": 1, "eval_every": 1000,
-             "save_every": 0, **train}  # fmt: skip
+             "save_every": 0, "cpu_matmul": "mkl", **train}  # fmt: skip
     run = RunConfig.from_dict({"model": MODEL, "train": train})
     texts = [s for s, _ in PAIRS] + [t for _, t in PAIRS]
     return Trainer(
@@ -72,8 +75,14 @@ def test_a_nonfinite_loss_skips_the_update_with_a_warning(tmp_path, monkeypatch)
     before = _snapshot(trainer)
     adam_step = float(trainer.optimizer.state_dict()["state"][0]["step"])
     for step in (3, 4):
-        with pytest.warns(RuntimeWarning, match=f"step {step}: non-finite loss; update skipped"):
+        # One warning per streak (its first skip); each skip is logged in metrics.jsonl.
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
             stats = trainer.train_step()
+        said = [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)]
+        assert said == (["step 3: non-finite loss; update skipped (more than "
+                         "train.max_nonfinite=2 in a row stop the run; each is logged)"]
+                        if step == 3 else [])  # fmt: skip
         assert stats["skipped"] == "non-finite loss"
         # No update at all: weights, Adam state and schedule stay; gradients are gone.
         after = _snapshot(trainer)
@@ -140,7 +149,13 @@ def test_the_cli_stops_with_one_line_and_exit_code_1(tmp_path, monkeypatch, caps
                 "data": {"dir": str(tmp_path), "src_lang": "en", "tgt_lang": "de", "valid": None},
                 "tokenizer": {"kind": "char"},
                 "model": MODEL,
-                "train": {"max_steps": 10, "max_tokens": 400, "save_every": 2, "max_nonfinite": 1},
+                "train": {
+                    "max_steps": 10,
+                    "max_tokens": 400,
+                    "save_every": 2,
+                    "max_nonfinite": 1,
+                    "cpu_matmul": "mkl",
+                },
             }
         ),  # fmt: skip
         encoding="utf-8",
@@ -214,3 +229,32 @@ def test_fp16_with_fsdp_is_refused_by_name(tmp_path):
             tmp_path,
             distributed=DistContext(rank=0, world_size=2),  # refused before any collective
         )
+
+
+def test_a_run_whose_every_update_was_skipped_is_an_error_and_saves_nothing(tmp_path, monkeypatch):
+    """train.lora.alpha 1e308 or weights near float32's maximum: every loss non-finite,
+    but fewer than train.max_nonfinite steps. Not a success: no checkpoint, an error."""
+    trainer = _trainer(tmp_path, max_steps=4, save_every=2, max_nonfinite=10)
+    _poison_loss(monkeypatch, {1, 2, 3, 4})
+    with pytest.warns(RuntimeWarning), pytest.raises(TrainingError) as error:
+        trainer.fit()
+    message = str(error.value)
+    assert "\n" not in message
+    assert message.startswith("all 4 updates of this run were skipped (non-finite loss)")
+    assert "no checkpoint was written" in message and "train.lora.alpha" in message
+    assert not (tmp_path / "checkpoints").exists()
+    # What was logged is strict JSON: the NaN losses are null, with the reason beside.
+    records = [json.loads(x, parse_constant=pytest.fail)
+               for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]  # fmt: skip
+    train = [r for r in records if r["split"] == "train"]
+    assert train[0]["loss"] is None and train[0]["nonfinite"]["loss"] == "NaN"
+
+
+def test_a_run_with_one_applied_update_succeeds_and_saves(tmp_path, monkeypatch):
+    trainer = _trainer(tmp_path, max_steps=4, save_every=2, max_nonfinite=10)
+    _poison_loss(monkeypatch, {1, 2, 3})  # step 4 learns
+    with pytest.warns(RuntimeWarning):
+        summary = trainer.fit()
+    assert summary["skipped_steps"] == 3
+    # Step 2's save found nothing applied yet (the start's weights): only step 4 is saved.
+    assert [p.name for p in ckpt.list_checkpoints(tmp_path)] == ["step_00000004"]

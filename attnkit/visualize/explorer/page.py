@@ -22,13 +22,14 @@ Two modes:
 from __future__ import annotations
 
 import html
-import json
 import re
 from dataclasses import asdict, dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
+
+from attnkit import jsonio
 
 __all__ = ["SCRIPTS", "ServedForm", "render_page", "write_page"]
 
@@ -63,7 +64,7 @@ def _script_json(value: Any) -> str:
     ``<`` only occurs inside JSON strings, where ``\\u003c`` means the same, so no
     token text can close the script element.
     """
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":")).replace("<", "\\u003c")
+    return jsonio.dumps(value, ensure_ascii=False, separators=(",", ":")).replace("<", "\\u003c")
 
 
 def _csp(api_url: str | None) -> str:

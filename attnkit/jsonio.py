@@ -1,0 +1,87 @@
+"""Strict JSON out: every JSON attnkit writes or prints goes through ``dumps``/``dump``.
+
+Python's ``json`` writes ``NaN``, ``Infinity`` and ``-Infinity`` by default,
+which no other JSON parser accepts (RFC 8259 has no such literals): a
+training summary whose validation loss was NaN printed ``"loss": NaN`` and
+broke ``jq`` and every reader in another language. Here a non-finite float
+becomes ``null``, and the object holding it gets a ``"nonfinite"`` key naming
+what each such value was (``{"loss": null, "nonfinite": {"loss": "NaN"}}``),
+so the reason is not lost; in a list the ``null`` stands alone. The result is
+then encoded with ``allow_nan=False``, so a value that slipped past the
+replacement (a float subclass with its own ``__repr__``) is an error here
+rather than invalid JSON on disk.
+
+Every other keyword is ``json.dumps``'s, unchanged: a tree without
+non-finite values is encoded byte for byte as ``json.dumps`` would, so
+digests computed over ``dumps`` output (``sort_keys=True``) do not change.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import IO, Any
+
+NONFINITE_KEY = "nonfinite"
+
+
+def _name(x: float) -> str:
+    if math.isnan(x):
+        return "NaN"
+    return "Infinity" if x > 0 else "-Infinity"
+
+
+def finite_tree(obj: Any) -> Any:
+    """``obj`` with every non-finite float replaced by ``None`` (see the module doc).
+
+    Dicts, lists and tuples are copied where they hold a non-finite value and
+    returned as they are otherwise; other values pass through untouched.
+    """
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        out: dict[Any, Any] = {}
+        reasons: dict[str, str] = {}
+        changed = False
+        for key, value in obj.items():
+            if isinstance(value, float) and not math.isfinite(value):
+                out[key], reasons[str(key)] = None, _name(value)
+                changed = True
+                continue
+            new = finite_tree(value)
+            changed = changed or new is not value
+            out[key] = new
+        if not changed:
+            return obj
+        if reasons:
+            previous = out.get(NONFINITE_KEY)
+            merged = dict(previous) if isinstance(previous, dict) else {}
+            merged.update(reasons)
+            out[NONFINITE_KEY] = merged
+        return out
+    if isinstance(obj, (list, tuple)):
+        items = [finite_tree(v) for v in obj]
+        if all(new is old for new, old in zip(items, obj)):
+            return obj
+        return items
+    return obj
+
+
+def dumps(obj: Any, **kwargs: Any) -> str:
+    """``json.dumps(obj, **kwargs)`` as strict JSON: non-finite floats as ``null``."""
+    return json.dumps(finite_tree(obj), allow_nan=False, **kwargs)
+
+
+def dump(obj: Any, fp: IO[str], **kwargs: Any) -> None:
+    """``json.dump(obj, fp, **kwargs)`` as strict JSON: non-finite floats as ``null``."""
+    json.dump(finite_tree(obj), fp, allow_nan=False, **kwargs)
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"not JSON: {name}")
+
+
+def loads_strict(text: str | bytes) -> Any:
+    """``json.loads`` that refuses ``NaN``/``Infinity`` (what other parsers do); for tests
+    and for readers that must not accept what another tool could not read."""
+    return json.loads(text, parse_constant=_refuse_constant)
