@@ -17,8 +17,9 @@ Examples:
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
+
+from attnkit import jsonio
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -44,7 +45,7 @@ def _list(as_json: bool) -> int:
     table = load_table()
     if as_json:
         for c in table.values():
-            print(json.dumps({"name": c.name, "title": c.title, "task": c.task,
+            print(jsonio.dumps({"name": c.name, "title": c.title, "task": c.task,
                               "download_bytes": c.download_size,
                               "installed_bytes": c.installed_size, "license": c.license,
                               "license_url": c.license_url, "source": c.source,

@@ -18,11 +18,11 @@ Example:
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from attnkit import jsonio
 from attnkit.cli.common import (
     add_device_argument,
     add_precision_argument,
@@ -65,7 +65,7 @@ def _write(vectors: Tensor, texts: list[str], output: str | None, inputs: list[P
 
     if output is None:
         for text, row in zip(texts, vectors.tolist()):
-            print(json.dumps({"text": text, "embedding": row}, ensure_ascii=False))
+            print(jsonio.dumps({"text": text, "embedding": row}, ensure_ascii=False))
         return
     suffix = Path(output).suffix
     with atomic_file(output, option="--output", inputs=inputs) as tmp:
@@ -77,7 +77,7 @@ def _write(vectors: Tensor, texts: list[str], output: str | None, inputs: list[P
         else:
             with open(tmp, "w", encoding="utf-8") as f:
                 for text, row in zip(texts, vectors.tolist()):
-                    f.write(json.dumps({"text": text, "embedding": row}, ensure_ascii=False))
+                    f.write(jsonio.dumps({"text": text, "embedding": row}, ensure_ascii=False))
                     f.write("\n")
 
 

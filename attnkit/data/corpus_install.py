@@ -33,6 +33,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from attnkit import jsonio
 from attnkit.data.corpora import Corpus, CorpusFile, Download
 from attnkit.data.corpus_steps import STEPS, Value
 from attnkit.data.download import fetch, sha256_file
@@ -182,7 +183,7 @@ def install(corpus: Corpus, to: Path, *, progress: bool = True, log: Log = print
                                    "pinned": d.sha256 is not None} for d in corpus.downloads],
                     "files": files, "created": time.strftime("%Y-%m-%d %H:%M:%S"),
                 }  # fmt: skip
-                text = json.dumps(record, indent=1) + "\n"
+                text = jsonio.dumps(record, indent=1) + "\n"
                 (out / MANIFEST).write_text(text, encoding="utf-8")  # last: the folder is whole
         except DataError:
             shutil.rmtree(work, ignore_errors=True)  # what made a wrong file is not kept either

@@ -27,6 +27,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from attnkit import jsonio
 from attnkit.errors import DataError
 
 MAX_EXPANDED = 1 << 31  # bytes a gunzip step may produce (2 GiB): a gzip bomb stops here
@@ -107,7 +108,7 @@ def aeslc(value: Value, args: dict[str, Any]) -> bytes:
                           annotations=[a0, a1, a2])  # fmt: skip
         else:
             record.update(summary=rest, id=path.name.removesuffix(".subject"))
-        lines.append(json.dumps(record, ensure_ascii=False) + "\n")
+        lines.append(jsonio.dumps(record, ensure_ascii=False) + "\n")
     if not lines:
         raise DataError(f"{value.name}: no .subject files")
     return "".join(lines).encode("utf-8")
@@ -124,7 +125,7 @@ def squad_articles(value: Value, args: dict[str, Any]) -> bytes:
         raise DataError(f"expected more than {tail} articles")
     part = articles[-tail:] if args["part"] == "tail" else articles[:-tail]
     out = {"data": part, "version": squad.get("version", "1.1")}
-    return json.dumps(out, ensure_ascii=False).encode("utf-8")
+    return jsonio.dumps(out, ensure_ascii=False).encode("utf-8")
 
 
 # op name -> step; the corpus table names these (a plain dict: registries at the edges)

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from attnkit import jsonio
 from attnkit.data.cache import Log, ensure, file_identity
 from attnkit.errors import ConfigError, DataError
 
@@ -288,7 +289,7 @@ def _local_files(data_files: Any) -> list[dict[str, Any]]:
 def _lines(ds: Any, fmt: RecordFormat, cols: Columns, where: str) -> Iterator[bytes]:
     for i, row in enumerate(ds):
         try:
-            line = json.dumps(fmt.make(row, cols), ensure_ascii=False).encode("utf-8") + b"\n"
+            line = jsonio.dumps(fmt.make(row, cols), ensure_ascii=False).encode("utf-8") + b"\n"
         except DataError as e:
             raise DataError(f"{where} row {i}: {e}") from None
         if len(line) > MAX_RECORD_BYTES:
@@ -321,7 +322,7 @@ def export_split(
     fingerprint = {
         "dataset": {"path": settings.path, "name": settings.name, "split": split,
                     "revision": settings.revision, "streaming": settings.streaming,
-                    "data_files": json.loads(json.dumps(settings.data_files, default=str))},
+                    "data_files": json.loads(jsonio.dumps(settings.data_files, default=str))},
         "fingerprint": getattr(ds, "_fingerprint", None),  # datasets' own: the data it read
         "inputs": _local_files(settings.data_files),
         "format": format_name, "columns": of, "langs": list(langs),

@@ -32,7 +32,6 @@ removed from ``engines/``; a link there is unlinked, never followed.
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import re
 import shutil

@@ -42,6 +42,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from attnkit import jsonio
 from attnkit.errors import EngineError
 from attnkit.outputs import describe_os_error
 from attnkit.outputs.policy import kind_of
@@ -248,6 +249,6 @@ def _write_stamps(directory: Path, manifest: dict[str, Any]) -> None:
     from attnkit.outputs.atomic import write_text
 
     try:
-        write_text(directory / MANIFEST, json.dumps(manifest, indent=2) + "\n")
+        write_text(directory / MANIFEST, jsonio.dumps(manifest, indent=2) + "\n")
     except (OSError, AttnkitError):
         pass
