@@ -7,6 +7,7 @@ the role table that finds each family's projections (``targets.py``).
 
 from attnkit.adapters.config import ROLES, LoRAConfig
 from attnkit.adapters.install import (
+    adapted_projection,
     adapter_state,
     base_name,
     count_parameters,
@@ -21,6 +22,7 @@ __all__ = [
     "ROLES",
     "LoRAConfig",
     "LoRALinear",
+    "adapted_projection",
     "adapter_state",
     "base_name",
     "count_parameters",
