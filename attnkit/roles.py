@@ -42,10 +42,11 @@ PROJECTION_ROLES: tuple[str, ...] = ("q", "k", "v", "o", "ffn_in", "ffn_gate", "
 # Linears an attention or FFN module owns that are not projections of the stream:
 # a mixture of experts' router, an attention score's own weights.
 OTHER_LINEAR_ROLES: tuple[str, ...] = ("router", "score")
-# What a parameter is, for the optimizer (no decay; a learning rate of its own)
-# and for freezing: relative-position terms (T5 buckets, Shaw's tables, Swin's
-# window bias), an absolute position table, a norm's weight or bias, an embedding.
-ParameterKind = Literal["relative_position", "position", "norm", "embedding"]
+# What a parameter is, for the optimizer (no decay; a learning rate of its own),
+# for freezing and for LoRA: relative-position terms (T5 buckets, Shaw's tables,
+# Swin's window bias), an absolute position table, a norm's weight or bias, an
+# embedding, a task head (a classifier: a LoRA run trains it in full).
+ParameterKind = Literal["relative_position", "position", "norm", "embedding", "head"]
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ Entries of the list, combined:
 Freezing sets ``requires_grad=False``: the optimizer never sees those
 parameters (``build_optimizer`` takes trainable ones only), no gradient is
 computed for them, and the trainable count that ``attnkit train`` prints
-(``attnkit.training.init.count_parameters``) leaves them out.
+(``attnkit.training.warm_start.count_parameters``) leaves them out.
 """
 
 from __future__ import annotations
