@@ -26,7 +26,13 @@ from typing import Protocol
 from torch import Tensor, nn
 
 from attnkit.adapters import LoRAConfig, install_lora, lora_parameter_names
-from attnkit.checkpoints.adapters import ADAPTER_FILE, AdapterInfo, load_lora_state
+from attnkit.checkpoints.adapters import (
+    ADAPTER_FILE,
+    ADAPTER_FORMAT,
+    AdapterInfo,
+    load_lora_state,
+    read_adapter_info,
+)
 from attnkit.checkpoints.loading import load_model_state
 from attnkit.errors import CheckpointError, ConfigError
 from attnkit.roles import parameter_kinds
@@ -117,6 +123,13 @@ class LoRAWeights:
         )
 
     def load(self, model: nn.Module, state: Mapping[str, Tensor], *, source: Path) -> None:
+        info = read_adapter_info(source.parent)
+        if info is not None and info.format < ADAPTER_FORMAT:  # no cross-attention adapters
+            raise CheckpointError(
+                f"{source.parent / ADAPTER_FILE}: format {info.format}, written before attnkit "
+                "adapted cross-attention; it cannot resume: merge it (attnkit merge) and "
+                "start a new run from the merged model"
+            )
         lora = set(lora_parameter_names(model))
         extra = {k: v for k, v in state.items() if k not in lora}
         expected = set(self.trained) - lora

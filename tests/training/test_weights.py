@@ -81,3 +81,24 @@ def test_weights_for_run():
     fsdp = {**lora, "train": {"lora": {"rank": 2}, "distributed": "fsdp"}}
     with pytest.raises(ConfigError, match="train.lora: not with train.distributed=fsdp"):
         weights_for_run(RunConfig.from_dict(fsdp), start)
+
+
+def test_a_format_1_checkpoint_cannot_resume(tmp_path):
+    """Written before cross-attention had adapters: resuming would train other adapters."""
+    import json
+
+    from attnkit.checkpoints.adapters import ADAPTER_FILE
+
+    model = _classifier()
+    start = _start(model)
+    start.load_weights(model, head=("classifier",))
+    weights = LoRAWeights(LoRAConfig(rank=2), start)
+    weights.prepare(model)
+    stored = weights.state(model.state_dict())
+    data = json.loads(weights.files()[ADAPTER_FILE])
+    assert data["format"] == 2
+    (tmp_path / ADAPTER_FILE).write_text(json.dumps({**data, "format": 1}), encoding="utf-8")
+    with pytest.raises(CheckpointError, match="format 1, written before attnkit adapted cross"):
+        weights.load(model, stored, source=tmp_path / "model.safetensors")
+    (tmp_path / ADAPTER_FILE).write_text(json.dumps(data), encoding="utf-8")
+    weights.load(model, stored, source=tmp_path / "model.safetensors")
