@@ -194,16 +194,23 @@ def test_config_from_initial_rules():
         config_from_start(vit, {"pooling": "mean"})
 
 
-def test_load_weights_keeps_a_fresh_head_only_where_allowed(tmp_path):
+def _encoder_checkpoint(directory: Path, num_labels: int):
+    """A tiny encoder-only model saved at ``directory``: ``(model, its config, the start)``."""
     from attnkit.models import build_model
 
     config = config_from_preset("encoder_only", "small", d_model=16, num_heads=2, d_ff=32,
-                                num_layers=1, vocab_size=20, mask_id=19, num_labels=0)  # fmt: skip
+                                num_layers=1, vocab_size=20, mask_id=19,
+                                num_labels=num_labels)  # fmt: skip
     model = build_model(config)
-    directory = ckpt.save_checkpoint(tmp_path / "c", model_state=model.state_dict(),
-                                     config=config.to_dict(),
-                                     tokenizer_json=_char_tokenizer_json())  # fmt: skip
-    initial = load_warm_start(directory)
+    ckpt.save_checkpoint(directory, model_state=model.state_dict(), config=config.to_dict(),
+                         tokenizer_json=_char_tokenizer_json())  # fmt: skip
+    return model, config, load_warm_start(directory)
+
+
+def test_load_weights_keeps_a_fresh_head_only_where_allowed(tmp_path):
+    from attnkit.models import build_model
+
+    model, config, initial = _encoder_checkpoint(tmp_path / "c", num_labels=0)
     bigger = build_model(config.replace(num_labels=3))
     assert initial.fresh is None  # not known before the weights went into a model
     fresh = initial.load_weights(bigger, head=("classifier",))
@@ -220,13 +227,7 @@ def test_restart_keeps_fresh_rows_the_checkpoint_has_and_describe_names_them(tmp
     the start line names the fresh modules, not their parents (the pooler is the import's)."""
     from attnkit.models import build_model
 
-    config = config_from_preset("encoder_only", "small", d_model=16, num_heads=2, d_ff=32,
-                                num_layers=1, vocab_size=20, mask_id=19, num_labels=2)  # fmt: skip
-    model = build_model(config)
-    directory = ckpt.save_checkpoint(tmp_path / "c", model_state=model.state_dict(),
-                                     config=config.to_dict(),
-                                     tokenizer_json=_char_tokenizer_json())  # fmt: skip
-    start = load_warm_start(directory)
+    model, config, start = _encoder_checkpoint(tmp_path / "c", num_labels=2)
     again = build_model(config)
     start.load_weights(again, head=("classifier",))
     assert start.fresh == () and start.describe() == start.source.describe()

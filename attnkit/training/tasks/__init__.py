@@ -2,8 +2,9 @@
 builds and trains it.
 
 Each class implements the protocol in ``tasks/base.py`` (``Task``), and its
-classmethod ``from_run(run, tokenizer, start, log=...)`` reads the run's data and
-builds it: the builder sits beside the task. ``attnkit.training.loop.Trainer``
+classmethod ``from_run(given)`` (``TaskInputs``: the run, a given tokenizer, the
+warm start, a log) reads the run's data and builds it: the builder sits beside
+the task. ``attnkit.training.loop.Trainer``
 trains any of them.
 
 To add a task (NER, QA, ...):
@@ -22,7 +23,7 @@ from __future__ import annotations
 from attnkit.data.cache import Log
 from attnkit.data.tokenizers import Tokenizer
 from attnkit.training.runconfig import RunConfig
-from attnkit.training.tasks.base import LossSums, Task, TaskContext
+from attnkit.training.tasks.base import LossSums, Task, TaskContext, TaskInputs
 from attnkit.training.tasks.image import ImageClassificationTask
 from attnkit.training.tasks.instruction import InstructionTask
 from attnkit.training.tasks.language_model import CausalLMTask, MaskedLMTask
@@ -64,7 +65,7 @@ def task_from_run(
     """
     if start is not None:
         tokenizer = start.tokenizer
-    return TASK_CLASSES[run.task].from_run(run, tokenizer, start, log=log)
+    return TASK_CLASSES[run.task].from_run(TaskInputs(run, tokenizer, start, log))
 
 
 __all__ = [
@@ -77,6 +78,7 @@ __all__ = [
     "NextSentenceTask",
     "Task",
     "TaskContext",
+    "TaskInputs",
     "SpanCorruptionTask",
     "TextClassificationTask",
     "TextToTextTask",

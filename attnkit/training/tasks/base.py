@@ -132,6 +132,24 @@ def with_moe_losses(
     return LossSums(loss + aux.to(loss.dtype) * tokens, nll, tokens, moe_metrics(moe))
 
 
+@dataclass(frozen=True)
+class TaskInputs:
+    """What a task is built from (``Task.from_run``).
+
+    Attributes:
+        run: the run config.
+        tokenizer: a given tokenizer (a resumed run's, or the one ``start`` brings);
+            ``None``: the task trains one on its data (images need none).
+        start: ``--init``: the checkpoint the model starts from.
+        log: hears what data preparation does and why.
+    """
+
+    run: RunConfig
+    tokenizer: Tokenizer | None = None
+    start: WarmStart | None = None
+    log: Log | None = None
+
+
 class Task(Protocol):
     """A training objective with its data (see the module doc)."""
 
@@ -143,14 +161,7 @@ class Task(Protocol):
     start: WarmStart | None
 
     @classmethod
-    def from_run(
-        cls,
-        run: RunConfig,
-        tokenizer: Tokenizer | None = None,
-        start: WarmStart | None = None,
-        *,
-        log: Log | None = None,
-    ) -> Task:
+    def from_run(cls, given: TaskInputs) -> Task:
         """Read the run's data and build the task (``attnkit.training.tasks.TASK_CLASSES``)."""
         ...
 

@@ -45,7 +45,6 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from attnkit.data.cache import Log
 from attnkit.data.images import (
     ImageSet,
     load_digits_set,
@@ -54,7 +53,6 @@ from attnkit.data.images import (
     read_image_folder,
     stratified_split,
 )
-from attnkit.data.tokenizers import Tokenizer
 from attnkit.errors import ConfigError
 from attnkit.evaluation.accuracy import classification_scores
 from attnkit.models.swin import SwinConfig
@@ -64,6 +62,7 @@ from attnkit.training.tasks.base import (
     LossSums,
     Task,
     TaskContext,
+    TaskInputs,
     build_task_model,
     model_config_from_run,
     with_moe_losses,
@@ -148,17 +147,10 @@ class ImageClassificationTask:
     tokenizer: None = None  # images need none; checkpoints carry no tokenizer.json
 
     @classmethod
-    def from_run(
-        cls,
-        run: RunConfig,
-        tokenizer: Tokenizer | None = None,
-        start: WarmStart | None = None,
-        *,
-        log: Log | None = None,
-    ) -> Task:
+    def from_run(cls, given: TaskInputs) -> Task:
         """Labelled images (``load_images``); no tokenizer."""
-        train_images, held_out = load_images(run, start)
-        return cls(run, train_images, held_out, start=start)
+        train_images, held_out = load_images(given.run, given.start)
+        return cls(given.run, train_images, held_out, start=given.start)
 
     def __init__(
         self,

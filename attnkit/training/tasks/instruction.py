@@ -31,7 +31,6 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from attnkit.data.cache import Log
 from attnkit.data.instructions import (
     IGNORE_INDEX,
     InstructionSet,
@@ -49,6 +48,7 @@ from attnkit.training.tasks.base import (
     LossSums,
     Task,
     TaskContext,
+    TaskInputs,
     build_task_model,
     check_vocab_fits,
     context_block,
@@ -78,21 +78,14 @@ class InstructionTask:
     eps: ClassVar[float] = 1e-8
 
     @classmethod
-    def from_run(
-        cls,
-        run: RunConfig,
-        tokenizer: Tokenizer | None = None,
-        start: WarmStart | None = None,
-        *,
-        log: Log | None = None,
-    ) -> Task:
+    def from_run(cls, given: TaskInputs) -> Task:
         """The tokenizer is the pretrained model's (``--init``, or a resumed run's own)."""
-        if tokenizer is None:
+        if given.tokenizer is None:
             raise ConfigError(
                 "task: instruction fine-tunes a pretrained decoder-only model; start from one "
                 "with --init CKPT (e.g. attnkit import --from gguf ... --out runs/smollm2)"
             )
-        return cls(run, tokenizer, start=start)
+        return cls(given.run, given.tokenizer, start=given.start)
 
     def __init__(
         self, run: RunConfig, tokenizer: Tokenizer, *, start: WarmStart | None = None

@@ -31,10 +31,8 @@ from typing import Any, ClassVar, Generic, TypeVar, cast
 import torch
 from torch import Tensor, nn
 
-from attnkit.data.cache import Log
 from attnkit.data.lm import LMBlocks, LMCorpus, as_tensor, num_tokens
 from attnkit.data.mlm import mask_tokens, mlm_vocab
-from attnkit.data.tokenizers import Tokenizer
 from attnkit.evaluation.perplexity import (
     causal_lm_forward,
     masked_lm_forward,
@@ -48,6 +46,7 @@ from attnkit.training.tasks.base import (
     LossSums,
     Task,
     TaskContext,
+    TaskInputs,
     build_task_model,
     check_vocab_fits,
     context_block,
@@ -167,17 +166,10 @@ class CausalLMTask(_BlockTask[DecoderOnlyConfig]):
     name: ClassVar[str] = "lm"
 
     @classmethod
-    def from_run(
-        cls,
-        run: RunConfig,
-        tokenizer: Tokenizer | None = None,
-        start: WarmStart | None = None,
-        *,
-        log: Log | None = None,
-    ) -> Task:
+    def from_run(cls, given: TaskInputs) -> Task:
         """One text file, prepared or reused (``tasks/corpus.py``)."""
-        corpus, release = lm_corpus(run, tokenizer, log=log)
-        return cls(run, corpus, release, start=start)
+        corpus, release = lm_corpus(given.run, given.tokenizer, log=given.log)
+        return cls(given.run, corpus, release, start=given.start)
 
     def __init__(
         self,
@@ -207,19 +199,12 @@ class MaskedLMTask(_BlockTask[EncoderOnlyConfig]):
     head: ClassVar[tuple[str, ...]] = ("classifier",)
 
     @classmethod
-    def from_run(
-        cls,
-        run: RunConfig,
-        tokenizer: Tokenizer | None = None,
-        start: WarmStart | None = None,
-        *,
-        log: Log | None = None,
-    ) -> Task:
+    def from_run(cls, given: TaskInputs) -> Task:
         """One text file; with ``train.nsp``, its sentence pairs too (``NextSentenceTask``)."""
-        if run.train.nsp:
-            return NextSentenceTask.from_run(run, tokenizer, start, log=log)
-        corpus, release = lm_corpus(run, tokenizer, log=log)
-        return cls(run, corpus, release, start=start)
+        if given.run.train.nsp:
+            return NextSentenceTask.from_run(given)
+        corpus, release = lm_corpus(given.run, given.tokenizer, log=given.log)
+        return cls(given.run, corpus, release, start=given.start)
 
     def __init__(
         self,

@@ -40,7 +40,6 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from attnkit.data.cache import Log
 from attnkit.data.classification import collate_examples
 from attnkit.data.formats import iter_text_pieces, text_inputs
 from attnkit.data.mlm import IGNORE_INDEX, mask_tokens, mlm_vocab
@@ -54,6 +53,7 @@ from attnkit.training.tasks.base import (
     LossSums,
     Task,
     TaskContext,
+    TaskInputs,
     build_task_model,
     check_vocab_fits,
     model_config_from_run,
@@ -73,15 +73,9 @@ class NextSentenceTask:
     eps: ClassVar[float] = 1e-6
 
     @classmethod
-    def from_run(
-        cls,
-        run: RunConfig,
-        tokenizer: Tokenizer | None = None,
-        start: WarmStart | None = None,
-        *,
-        log: Log | None = None,
-    ) -> Task:
+    def from_run(cls, given: TaskInputs) -> Task:
         """``mlm`` with ``train.nsp``: sentence pairs from ``data.text``'s documents."""
+        run, log = given.run, given.log
         data = run.data
         if data.text is None:
             raise ConfigError("data.text: train.nsp reads one text file (one sentence per line, "
@@ -90,7 +84,7 @@ class NextSentenceTask:
             raise ConfigError("data.loading: streaming applies to translation; train.nsp reads "
                               "its text into memory")  # fmt: skip
         inputs = text_inputs(data.dir, data.text)
-        tokenizer = _given_tokenizer(run, tokenizer)
+        tokenizer = _given_tokenizer(run, given.tokenizer)
         if tokenizer is None and data.loading == "memory":
             tokenizer = train_on_text(inputs, run.tokenizer)[0]
         elif tokenizer is None:
@@ -100,7 +94,7 @@ class NextSentenceTask:
             text = "\n".join(line for line in text.splitlines() if line.strip())
         fraction = data.held_out_fraction(run.task)
         train, valid = split_pairs(text, tokenizer, fraction, name=f"data.text {data.text}")
-        return cls(run, tokenizer, train, valid, start=start)
+        return cls(run, tokenizer, train, valid, start=given.start)
 
     def __init__(
         self,

@@ -30,11 +30,9 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor, nn
 
-from attnkit.data.cache import Log
 from attnkit.data.collate import TranslationBatch, collate_translation
 from attnkit.data.lm import LMBlocks, LMCorpus, as_tensor, num_tokens
 from attnkit.data.span_corruption import noise_counts, span_corrupt
-from attnkit.data.tokenizers import Tokenizer
 from attnkit.errors import ConfigError
 from attnkit.evaluation.perplexity import perplexity
 from attnkit.losses import label_smoothed_cross_entropy
@@ -44,6 +42,7 @@ from attnkit.training.tasks.base import (
     LossSums,
     Task,
     TaskContext,
+    TaskInputs,
     build_task_model,
     context_block,
     model_config_from_run,
@@ -64,17 +63,10 @@ class SpanCorruptionTask:
     eps: ClassVar[float] = 1e-9
 
     @classmethod
-    def from_run(
-        cls,
-        run: RunConfig,
-        tokenizer: Tokenizer | None = None,
-        start: WarmStart | None = None,
-        *,
-        log: Log | None = None,
-    ) -> Task:
+    def from_run(cls, given: TaskInputs) -> Task:
         """One text file, prepared or reused (``tasks/corpus.py``)."""
-        corpus, release = lm_corpus(run, tokenizer, log=log)
-        return cls(run, corpus, release, start=start)
+        corpus, release = lm_corpus(given.run, given.tokenizer, log=given.log)
+        return cls(given.run, corpus, release, start=given.start)
 
     def __init__(
         self,

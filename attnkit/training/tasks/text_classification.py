@@ -37,7 +37,6 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from attnkit.data.cache import Log
 from attnkit.data.classification import (
     ClassificationBatch,
     LabelledTexts,
@@ -62,6 +61,7 @@ from attnkit.training.tasks.base import (
     LossSums,
     Task,
     TaskContext,
+    TaskInputs,
     build_task_model,
     model_config_from_run,
     unknown_note,
@@ -100,21 +100,15 @@ class TextClassificationTask:
     eps: ClassVar[float] = 1e-8
 
     @classmethod
-    def from_run(
-        cls,
-        run: RunConfig,
-        tokenizer: Tokenizer | None = None,
-        start: WarmStart | None = None,
-        *,
-        log: Log | None = None,
-    ) -> Task:
+    def from_run(cls, given: TaskInputs) -> Task:
         """Labelled sentences or pairs; a tokenizer trained on them unless one is given."""
+        run = given.run
         data = run.data
         examples = load_labelled(data, data.one_file("train", run.task), "data.train")
         assert examples is not None  # data.train is never null
         valid_examples = load_labelled(data, data.one_file("valid", run.task), "data.valid")
-        tokenizer = tokenizer or build_classifier_tokenizer(run.tokenizer, examples)
-        return cls(run, tokenizer, examples, valid_examples, start=start)
+        tokenizer = given.tokenizer or build_classifier_tokenizer(run.tokenizer, examples)
+        return cls(run, tokenizer, examples, valid_examples, start=given.start)
 
     def __init__(
         self,

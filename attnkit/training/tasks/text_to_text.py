@@ -28,7 +28,6 @@ from typing import ClassVar, cast
 import torch
 from torch import nn
 
-from attnkit.data.cache import Log
 from attnkit.data.classification import read_labelled
 from attnkit.data.formats import pair_inputs, read_pairs
 from attnkit.data.pair_batches import PairBatches, encode_pairs
@@ -39,7 +38,7 @@ from attnkit.evaluation.perplexity import perplexity, translation_sums
 from attnkit.models.protocols import Seq2SeqModel
 from attnkit.training import distributed as dist_util
 from attnkit.training.runconfig import CorpusConfig, RunConfig
-from attnkit.training.tasks.base import Task
+from attnkit.training.tasks.base import Task, TaskInputs
 from attnkit.training.tasks.translation import TranslationTask
 from attnkit.training.warm_start import WarmStart
 
@@ -80,16 +79,9 @@ class TextToTextTask(TranslationTask):
     name: ClassVar[str] = "text_to_text"
 
     @classmethod
-    def from_run(
-        cls,
-        run: RunConfig,
-        tokenizer: Tokenizer | None = None,
-        start: WarmStart | None = None,
-        *,
-        log: Log | None = None,
-    ) -> Task:
+    def from_run(cls, given: TaskInputs) -> Task:
         """Several prefixed corpora, read by the task itself."""
-        return cls(run, tokenizer, start=start)
+        return cls(given.run, given.tokenizer, start=given.start)
 
     def __init__(
         self,

@@ -24,7 +24,6 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from attnkit.data.cache import Log
 from attnkit.data.collate import TranslationBatch
 from attnkit.data.pair_batches import BatchStream, PairBatches, encode_pairs
 from attnkit.data.token_store import ConcatPairs, TokenPairs
@@ -43,6 +42,7 @@ from attnkit.training.tasks.base import (
     LossSums,
     Task,
     TaskContext,
+    TaskInputs,
     build_task_model,
     check_vocab_fits,
     model_config_from_run,
@@ -84,16 +84,10 @@ class TranslationTask:
     eps: ClassVar[float] = 1e-9
 
     @classmethod
-    def from_run(
-        cls,
-        run: RunConfig,
-        tokenizer: Tokenizer | None = None,
-        start: WarmStart | None = None,
-        *,
-        log: Log | None = None,
-    ) -> Task:
+    def from_run(cls, given: TaskInputs) -> Task:
         """Parallel text (``tasks/corpus.py``: prepared or reused as ``data.loading`` says)."""
-        return cls(run, **translation_data(run, tokenizer, log=log), start=start)
+        data = translation_data(given.run, given.tokenizer, log=given.log)
+        return cls(given.run, **data, start=given.start)
 
     def __init__(
         self,
