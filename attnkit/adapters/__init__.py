@@ -2,7 +2,8 @@
 
 ``LoRAConfig`` (rank, alpha, dropout, target roles), ``install_lora`` /
 ``merge_lora`` (``install.py``), the ``LoRALinear`` module (``lora.py``) and
-the role table that finds each family's projections (``targets.py``).
+``targets.py``, which maps the roles every module declares (``attnkit.roles``)
+to LoRA's targets.
 """
 
 from attnkit.adapters.config import ROLES, LoRAConfig
