@@ -122,10 +122,10 @@ class StepClock:
 
 def run_attnkit(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     from attnkit.interop.hf_import import import_hf
-    from attnkit.training.init import load_initial
     from attnkit.training.loop import Trainer
     from attnkit.training.runconfig import InitConfig, load_run_config
     from attnkit.training.tasks import task_from_run
+    from attnkit.training.warm_start import load_warm_start
 
     import_hf(minilm_dir(), work / "minilm")
     overrides = [
@@ -139,7 +139,7 @@ def run_attnkit(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         overrides += [f"train.max_steps={args.steps}", "train.decay_to_budget=false",
                       "train.max_minutes=null", f"train.eval_every={args.steps}"]  # fmt: skip
     run = load_run_config(config_path(args), overrides)
-    initial = load_initial(work / "minilm")
+    initial = load_warm_start(work / "minilm")
     run.init = InitConfig(**initial.source.to_dict())  # as `attnkit train --init` records it
     task = task_from_run(run, None, initial)
     clock = StepClock()

@@ -2,11 +2,13 @@
 
 ``LoRAConfig`` (rank, alpha, dropout, target roles), ``install_lora`` /
 ``merge_lora`` (``install.py``), the ``LoRALinear`` module (``lora.py``) and
-the role table that finds each family's projections (``targets.py``).
+``targets.py``, which maps the roles every module declares (``attnkit.roles``)
+to LoRA's targets.
 """
 
 from attnkit.adapters.config import ROLES, LoRAConfig
 from attnkit.adapters.install import (
+    adapted_projection,
     adapter_state,
     base_name,
     count_parameters,
@@ -21,6 +23,7 @@ __all__ = [
     "ROLES",
     "LoRAConfig",
     "LoRALinear",
+    "adapted_projection",
     "adapter_state",
     "base_name",
     "count_parameters",

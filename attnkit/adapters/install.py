@@ -17,6 +17,8 @@ base recreates the same parameter names.
 
 from __future__ import annotations
 
+from collections.abc import Collection
+
 from torch import Tensor, nn
 
 from attnkit.adapters.config import LoRAConfig
@@ -26,8 +28,13 @@ from attnkit.adapters.targets import find_targets, roles_present, selected
 from attnkit.errors import ConfigError
 
 
-def install_lora(model: nn.Module, config: LoRAConfig, *, field: str = "lora") -> list[str]:
+def install_lora(
+    model: nn.Module, config: LoRAConfig, *, field: str = "lora", skip: Collection[str] = ()
+) -> list[str]:
     """Freeze ``model`` and adapt its ``config.targets`` in place; returns the adapted names.
+
+    ``skip``: projection names to leave without adapters (a checkpoint written
+    before cross-attention was adapted: ``attnkit.checkpoints.adapters``).
 
     Raises ``ConfigError`` naming ``{field}.targets`` when a target role has no
     projection in this model (an RNN has no ``v`` or ``ffn``), ``{field}.rank``
@@ -49,7 +56,7 @@ def install_lora(model: nn.Module, config: LoRAConfig, *, field: str = "lora") -
     adapted = []
     for target in list(find_targets(model)):
         rows = selected(target, config.targets)
-        if not rows:
+        if not rows or target.name in skip:
             continue
         base = getattr(target.owner, target.attribute)
         lora = LoRALinear(base, rows, rank=config.rank, alpha=config.alpha, dropout=config.dropout)
@@ -76,6 +83,15 @@ def base_name(name: str) -> str | None:
     if ".lora_A." in name or ".lora_B." in name:
         return None
     return name.replace(".base.", ".")
+
+
+def adapted_projection(name: str) -> str | None:
+    """The projection an adapter's state-dict entry belongs to (``None``: not an adapter's):
+    ``...kv_proj.lora_A.k`` -> ``...kv_proj``."""
+    for marker in (".lora_A.", ".lora_B."):
+        if marker in name:
+            return name.split(marker, 1)[0]
+    return None
 
 
 def lora_parameter_names(model: nn.Module) -> list[str]:

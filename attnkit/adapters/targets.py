@@ -1,28 +1,21 @@
-"""Which linear of which family plays which role (``q``/``k``/``v``/``o``/``ffn``).
+"""Which linears LoRA adapts: the projections the modules declare (``attnkit.roles``).
 
-One table, ``ROLE_MAP``: ``(owner class, attribute) -> roles of its output
-rows, in order``. A projection with several roles is fused: its rows are cut
-into the roles' blocks (``qkv_proj``: ``D`` query rows, then ``h_kv d`` key
-rows and as many value rows; grouped-query attention has fewer key/value rows
-than query rows). Cross-attention works both with its fused ``qkv_proj``
-sliced by the module and as separate ``q_proj`` (``D -> D``) and ``kv_proj``
-(``D -> 2 h_kv d``, keys then values): each spelling has its row here.
+Every attention module, feed-forward variant and norm says what its linears
+are (ARCHITECTURE.md, principle 16); this module only maps the declared roles
+to LoRA's target names, which are the names of ``train.lora.targets``:
 
-Per family:
+* ``q``, ``k``, ``v``, ``o``: the same roles, in self-attention (a fused
+  ``qkv_proj``, adapted per row block), cross-attention (``q_proj`` and
+  ``kv_proj``, keys then values), window, linear and grouped-query attention,
+  and an RNN's additive score (``q``/``k``) and its output layer (``o``);
+* ``ffn``: every matrix of a feed-forward network (``ffn_in``, ``ffn_gate``,
+  ``ffn_out``: ``w1``/``w2``, SwiGLU's three, each expert's; never the router).
 
-* Swin: every window attention's ``qkv_proj`` and ``out_proj``, and its FFNs.
-* Transformer, decoder-only, encoder-only, ViT: every ``MultiHeadAttention``
-  (self- and cross-attention) and every feed-forward network (``FeedForward``,
-  ``SwiGLU``, the experts of a mixture of experts; never its router). An
-  attention module's own score parameters (``general``/``additive`` scores)
-  are not projections of the residual stream and are left alone.
-* RNN encoder-decoder: ``q``/``k`` are the additive (Bahdanau) score's query
-  and key projections, ``o`` is the output layer before the softmax
-  (``pre_output``: ``tanh(W_o [s; c; e])``, Luong's ``W_c``); the recurrent
-  cells are not linears and stay frozen; it has no ``v`` or ``ffn``.
-
-Embeddings, the output projection (often tied to them), classifier heads and
-ViT's patch projection are never targets.
+Linears declared as a ``router`` or a ``score`` (an attention score's own
+weights), the embeddings, the output projection, classifier heads and ViT's
+patch projection are never targets. A target's adapters are named by the LoRA
+target (``...w1.lora_A.ffn``, ``...qkv_proj.lora_A.q``): the names every LoRA
+checkpoint holds.
 """
 
 from __future__ import annotations
@@ -32,36 +25,26 @@ from dataclasses import dataclass
 
 from torch import nn
 
-from attnkit.attention.multihead import MultiHeadAttention
-from attnkit.attention.scores import AdditiveScore, Score
-from attnkit.attention.windows import WindowAttention
-from attnkit.blocks.feedforward import FeedForward
-from attnkit.blocks.swiglu import SwiGLU
-from attnkit.models.rnn_seq2seq import RNNSeq2Seq
+from attnkit.roles import declared_projections
 
-ATTENTION = {"qkv_proj": ("q", "k", "v"), "q_proj": ("q",), "kv_proj": ("k", "v"),
-             "out_proj": ("o",)}  # fmt: skip
-ROLE_MAP: dict[tuple[type[nn.Module], str], tuple[str, ...]] = {
-    **{(MultiHeadAttention, name): roles for name, roles in ATTENTION.items()},
-    (WindowAttention, "qkv_proj"): ("q", "k", "v"),  # Swin: D rows each
-    (WindowAttention, "out_proj"): ("o",),
-    (FeedForward, "w1"): ("ffn",),
-    (FeedForward, "w2"): ("ffn",),
-    (SwiGLU, "gate_proj"): ("ffn",),
-    (SwiGLU, "up_proj"): ("ffn",),
-    (SwiGLU, "down_proj"): ("ffn",),
-    (AdditiveScore, "query_proj"): ("q",),
-    (AdditiveScore, "key_proj"): ("k",),
-    (RNNSeq2Seq, "pre_output"): ("o",),
+# Declared role -> LoRA target name (``LoRAConfig.targets``); roles not here are not adapted.
+LORA_TARGET: dict[str, str] = {
+    "q": "q",
+    "k": "k",
+    "v": "v",
+    "o": "o",
+    "ffn_in": "ffn",
+    "ffn_gate": "ffn",
+    "ffn_out": "ffn",
 }
 
 
 @dataclass(frozen=True)
 class Target:
-    """One linear to adapt: ``getattr(owner, attribute)`` and its rows per role.
+    """One linear to adapt: ``getattr(owner, attribute)`` and its rows per LoRA target.
 
-    ``rows``: role -> ``(start, stop)`` of every role the linear carries
-    (whether targeted or not); ``name``: its dotted path in the model.
+    ``rows``: target name -> ``(start, stop)`` of every target the linear carries
+    (whether chosen or not); ``name``: its dotted path in the model.
     """
 
     name: str
@@ -70,53 +53,27 @@ class Target:
     rows: dict[str, tuple[int, int]]
 
 
-def _role_rows(owner: nn.Module, roles: tuple[str, ...], out: int) -> dict[str, tuple[int, int]]:
-    """Row ranges of ``roles`` in a projection with ``out`` rows (see the module doc)."""
-    if len(roles) == 1:
-        return {roles[0]: (0, out)}
-    if roles == ("q", "k", "v"):
-        d = owner.d_model if isinstance(owner, MultiHeadAttention) else out // 3
-        kv = (out - d) // 2
-        return {"q": (0, d), "k": (d, d + kv), "v": (d + kv, out)}
-    half = out // 2  # ("k", "v"): keys then values
-    return {roles[0]: (0, half), roles[1]: (half, out)}
-
-
-def _skipped(model: nn.Module) -> set[int]:
-    """Modules inside an attention module's score: never a projection of the stream."""
-    return {
-        id(m)
-        for owner in model.modules()
-        if isinstance(owner, MultiHeadAttention) and isinstance(owner.score, Score)
-        for m in owner.score.modules()
-    }
-
-
 def find_targets(model: nn.Module) -> Iterator[Target]:
-    """Every linear of ``model`` that has a role, in ``named_modules`` order."""
-    skipped = _skipped(model)
-    for prefix, owner in model.named_modules():
-        if id(owner) in skipped:
-            continue
-        for attribute, child in owner.named_children():
-            roles = next(
-                (r for (cls, attr), r in ROLE_MAP.items()
-                 if attr == attribute and isinstance(owner, cls)),
-                None,
-            )  # fmt: skip
-            weight = getattr(child, "weight", None)
-            if roles is None or weight is None or weight.dim() != 2:
+    """Every declared projection of ``model`` that LoRA can adapt, in ``named_modules`` order."""
+    for proj in declared_projections(model):
+        rows: dict[str, tuple[int, int]] = {}
+        for role, span in proj.rows.items():
+            target = LORA_TARGET.get(role)
+            if target is None:
                 continue
-            name = f"{prefix}.{attribute}" if prefix else attribute
-            yield Target(name, owner, attribute, _role_rows(owner, roles, weight.size(0)))
+            if target in rows:  # two roles of one linear map to one target: not declared today
+                raise ValueError(f"{proj.name}: roles {sorted(proj.rows)} share a LoRA target")
+            rows[target] = span
+        if rows:
+            yield Target(proj.name, proj.owner, proj.attribute, rows)
 
 
 def roles_present(model: nn.Module) -> set[str]:
-    """The roles ``model`` has projections for (an RNN has no ``v`` or ``ffn``)."""
+    """The LoRA targets ``model`` has projections for (an RNN has no ``v`` or ``ffn``)."""
     return {role for target in find_targets(model) for role in target.rows}
 
 
 def selected(target: Target, roles: Iterable[str]) -> dict[str, tuple[int, int]]:
-    """The rows of ``target`` whose role is in ``roles``."""
+    """The rows of ``target`` whose LoRA target is in ``roles``."""
     wanted = set(roles)
     return {role: rows for role, rows in target.rows.items() if role in wanted}

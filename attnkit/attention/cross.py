@@ -39,6 +39,7 @@ from attnkit.attention.heads import (
 )
 from attnkit.attention.masks import Mask
 from attnkit.errors import ConfigError
+from attnkit.roles import Projection, Roles, linears_as, projection
 
 
 class CrossAttention(nn.Module):
@@ -88,6 +89,15 @@ class CrossAttention(nn.Module):
         self.out_proj = nn.Linear(d_model, d_model, bias=bias)
         self.score = head_score(score, self.head_dim)
         self.backend = backend
+
+    def roles(self) -> Roles:
+        """``q_proj``: ``q``; ``kv_proj``: key rows then value rows; ``out_proj``: ``o``."""
+        return Roles((
+            projection("q_proj", "q"),
+            Projection("kv_proj", ("k", "v"), self.kv_sizes),
+            projection("out_proj", "o"),
+            *linears_as("score", self.score, "score"),
+        ))  # fmt: skip
 
     def project_kv(self, memory: Tensor) -> tuple[Tensor, Tensor]:
         """Keys and values of ``memory`` ``(B, S, D)``, ``(B, h_kv, S, d)`` each."""

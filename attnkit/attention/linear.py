@@ -38,6 +38,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from attnkit.roles import Projection, Roles, projection
+
 FeatureMap = Callable[[Tensor], Tensor]
 
 DEFAULT_EPS = 1e-6  # added to the normaliser, as in the authors' code
@@ -314,6 +316,12 @@ class LinearSelfAttention(nn.Module):
         self.chunk_size, self.eps = chunk_size, eps
         self.qkv_proj = nn.Linear(d_model, 3 * d_model, bias=bias)
         self.out_proj = nn.Linear(d_model, d_model, bias=bias)
+
+    def roles(self) -> Roles:
+        """``qkv_proj``: ``D`` query, key and value rows each; ``out_proj``: ``o``."""
+        d = self.d_model
+        return Roles((Projection("qkv_proj", ("q", "k", "v"), (d, d, d)),
+                      projection("out_proj", "o")))  # fmt: skip
 
     def _qkv(self, x: Tensor) -> tuple[Tensor, ...]:
         """``(B, T, D)`` -> three ``(B, h, T, d)``."""

@@ -66,6 +66,7 @@ from attnkit.positions.alibi import ALiBi
 from attnkit.positions.relative import RelativePositions
 from attnkit.positions.rotary import RotaryEmbedding, apply_rotary
 from attnkit.positions.t5_relative import T5RelativeBias
+from attnkit.roles import Projection, Roles, linears_as, projection
 
 
 class MultiHeadAttention(nn.Module):
@@ -145,6 +146,13 @@ class MultiHeadAttention(nn.Module):
         plain = self.score is None and relative_positions is None and not biased
         self.local_sequences = window is not None and plain
         self.backend = backend
+
+    def roles(self) -> Roles:
+        """``qkv_proj``: query, key and value rows (``qkv_sizes``); ``out_proj``: ``o``;
+        a score's own linears are not projections of the stream (principle 16)."""
+        fused = Projection("qkv_proj", ("q", "k", "v"), self.qkv_sizes)
+        score = linears_as("score", self.score, "score")
+        return Roles((fused, projection("out_proj", "o"), *score))
 
     def forward(
         self,

@@ -36,6 +36,7 @@ import torch
 from torch import Tensor, nn
 
 from attnkit.errors import ConfigError
+from attnkit.roles import Roles, projection
 
 SCORES = ("dot", "scaled_dot", "general", "additive", "location")
 # The scores that compare a query with key contents, so they fit multi-head attention.
@@ -115,6 +116,12 @@ class AdditiveScore(Score):
         self.key_proj = nn.Linear(key_dim, attn_dim, bias=False)  # one bias is enough
         self.v = nn.Linear(attn_dim, 1, bias=False)
 
+    def roles(self) -> Roles:
+        """Where it is the attention (an RNN's): ``W_q`` is ``q``, ``W_k`` is ``k``
+        (inside self-attention the owner declares them ``score`` first)."""
+        return Roles((projection("query_proj", "q"), projection("key_proj", "k"),
+                      projection("v", "score")))  # fmt: skip
+
     def project_keys(self, k: Tensor) -> Tensor:
         """``W_k k`` ``(..., Tk, A)``."""
         projected: Tensor = self.key_proj(k)
@@ -141,6 +148,10 @@ class LocationScore(Score):
             raise ConfigError(f"max_src_len: must be >= 1, got {max_src_len}")
         self.max_src_len = max_src_len
         self.proj = nn.Linear(query_dim, max_src_len)
+
+    def roles(self) -> Roles:
+        """``W_a`` reads the query alone: a score's weight, no projection of the stream."""
+        return Roles((projection("proj", "score"),))
 
     def forward(self, q: Tensor, k: Tensor, *, projected: bool = False) -> Tensor:
         tk = k.size(-2)

@@ -46,6 +46,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from attnkit.attention.functional import attend
+from attnkit.roles import Projection, Roles, projection
 
 
 def window_partition(x: Tensor, window: int) -> Tensor:
@@ -210,6 +211,15 @@ class WindowAttention(nn.Module):
         self.register_buffer("relative_index", relative_position_index(window), persistent=False)
         # Per (H, W, shift, dense, device, dtype): a grid's layout is fixed, the table is not.
         self._layouts: dict[tuple[object, ...], _Layout] = {}
+
+    def roles(self) -> Roles:
+        """``qkv_proj``: ``C`` query, key and value rows each; ``out_proj``: ``o``;
+        ``bias_table``: a relative-position term."""
+        c = self.num_heads * self.head_dim
+        return Roles(
+            (Projection("qkv_proj", ("q", "k", "v"), (c, c, c)), projection("out_proj", "o")),
+            {"bias_table": "relative_position"},
+        )
 
     def position_bias(self) -> Tensor:
         """``(h, n, n)``: each head's bias for every (query, key) pair of a window."""

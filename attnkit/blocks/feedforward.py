@@ -7,6 +7,8 @@ from collections.abc import Callable
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from attnkit.roles import Roles, projection
+
 
 def _gelu_tanh(x: Tensor) -> Tensor:
     return F.gelu(x, approximate="tanh")  # GPT-2's "gelu_new"
@@ -31,6 +33,9 @@ class FeedForward(nn.Module):
         self.activation = ACTIVATIONS[activation]
         self.w1 = nn.Linear(d_model, d_ff, bias=bias)
         self.w2 = nn.Linear(d_ff, d_model, bias=bias)
+
+    def roles(self) -> Roles:
+        return Roles((projection("w1", "ffn_in"), projection("w2", "ffn_out")))
 
     def forward(self, x: Tensor) -> Tensor:
         return self.w2(self.activation(self.w1(x)))

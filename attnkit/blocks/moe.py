@@ -39,6 +39,7 @@ import torch
 from torch import Tensor, nn
 
 from attnkit.blocks.feedforward import FeedForward
+from attnkit.roles import Roles, projection
 
 
 @dataclass
@@ -123,6 +124,10 @@ class MoEFeedForward(nn.Module):
         self.router = nn.Linear(d_model, num_experts, bias=False)
         make = expert or (lambda: FeedForward(d_model, d_ff, activation))
         self.experts = nn.ModuleList(make() for _ in range(num_experts))
+
+    def roles(self) -> Roles:
+        """The router scores experts, it projects nothing; each expert declares its own."""
+        return Roles((projection("router", "router"),))
 
     def capacity(self, tokens: int) -> int | None:
         """Assignments one expert may take for ``tokens`` routed tokens."""

@@ -21,6 +21,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from attnkit.errors import ConfigError
+from attnkit.roles import Roles
 
 NORMS = ("layernorm", "rmsnorm")
 
@@ -34,6 +35,9 @@ class RMSNorm(nn.Module):
             raise ValueError(f"eps: must be > 0, got {eps}")
         self.eps = eps
         self.weight = nn.Parameter(torch.ones(d))
+
+    def roles(self) -> Roles:
+        return Roles(parameters={"weight": "norm"})
 
     def forward(self, x: Tensor) -> Tensor:
         if x.dtype == torch.float32 and self.weight.dtype == torch.float32:

@@ -22,6 +22,8 @@ from collections.abc import Callable
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from attnkit.roles import Roles, projection
+
 
 class SwiGLU(nn.Module):
     """``down_proj(act(gate_proj(x)) * up_proj(x))``, ``act`` SiLU unless ``activation``."""
@@ -38,6 +40,10 @@ class SwiGLU(nn.Module):
         self.gate_proj = nn.Linear(d_model, d_ff, bias=bias)
         self.up_proj = nn.Linear(d_model, d_ff, bias=bias)
         self.down_proj = nn.Linear(d_ff, d_model, bias=bias)
+
+    def roles(self) -> Roles:
+        return Roles((projection("gate_proj", "ffn_gate"), projection("up_proj", "ffn_in"),
+                      projection("down_proj", "ffn_out")))  # fmt: skip
 
     def forward(self, x: Tensor) -> Tensor:
         return self.down_proj(self.activation(self.gate_proj(x)) * self.up_proj(x))

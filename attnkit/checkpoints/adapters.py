@@ -8,9 +8,15 @@ with two differences:
   few MB instead of the whole model;
 * ``adapter.json`` says how to rebuild the rest::
 
-      {"format": 1,
+      {"format": 2,
        "lora": {"rank": 8, "alpha": 16.0, "dropout": 0.0, "targets": ["q", "v"]},
        "base": {"path": "/abs/runs/smollm2", "sha256": "<of its model.safetensors' tensors>"}}
+
+Format 1 was written before the modules declared their roles
+(``attnkit.roles``), when LoRA never reached cross-attention (nor linear
+attention); such a checkpoint holds no adapters there, and loading it leaves
+those projections as the base has them. Format 2 holds every targeted
+projection's adapters, and a missing one is an error.
 
 ``config.json`` and ``tokenizer.json`` are the fine-tuned model's, as in
 every checkpoint. Loading (``adapted_weights``) finds the base checkpoint
@@ -32,7 +38,14 @@ from torch import Tensor, nn
 
 from attnkit import jsonio
 from attnkit.adapters.config import LoRAConfig
-from attnkit.adapters.install import adapter_state, install_lora, lora_parameter_names, merge_lora
+from attnkit.adapters.install import (
+    adapted_projection,
+    adapter_state,
+    install_lora,
+    lora_parameter_names,
+    merge_lora,
+)
+from attnkit.adapters.targets import find_targets, selected
 from attnkit.checkpoints import safe_files
 from attnkit.checkpoints.digest import weights_digest
 from attnkit.checkpoints.files import MODEL_FILE, save_checkpoint
@@ -40,7 +53,9 @@ from attnkit.checkpoints.rundir import resolve_checkpoint
 from attnkit.errors import CheckpointError, ConfigError
 
 ADAPTER_FILE = "adapter.json"
-ADAPTER_FORMAT = 1
+ADAPTER_FORMAT = 2
+# Format 1: before cross-attention (and linear attention) had adapters; read leniently.
+READABLE_FORMATS = (1, 2)
 _MAX_ADAPTER_JSON = 1 << 20
 
 
@@ -75,9 +90,10 @@ class AdapterInfo:
 
     lora: LoRAConfig
     base: BaseReference
+    format: int = ADAPTER_FORMAT
 
     def to_json(self) -> str:
-        data = {"format": ADAPTER_FORMAT, "lora": self.lora.to_dict(),
+        data = {"format": self.format, "lora": self.lora.to_dict(),
                 "base": {"path": self.base.path, "sha256": self.base.sha256}}  # fmt: skip
         return jsonio.dumps(data, indent=2) + "\n"
 
@@ -89,13 +105,14 @@ def read_adapter_info(directory: str | Path) -> AdapterInfo | None:
         return None
     data: Any = safe_files.read_json(path, _MAX_ADAPTER_JSON)
     try:
-        if data["format"] != ADAPTER_FORMAT:
+        if data["format"] not in READABLE_FORMATS:
             raise CheckpointError(
-                f"{path}: adapter format {data['format']!r}; this attnkit reads {ADAPTER_FORMAT}"
+                f"{path}: adapter format {data['format']!r}; this attnkit reads "
+                f"{' and '.join(map(str, READABLE_FORMATS))}"
             )
         base = data["base"]
         reference = BaseReference(str(base["path"]), str(base["sha256"]))
-        return AdapterInfo(LoRAConfig.from_dict(data["lora"]), reference)
+        return AdapterInfo(LoRAConfig.from_dict(data["lora"]), reference, int(data["format"]))
     except (KeyError, TypeError) as e:
         raise CheckpointError(f"{path}: not an adapter description (missing {e})") from None
     except ConfigError as e:
@@ -126,13 +143,24 @@ class AdaptedWeights:
     def install(self, model: nn.Module, *, merge: bool) -> None:
         """Install the adapters on ``model`` (already holding ``model_state``), load
         them, and fold them into the weights when ``merge``."""
+        skip = legacy_skip(model, self.info, self.lora_state)
         try:  # a crafted adapter.json (a rank of 3,000,000) is refused before allocating
-            install_lora(model, self.info.lora)
+            install_lora(model, self.info.lora, skip=skip)
         except ConfigError as e:
             raise CheckpointError(f"{self.source}: {e}") from None
         load_lora_state(model, self.lora_state, source=self.source)
         if merge:
             merge_lora(model)
+
+
+def legacy_skip(model: nn.Module, info: AdapterInfo, state: Mapping[str, Tensor]) -> set[str]:
+    """The targeted projections a format-1 checkpoint has no adapters for (cross-attention:
+    see the module doc), to install none there; nothing for the current format."""
+    if info.format >= 2:
+        return set()
+    held = {adapted_projection(name) for name in state}
+    targeted = {t.name for t in find_targets(model) if selected(t, info.lora.targets)}
+    return targeted - held
 
 
 def load_lora_state(model: nn.Module, state: Mapping[str, Tensor], *, source: Path) -> None:

@@ -38,7 +38,6 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from attnkit import jsonio
 from attnkit.cli.common import (
@@ -50,7 +49,6 @@ from attnkit.cli.common import (
     lock_run_dir,
     open_run_dir,
 )
-from attnkit.errors import UsageError
 from attnkit.outputs import write_text
 
 
@@ -81,10 +79,10 @@ def run(args: argparse.Namespace, *, callbacks: Sequence = ()) -> int:
     """``attnkit train``; ``callbacks`` reach the trainer (tests crash runs with them)."""
     from attnkit.checkpoints.loading import load_tokenizer
     from attnkit.training.distributed import init_distributed
-    from attnkit.training.init import count_parameters
     from attnkit.training.loop import Trainer
     from attnkit.training.runconfig import LM_TASKS, load_run_config
     from attnkit.training.tasks import task_from_run
+    from attnkit.training.warm_start import count_parameters, warm_start_for_run
 
     overrides = list(args.overrides)
     if args.no_fast:  # after the user's --set, so the flag wins
@@ -103,15 +101,15 @@ def run(args: argparse.Namespace, *, callbacks: Sequence = ()) -> int:
     # Rank 0 holds OUT's lock for the whole run, taken before anything in OUT changes.
     lock = dist.on_main(lock_run_dir, out)
     try:
-        initial = initial_for_run(run_config, out, init=args.init, resume=args.resume)
-        if run_config.train.lora is not None and initial is not None:  # before data is read
+        start = warm_start_for_run(run_config, out, init=args.init, resume=args.resume)
+        if run_config.train.lora is not None and start is not None:  # before data is read
             from attnkit.adapters.sizes import check_rank_for_config
 
-            check_rank_for_config(initial.config, run_config.train.lora, field="train.lora")
-        # A resumed run reads with its own vocabulary (an --init run's comes with `initial`).
-        saved_tokenizer = load_tokenizer(out) if args.resume and initial is None else None
+            check_rank_for_config(start.config, run_config.train.lora, field="train.lora")
+        # A resumed run reads with its own vocabulary (an --init run's comes with `start`).
+        saved_tokenizer = load_tokenizer(out) if args.resume and start is None else None
         task = task_from_run(
-            run_config, saved_tokenizer, initial, log=print if dist.is_main else None
+            run_config, saved_tokenizer, start, log=print if dist.is_main else None
         )
         # Before the model is built; an LM batch is max_tokens whatever the text's length.
         batch_tokens = run_config.train.max_tokens if run_config.task in LM_TASKS else 0
@@ -136,9 +134,8 @@ def run(args: argparse.Namespace, *, callbacks: Sequence = ()) -> int:
         trainable, total = count_parameters(trainer.model)
         if dist.is_main:
             write_text(out / "run.json", run_config.to_json() + "\n")
-            if initial is not None and not args.resume:
-                print(f"starting from {initial.source.describe()}"
-                      f"{_fresh_note(trainer.model, initial)}")  # fmt: skip
+            if start is not None and not args.resume:
+                print(f"starting from {start.describe()}")
             if trainer.weights.describe():
                 print(trainer.weights.describe())
             share = "" if trainable == total else f" ({trainable / 1e6:.2f}M trainable)"
@@ -152,62 +149,3 @@ def run(args: argparse.Namespace, *, callbacks: Sequence = ()) -> int:
         print(jsonio.dumps({"out": str(out), **summary, "parameters": total,
                             "trainable_parameters": trainable}))  # fmt: skip
     return 0
-
-
-def initial_for_run(run_config: Any, out: Path, *, init: str | None, resume: bool) -> Any:
-    """The checkpoint a run starts from (``attnkit.training.init.Initial``), or ``None``.
-
-    A new run: ``--init`` (else the config's ``init``), whose source is then
-    recorded in ``run_config.init``. ``--resume`` of a run that started from a
-    checkpoint: the run's own latest checkpoint (its model and tokenizer; the
-    weights are the resume's), with the recorded source kept; ``--init`` must
-    then name the same weights.
-    """
-    from attnkit.checkpoints.adapters import read_adapter_info
-    from attnkit.checkpoints.rundir import latest_checkpoint
-    from attnkit.training.init import load_initial, recorded_init
-    from attnkit.training.runconfig import InitConfig
-
-    if resume:
-        latest = latest_checkpoint(out)
-        record = recorded_init(latest) if latest is not None else None
-        if record is None:
-            if init is not None:
-                raise UsageError(f"--init: {out} did not start from a checkpoint; --resume "
-                                 "continues it as it is (drop --init)")  # fmt: skip
-            run_config.init = None
-            return None
-        if init is not None:
-            from attnkit.checkpoints.digest import weights_digest
-            from attnkit.checkpoints.files import MODEL_FILE
-            from attnkit.checkpoints.rundir import resolve_checkpoint
-
-            given = weights_digest(resolve_checkpoint(init) / MODEL_FILE)
-            if not given.matches(record.get("sha256")):
-                where = record.get("checkpoint")
-                raise UsageError(f"--init {init}: {out} started from other weights ({where}); "
-                                 "drop --init to resume it")  # fmt: skip
-        run_config.init = InitConfig(**record)
-        assert latest is not None  # a record implies a checkpoint
-        if read_adapter_info(latest) is not None:  # LoRA: adapters alone; the base's weights
-            return load_initial(record["checkpoint"], expected_sha256=record.get("sha256"))
-        return load_initial(latest)
-    if init is not None:
-        run_config.init = InitConfig(path=init)
-    if run_config.init is None:
-        return None
-    initial = load_initial(run_config.init.path, expected_sha256=run_config.init.sha256)
-    run_config.init = InitConfig(**initial.source.to_dict())
-    return initial
-
-
-def _fresh_note(model: Any, initial: Any) -> str:
-    """``"; freshly initialised: classifier.classifier"``: the modules (not their
-    parents: an imported BERT supplies the pooler of the head) the checkpoint did not supply."""
-    from attnkit.adapters import base_name
-
-    state = initial.state
-    named = ((base_name(name), t) for name, t in model.state_dict().items())  # LoRA: the base's
-    fresh = sorted({name.rsplit(".", 1)[0] for name, t in named if name is not None
-                    and (name not in state or state[name].shape != t.shape)})  # fmt: skip
-    return f"; freshly initialised: {', '.join(fresh)}" if fresh else ""

@@ -8,6 +8,7 @@ import torch
 from torch import Tensor, nn
 
 from attnkit.positions import AbsolutePositions
+from attnkit.roles import Roles
 
 
 class TokenEmbedding(nn.Module):
@@ -24,6 +25,9 @@ class TokenEmbedding(nn.Module):
         nn.init.normal_(self.weight, std=d_model**-0.5)
         # GPT-2, BERT and Llama do not scale; their weights expect scale=False.
         self.scale = math.sqrt(d_model) if scale else 1.0
+
+    def roles(self) -> Roles:
+        return Roles(parameters={"weight": "embedding"})
 
     def forward(self, ids: Tensor) -> Tensor:
         out = nn.functional.embedding(ids, self.weight)
@@ -46,6 +50,10 @@ class InputEmbedding(nn.Module):
         self.positions = positions
         self.norm = norm  # BERT normalises the summed embeddings before dropout
         self.dropout = nn.Dropout(dropout)
+
+    def roles(self) -> Roles:
+        """All of it is the input embedding (its position table and BERT's norm too)."""
+        return Roles(parameters={name: "embedding" for name, _ in self.named_parameters()})
 
     def forward(self, ids: Tensor, offset: int | Tensor = 0, extra: Tensor | None = None) -> Tensor:
         """``ids`` ``(B, T)`` at positions ``offset ..`` -> ``(B, T, D)``.

@@ -33,6 +33,7 @@ from attnkit.blocks.feedforward import ACTIVATIONS
 from attnkit.blocks.moe import MoEAux, merge_aux
 from attnkit.models import builders
 from attnkit.models.lm_config import EncoderOnlyConfig
+from attnkit.roles import Roles
 
 
 @dataclass
@@ -87,6 +88,10 @@ class ClassificationHead(nn.Module):
         self.pooler = nn.Linear(d_model, d_model)
         self.dropout = nn.Dropout(dropout)
         self.classifier = nn.Linear(d_model, num_labels) if num_labels else None
+
+    def roles(self) -> Roles:
+        """A task head: a LoRA run trains it in full (PEFT's ``modules_to_save``)."""
+        return Roles(parameters={name: "head" for name, _ in self.named_parameters()})
 
     def forward(self, pooled: Tensor) -> Tensor:
         if self.classifier is None:

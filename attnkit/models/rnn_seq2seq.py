@@ -48,6 +48,7 @@ from attnkit.attention.functional import ScoreFn, attend
 from attnkit.attention.scores import DotScore, Score, build_score
 from attnkit.models.outputs import Seq2SeqOutput
 from attnkit.models.rnn_config import RNNSeq2SeqConfig
+from attnkit.roles import Roles, projection
 
 _LUONG_SCORES = {"luong_general": "general", "luong_dot": "dot", "luong_location": "location"}
 
@@ -156,6 +157,12 @@ class RNNSeq2Seq(nn.Module):
         with torch.no_grad():
             self.src_embed.weight[self.pad_id].zero_()
             self.tgt_embed.weight[self.pad_id].zero_()
+
+    def roles(self) -> Roles:
+        """``pre_output`` is the attention's output layer (``o``: ``tanh(W_o [s; c; e])``,
+        Luong's ``W_c``); an additive score declares its ``q`` and ``k``; the recurrent
+        cells are not linears."""
+        return Roles((projection("pre_output", "o"),))
 
     def num_parameters(self) -> int:
         """Trainable parameters."""

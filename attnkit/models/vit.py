@@ -34,6 +34,7 @@ from attnkit.models import builders
 from attnkit.models.config_base import Activation, AttentionStackConfig, NormPosition, Positions
 from attnkit.models.presets import VIT_PRESETS
 from attnkit.positions import LearnedPositions, build_positions
+from attnkit.roles import Roles
 from attnkit.validation import at_least, require
 
 Pooling = Literal["cls", "mean"]
@@ -125,6 +126,11 @@ class PatchEmbedding(nn.Module):
         super().__init__()
         self.patch_size = patch_size
         self.proj = nn.Linear(patch_size * patch_size * channels, d_model)
+
+    def roles(self) -> Roles:
+        """The patch projection is the input embedding (eq. 1's ``E``), not a projection
+        of the stream: never a LoRA target, frozen with ``embeddings``."""
+        return Roles(parameters={name: "embedding" for name, _ in self.named_parameters()})
 
     def forward(self, images: Tensor) -> Tensor:
         patches: Tensor = self.proj(patchify(images, self.patch_size))

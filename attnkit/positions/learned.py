@@ -5,6 +5,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
+from attnkit.roles import Roles
+
 
 class LearnedPositions(nn.Module):
     """One trained vector per position ``0 .. max_len - 1``."""
@@ -14,6 +16,9 @@ class LearnedPositions(nn.Module):
         self.max_len = max_len
         self.weight = nn.Parameter(torch.empty(max_len, d_model))
         nn.init.normal_(self.weight, std=d_model**-0.5)
+
+    def roles(self) -> Roles:
+        return Roles(parameters={"weight": "position"})
 
     def forward(self, length: int, offset: int = 0) -> Tensor:
         """Returns ``(T, D)``."""

@@ -25,6 +25,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
+from attnkit.roles import Roles
+
 
 @dataclass(frozen=True)
 class RelativePositionTerms:
@@ -88,6 +90,9 @@ class RelativePositions(nn.Module):
         self.key = nn.Parameter(torch.empty(buckets, head_dim))
         self.value = nn.Parameter(torch.empty(buckets, head_dim)) if values else None
         self.reset_parameters()
+
+    def roles(self) -> Roles:
+        return Roles(parameters={"key": "relative_position", "value": "relative_position"})
 
     def reset_parameters(self) -> None:
         # Same scale as the token embeddings' init: a^K then perturbs q.k about

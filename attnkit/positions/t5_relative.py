@@ -23,6 +23,8 @@ import math
 import torch
 from torch import Tensor, nn
 
+from attnkit.roles import Roles
+
 
 def relative_position_bucket(
     relative_position: Tensor, *, bidirectional: bool, num_buckets: int, max_distance: int
@@ -67,6 +69,9 @@ class T5RelativeBias(nn.Module):
         self.bidirectional = bidirectional
         self.num_buckets, self.max_distance = num_buckets, max_distance
         self.table = nn.Embedding(num_buckets, num_heads)
+
+    def roles(self) -> Roles:
+        return Roles(parameters={"table.weight": "relative_position"})
 
     def forward(self, query_positions: Tensor, num_keys: int) -> Tensor:
         """The bias of queries at ``query_positions`` ``(Tq,)`` over keys ``0 .. Tk - 1``."""

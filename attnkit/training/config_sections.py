@@ -211,7 +211,7 @@ class DecodeConfig:
 
 @dataclass
 class InitConfig:
-    """Where the weights start (``attnkit train --init CKPT``; ``attnkit.training.init``).
+    """Where the weights start (``attnkit train --init CKPT``; ``attnkit.training.warm_start``).
 
     ``init: PATH`` in YAML is short for ``init: {path: PATH}``. When the run
     starts, ``checkpoint`` (the directory ``path`` resolved to), ``sha256`` (of

@@ -4,8 +4,9 @@ Entries of the list, combined:
 
 * ``embeddings``: every input embedding: token tables, learned position
   tables, segment (token-type) tables, the embedding norm, a ViT's patch
-  projection. A tied output projection is the token table, so it is frozen
-  with it.
+  projection: what the modules declare ``embedding`` or ``position``
+  (``attnkit.roles``). A tied output projection is the token table, so it is
+  frozen with it.
 * ``layers:N``: the first ``N`` layers of every layer stack (an encoder's,
   a decoder's, a decoder-only model's ``layers``); an encoder-decoder model
   freezes ``N`` of each.
@@ -18,7 +19,7 @@ Entries of the list, combined:
 Freezing sets ``requires_grad=False``: the optimizer never sees those
 parameters (``build_optimizer`` takes trainable ones only), no gradient is
 computed for them, and the trainable count that ``attnkit train`` prints
-(``attnkit.training.init.count_parameters``) leaves them out.
+(``attnkit.training.warm_start.count_parameters``) leaves them out.
 """
 
 from __future__ import annotations
@@ -29,14 +30,10 @@ from collections.abc import Sequence
 from torch import nn
 
 from attnkit.errors import ConfigError
-from attnkit.models.embeddings import InputEmbedding, TokenEmbedding
-from attnkit.models.vit import PatchEmbedding
-from attnkit.positions.learned import LearnedPositions
+from attnkit.roles import parameter_kinds
 
 EMBEDDINGS = "embeddings"
 LAYERS = "layers:"
-# Module types whose parameters are "embeddings".
-_EMBEDDING_TYPES = (InputEmbedding, TokenEmbedding, LearnedPositions, nn.Embedding, PatchEmbedding)
 
 
 def check_freeze_entry(entry: str) -> None:
@@ -50,11 +47,8 @@ def check_freeze_entry(entry: str) -> None:
 
 
 def _embedding_names(model: nn.Module) -> set[str]:
-    names = set()
-    for prefix, module in model.named_modules():
-        if isinstance(module, _EMBEDDING_TYPES):
-            names |= {f"{prefix}.{n}" if prefix else n for n, _ in module.named_parameters()}
-    return names
+    return {name for name, kind in parameter_kinds(model).items()
+            if kind in ("embedding", "position")}  # fmt: skip
 
 
 def _layer_names(model: nn.Module, count: int) -> set[str]:

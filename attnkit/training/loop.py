@@ -99,7 +99,7 @@ class Trainer:
         torch.manual_seed(cfg.seed)  # the initial weights follow train.seed
         self.model = task.build_model().to(self.device)
         # Every weight trains, or LoRA adapters on the frozen --init weights (train.lora).
-        self.weights = weights_for_run(run)
+        self.weights = weights_for_run(run, task.start)
         self.weights.prepare(self.model)
         self.compiled = cfg.compile or (self.fast and not self.dist.enabled)
         # oneDNN's or MKL's fp32 GEMMs on the CPU (inductor lowers its own when compiling;

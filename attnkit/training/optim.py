@@ -5,10 +5,13 @@ does not use) with two parameter groups. Only projection matrices decay: the
 ``weight`` of every ``nn.Linear``, unless that matrix is also owned by another
 module (an output projection tied to an embedding). Biases, LayerNorm
 parameters, token embeddings and learned positions never decay: shrinking
-them towards zero only fights the normalisation or hurts rare tokens.
+them towards zero only fights the normalisation or hurts rare tokens; what
+the modules declare a norm or a position term (``attnkit.roles``) never
+decays, whatever holds it.
 
-``position_lr_scale`` gives the learned relative-position terms (T5's bucket
-tables, Shaw et al.'s relative embeddings, Swin's window bias tables) their
+``position_lr_scale`` gives the learned relative-position terms (what the
+modules declare ``relative_position``: T5's bucket tables, Shaw et al.'s
+relative embeddings, Swin's window bias tables) their
 own learning rate, ``lr`` times the scale, through the group key
 ``lr_scale`` that the schedules keep (``attnkit.training.schedules``). Why:
 Adam moves each entry by about ``lr`` per step whatever its gradient, so a
@@ -26,16 +29,19 @@ from typing import Any
 import torch
 from torch import nn
 
-from attnkit.attention.windows import WindowAttention
 from attnkit.errors import ConfigError
-from attnkit.positions.relative import RelativePositions
-from attnkit.positions.t5_relative import T5RelativeBias
+from attnkit.roles import parameter_kinds
+
+# Declared kinds that never decay (none is a projection matrix).
+_NO_DECAY_KINDS = frozenset({"norm", "position", "relative_position"})
 
 
 def decay_parameters(model: nn.Module) -> tuple[list[nn.Parameter], list[nn.Parameter]]:
     """Split trainable parameters into ``(decay, no_decay)``, in ``model.parameters()`` order."""
     linear_weights: set[int] = set()
-    owned_elsewhere: set[int] = set()
+    params = dict(model.named_parameters())
+    owned_elsewhere = {id(params[name]) for name, kind in parameter_kinds(model).items()
+                       if kind in _NO_DECAY_KINDS}  # fmt: skip
     for module in model.modules():
         own = module.parameters(recurse=False)
         if isinstance(module, nn.Linear):
@@ -55,16 +61,9 @@ def decay_parameters(model: nn.Module) -> tuple[list[nn.Parameter], list[nn.Para
 
 def position_parameters(model: nn.Module) -> list[nn.Parameter]:
     """The learned relative-position terms of ``model`` that are trainable, each once."""
-    found: dict[int, nn.Parameter] = {}
-    for module in model.modules():
-        if isinstance(module, (T5RelativeBias, RelativePositions)):
-            own = list(module.parameters())
-        elif isinstance(module, WindowAttention):
-            own = [module.bias_table]
-        else:
-            continue
-        found.update((id(p), p) for p in own if p.requires_grad)
-    return list(found.values())
+    params = dict(model.named_parameters())  # each tied parameter once
+    return [params[name] for name, kind in parameter_kinds(model).items()
+            if kind == "relative_position" and params[name].requires_grad]  # fmt: skip
 
 
 def build_optimizer(

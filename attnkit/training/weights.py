@@ -5,14 +5,15 @@ The trainer asks ``weights_for_run(run)`` once and hands the answer on:
 * ``FullWeights`` (no ``train.lora``): the model as it is; a checkpoint holds
   the whole state dict and resumes with a strict load.
 * ``LoRAWeights`` (``train.lora``): the run starts from a pretrained model
-  (``--init``, whose weights the task loaded), ``prepare`` installs the
-  adapters (``attnkit.adapters.install_lora``: everything frozen, the targeted
-  projections wrapped) and keeps trainable what the base checkpoint does not
-  have and any classification head (its pooler too, when the base brought a
-  pretrained one), trained in full as PEFT's ``modules_to_save``. A
-  checkpoint holds only those trainable tensors plus ``adapter.json``, the
-  base's path and SHA-256 from the run's ``init`` record
-  (``attnkit.checkpoints.adapters``); a resume loads them into the
+  (``--init``: the task's ``WarmStart``, whose weights the task loaded),
+  ``prepare`` installs the adapters (``attnkit.adapters.install_lora``:
+  everything frozen, the targeted projections wrapped) and keeps trainable
+  what started fresh (``WarmStart.fresh``: what the base checkpoint did not
+  have) and any classification head (what the modules declare ``head``: its
+  pooler too, when the base brought a pretrained one), trained in full as
+  PEFT's ``modules_to_save``. A checkpoint holds only those trainable tensors
+  plus ``adapter.json``, the base's path and SHA-256 (``WarmStart.base``;
+  ``attnkit.checkpoints.adapters``); a resume loads them into the
   re-installed adapters, whose base the task loaded again from ``--init``.
 """
 
@@ -27,16 +28,16 @@ from torch import Tensor, nn
 from attnkit.adapters import LoRAConfig, install_lora, lora_parameter_names
 from attnkit.checkpoints.adapters import (
     ADAPTER_FILE,
+    ADAPTER_FORMAT,
     AdapterInfo,
-    BaseReference,
     load_lora_state,
+    read_adapter_info,
 )
-from attnkit.checkpoints.files import MODEL_FILE
 from attnkit.checkpoints.loading import load_model_state
-from attnkit.checkpoints.safe_files import tensor_names
 from attnkit.errors import CheckpointError, ConfigError
-from attnkit.models.encoder_only import ClassificationHead
+from attnkit.roles import parameter_kinds
 from attnkit.training.runconfig import RunConfig
+from attnkit.training.warm_start import WarmStart
 
 
 class RunWeights(Protocol):
@@ -85,21 +86,22 @@ class FullWeights:
 class LoRAWeights:
     """Adapters on a frozen base; checkpoints hold what trains and a reference to the base."""
 
-    def __init__(self, config: LoRAConfig, base: BaseReference) -> None:
-        self.info = AdapterInfo(config, base)
+    def __init__(self, config: LoRAConfig, start: WarmStart) -> None:
+        self.info = AdapterInfo(config, start.base)
+        self.start = start
         self.trained: list[str] = []  # state-dict names of everything that trains
         self.adapted: list[str] = []  # the projections holding adapters
         self.fresh: list[str] = []  # a head or what the base lacks: trained in full
 
     def prepare(self, model: nn.Module) -> None:
-        base_keys = tensor_names(Path(self.info.base.path) / MODEL_FILE)
+        if self.start.fresh is None:
+            raise RuntimeError("LoRAWeights.prepare: the task has not loaded the --init weights")
         params = dict(model.named_parameters())
         # A classification head trains in full (PEFT's modules_to_save), new or not: an
         # imported BERT brings its pretrained pooler, which the new labels are read through.
-        heads = {f"{prefix}.{name}" for prefix, module in model.named_modules()
-                 if isinstance(module, ClassificationHead)
-                 for name, _ in module.named_parameters()}  # fmt: skip
-        self.fresh = [name for name in params if name not in base_keys or name in heads]
+        heads = {name for name, kind in parameter_kinds(model).items() if kind == "head"}
+        fresh = set(self.start.fresh)
+        self.fresh = [name for name in params if name in fresh or name in heads]
         self.adapted = install_lora(model, self.info.lora, field="train.lora")
         for name in self.fresh:  # a new head: trained in full
             params[name].requires_grad_(True)
@@ -121,6 +123,13 @@ class LoRAWeights:
         )
 
     def load(self, model: nn.Module, state: Mapping[str, Tensor], *, source: Path) -> None:
+        info = read_adapter_info(source.parent)
+        if info is not None and info.format < ADAPTER_FORMAT:  # no cross-attention adapters
+            raise CheckpointError(
+                f"{source.parent / ADAPTER_FILE}: format {info.format}, written before attnkit "
+                "adapted cross-attention; it cannot resume: merge it (attnkit merge) and "
+                "start a new run from the merged model"
+            )
         lora = set(lora_parameter_names(model))
         extra = {k: v for k, v in state.items() if k not in lora}
         expected = set(self.trained) - lora
@@ -135,18 +144,17 @@ class LoRAWeights:
         load_lora_state(model, {k: v for k, v in state.items() if k in lora}, source=source)
 
 
-def weights_for_run(run: RunConfig) -> RunWeights:
-    """``LoRAWeights`` for a run with ``train.lora`` (it must start from ``--init``),
-    else ``FullWeights``."""
+def weights_for_run(run: RunConfig, start: WarmStart | None = None) -> RunWeights:
+    """``LoRAWeights`` for a run with ``train.lora`` (it must start from ``--init``: ``start``,
+    the task's ``WarmStart``), else ``FullWeights``."""
     lora = run.train.lora
     if lora is None:
         return FullWeights()
-    init = run.init
-    if init is None or init.checkpoint is None or init.sha256 is None:
+    if start is None:
         raise ConfigError(
             "train.lora: adapts the frozen weights of a pretrained model; start from one "
             "with --init CKPT"
         )
     if run.train.distributed == "fsdp":  # its sharded load expects the whole state dict
         raise ConfigError("train.lora: not with train.distributed=fsdp; use ddp")
-    return LoRAWeights(lora, BaseReference(init.checkpoint, init.sha256))
+    return LoRAWeights(lora, start)

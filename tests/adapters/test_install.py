@@ -100,20 +100,25 @@ def test_fused_qkv_adapts_only_the_targeted_rows():
     assert not any(isinstance(m, LoRALinear) for m in model.layers[0].ffn.modules())
 
 
-def test_split_cross_attention_is_matched_by_role():
-    """Cross-attention as q_proj (D -> D) and kv_proj (D -> 2 h_kv d), keys then values."""
-    from attnkit.attention.multihead import MultiHeadAttention
+def test_cross_attention_is_matched_by_role():
+    """The real ``CrossAttention``: ``q_proj`` (D -> D) and ``kv_proj`` (D -> 2 h_kv d),
+    keys then values; a target of ``k`` and ``v`` adapts both blocks of ``kv_proj`` only."""
+    from attnkit.attention.cross import CrossAttention
 
-    attn = MultiHeadAttention(32, 4, num_kv_heads=2)
-    d = attn.d_model
-    attn.q_proj = torch.nn.Linear(32, d)
-    attn.kv_proj = torch.nn.Linear(32, 2 * attn.kv_dim)
-    del attn.qkv_proj
+    attn = CrossAttention(32, 4, num_kv_heads=2)
     holder = torch.nn.Module()
     holder.cross_attn = attn
-    install_lora(holder, LoRAConfig(rank=2, targets=("k", "v")))
+    names = install_lora(holder, LoRAConfig(rank=2, targets=("k", "v")))
+    assert names == ["cross_attn.kv_proj"]
     assert not isinstance(attn.q_proj, LoRALinear)
+    assert not isinstance(attn.out_proj, LoRALinear)
+    assert isinstance(attn.kv_proj, LoRALinear)
     assert attn.kv_proj.slices == {"k": (0, 16), "v": (16, 32)}
+    x, memory = torch.randn(2, 3, 32), torch.randn(2, 5, 32)
+    with torch.no_grad():  # the adapted module still runs, cached keys/values included
+        out, _ = attn(x, memory)
+        cached, _ = attn(x, attn.project_kv(memory))
+    assert out.shape == (2, 3, 32) and torch.allclose(out, cached)
 
 
 def test_attention_score_parameters_are_not_targets():

@@ -82,3 +82,58 @@ def test_tensor_names_reads_the_header_and_keeps_tied_keys(tmp_path):
     base, _, _ = lora_run(tmp_path)
     names = tensor_names(base / MODEL_FILE)
     assert names == set(load_tensors(base / MODEL_FILE)) and "lm_head.weight" in names
+
+
+def _seq2seq_lora(tmp_path, *, skip_cross: bool, fmt: int):
+    """A tiny encoder-decoder base and a LoRA checkpoint on it; ``skip_cross``: as an
+    attnkit before the modules declared their roles wrote it (no cross-attention adapters)."""
+    from lora_helpers import randomize_b
+
+    from attnkit.adapters import LoRAConfig, find_targets, install_lora
+    from attnkit.checkpoints import save_checkpoint
+    from attnkit.checkpoints.adapters import AdapterInfo, save_lora_checkpoint
+    from attnkit.models import TransformerConfig, build_model
+
+    torch.manual_seed(0)
+    config = TransformerConfig.from_preset("small", src_vocab_size=31, tgt_vocab_size=31,
+                                           d_model=32, num_heads=4, d_ff=64, dropout=0.0,
+                                           num_encoder_layers=1, num_decoder_layers=1)  # fmt: skip
+    model = build_model(config).eval()
+    base = tmp_path / "base"
+    tokenizer = char_tokenizer().to_json()
+    save_checkpoint(base, model_state=model.state_dict(), config=config.to_dict(),
+                    tokenizer_json=tokenizer)  # fmt: skip
+    lora = LoRAConfig(rank=2, targets=("q", "v"))
+    cross = {t.name for t in find_targets(model) if ".cross_attn." in t.name}
+    install_lora(model, lora, skip=cross if skip_cross else ())
+    randomize_b(model)
+    out = tmp_path / "lora"
+    info = AdapterInfo(lora, BaseReference.of(base), fmt)
+    save_lora_checkpoint(out, model, info, config=config.to_dict(), tokenizer_json=tokenizer)
+    return out, model
+
+
+def test_a_format_1_checkpoint_without_cross_attention_adapters_loads(tmp_path):
+    out, adapted = _seq2seq_lora(tmp_path, skip_cross=True, fmt=1)
+    assert json.loads((out / ADAPTER_FILE).read_text())["format"] == 1
+    src, tgt = torch.randint(3, 20, (2, 7)), torch.randint(3, 20, (2, 5))
+    with torch.no_grad():
+        expected = adapted(src, tgt).logits
+        got = load_model(out, "cpu").model(src, tgt).logits
+    assert (got - expected).abs().max() < 1e-5
+
+
+def test_a_current_checkpoint_holds_cross_attention_adapters_and_needs_them(tmp_path):
+    out, adapted = _seq2seq_lora(tmp_path, skip_cross=False, fmt=2)
+    saved = load_tensors(out / MODEL_FILE)
+    assert any(".cross_attn.q_proj.lora_B.q" in name for name in saved)
+    assert any(".cross_attn.kv_proj.lora_B.v" in name for name in saved)
+    src, tgt = torch.randint(3, 20, (2, 7)), torch.randint(3, 20, (2, 5))
+    with torch.no_grad():
+        assert (
+            load_model(out, "cpu").model(src, tgt).logits - adapted(src, tgt).logits
+        ).abs().max() < 1e-5
+    (tmp_path / "broken").mkdir()  # format 2 without the cross-attention adapters: an error
+    out2, _ = _seq2seq_lora(tmp_path / "broken", skip_cross=True, fmt=2)
+    with pytest.raises(CheckpointError, match="the adapters do not fit the model: missing"):
+        load_model(out2, "cpu")

@@ -16,7 +16,7 @@ from attnkit.checkpoints.adapters import ADAPTER_FILE, weights_sha256
 from attnkit.checkpoints.digest import weights_digest
 from attnkit.checkpoints.safe_files import save_tensors
 from attnkit.errors import CheckpointError
-from attnkit.training.init import load_initial
+from attnkit.training.warm_start import load_warm_start
 
 
 def _reorder_header(path: Path) -> None:
@@ -100,9 +100,9 @@ def test_a_lora_checkpoint_recording_the_older_file_digest_still_loads(tmp_path)
 def test_load_initial_records_the_content_digest_and_accepts_either(tmp_path):
     base, _, _ = lora_run(tmp_path)
     old = hashlib.sha256((base / MODEL_FILE).read_bytes()).hexdigest()
-    initial = load_initial(base, expected_sha256=old)
+    initial = load_warm_start(base, expected_sha256=old)
     assert initial.source.sha256 == weights_sha256(base) != old
     _reorder_header(base / MODEL_FILE)
-    load_initial(base, expected_sha256=initial.source.sha256)
+    load_warm_start(base, expected_sha256=initial.source.sha256)
     with pytest.raises(CheckpointError, match="sha256"):
-        load_initial(base, expected_sha256=old)  # the old bytes are gone
+        load_warm_start(base, expected_sha256=old)  # the old bytes are gone

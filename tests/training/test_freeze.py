@@ -11,8 +11,8 @@ import torch
 from attnkit.errors import ConfigError
 from attnkit.models import build_model, config_from_preset
 from attnkit.training.freeze import freeze
-from attnkit.training.init import count_parameters
 from attnkit.training.runconfig import RunConfig
+from attnkit.training.warm_start import count_parameters
 
 SMALL = {"d_model": 16, "num_heads": 2, "d_ff": 32}
 FAMILIES = {

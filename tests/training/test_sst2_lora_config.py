@@ -6,12 +6,11 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
-from attnkit.cli.train import initial_for_run
 from attnkit.interop.hf_import import import_hf
-from attnkit.training.init import count_parameters
 from attnkit.training.loop import Trainer
 from attnkit.training.runconfig import load_run_config
 from attnkit.training.tasks import task_from_run
+from attnkit.training.warm_start import count_parameters, warm_start_for_run
 
 CONFIG = Path(__file__).resolve().parents[2] / "configs" / "sst2_minilm_lora.yaml"
 ROWS = ["label\tsentence", "1\ta gripping , funny film .", "0\ta dull , lifeless mess ."]
@@ -25,7 +24,7 @@ def test_sst2_lora_config_trains_at_most_two_percent_with_the_head(tmp_path):
         (tmp_path / f"{split}.tsv").write_text("\n".join(ROWS) + "\n", encoding="utf-8")
     run = load_run_config(CONFIG, [f"data.dir={tmp_path}", "train.max_steps=1"])
     # as `attnkit train --init` does: the source is recorded in the run (LoRA needs its hash)
-    initial = initial_for_run(run, tmp_path / "run", init=str(tmp_path / "minilm"), resume=False)
+    initial = warm_start_for_run(run, tmp_path / "run", init=str(tmp_path / "minilm"), resume=False)
     task = task_from_run(run, None, initial)
     model = Trainer(run, task, tmp_path / "run", progress=False).model
     trainable, total = count_parameters(model)

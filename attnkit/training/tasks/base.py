@@ -16,8 +16,8 @@ guard, checkpoints, resume, logging, data parallelism). A task:
 * saves and restores the position of its data stream and its own RNGs
   (``state_dict``/``load_state_dict``), for a bit-exact resume.
 
-Tasks: ``translation`` (``tasks/translation.py``), ``lm`` and ``mlm``
-(``tasks/language_model.py``), ``image_classification`` (``tasks/image.py``).
+The tasks: the table ``attnkit.training.tasks.TASK_CLASSES``, where each
+class's ``from_run`` builds it from a run.
 """
 
 from __future__ import annotations
@@ -32,14 +32,15 @@ import torch
 from torch import Tensor, nn
 
 from attnkit.blocks.moe import MoEAux
+from attnkit.data.cache import Log
 from attnkit.data.tokenizers import Tokenizer
 from attnkit.errors import ConfigError
 from attnkit.models import AnyModelConfig, build_model
 from attnkit.models.config_base import AttentionStackConfig, ModelConfig
 from attnkit.training.distributed import DistContext
 from attnkit.training.freeze import freeze as freeze_parameters
-from attnkit.training.init import Initial, config_from_initial, load_initial_weights
 from attnkit.training.runconfig import RunConfig
+from attnkit.training.warm_start import WarmStart, config_from_start
 
 C = TypeVar("C", bound=ModelConfig)
 
@@ -131,6 +132,24 @@ def with_moe_losses(
     return LossSums(loss + aux.to(loss.dtype) * tokens, nll, tokens, moe_metrics(moe))
 
 
+@dataclass(frozen=True)
+class TaskInputs:
+    """What a task is built from (``Task.from_run``).
+
+    Attributes:
+        run: the run config.
+        tokenizer: a given tokenizer (a resumed run's, or the one ``start`` brings);
+            ``None``: the task trains one on its data (images need none).
+        start: ``--init``: the checkpoint the model starts from.
+        log: hears what data preparation does and why.
+    """
+
+    run: RunConfig
+    tokenizer: Tokenizer | None = None
+    start: WarmStart | None = None
+    log: Log | None = None
+
+
 class Task(Protocol):
     """A training objective with its data (see the module doc)."""
 
@@ -138,6 +157,13 @@ class Task(Protocol):
     # Adam's defaults for this task when train.betas / train.eps are not set.
     betas: ClassVar[tuple[float, float]]
     eps: ClassVar[float]
+    # --init: the checkpoint the model starts from (LoRA reads its base and fresh entries)
+    start: WarmStart | None
+
+    @classmethod
+    def from_run(cls, given: TaskInputs) -> Task:
+        """Read the run's data and build the task (``attnkit.training.tasks.TASK_CLASSES``)."""
+        ...
 
     @property
     def model_config(self) -> AnyModelConfig:
@@ -192,7 +218,7 @@ def model_config_from_run(
     families: tuple[type[C], ...],
     defaults: dict[str, Any],
     preset: str = "small",
-    initial: Initial | None = None,
+    start: WarmStart | None = None,
     head_fields: tuple[str, ...] = (),
 ) -> C:
     """The ``model`` section (``family``, a ``preset``, overrides) as a validated config.
@@ -203,14 +229,14 @@ def model_config_from_run(
     special ids, which follow the tokenizer; an image classifier's classes);
     ``preset``: the preset when the section names none. Errors name ``model.<field>``.
 
-    With ``initial`` (``--init``) the checkpoint's config is the model: the
+    With ``start`` (``--init``) the checkpoint's config is the model: the
     section may only repeat it or change training-only keys (dropout), and of
-    ``defaults`` only ``head_fields`` may differ from it (``attnkit.training.init``).
+    ``defaults`` only ``head_fields`` may differ from it (``attnkit.training.warm_start``).
     """
     names = [config_class.family for config_class in families]
-    if initial is not None:
-        config: C = config_from_initial(
-            initial.config, run.model, task_fields=defaults, head_fields=head_fields,
+    if start is not None:
+        config: C = config_from_start(
+            start.config, run.model, task_fields=defaults, head_fields=head_fields,
             families=names,
         )  # fmt: skip
         return config
@@ -231,18 +257,20 @@ def model_config_from_run(
 
 def build_task_model(
     config: ModelConfig,
-    initial: Initial | None = None,
+    start: WarmStart | None = None,
     *,
     head: tuple[str, ...] = (),
+    restart: tuple[str, ...] = (),
     freeze: Sequence[str] = (),
 ) -> nn.Module:
     """A task's model for ``config``: freshly initialised (the trainer seeded the RNG), then,
-    with ``initial`` (``--init``), given the checkpoint's weights; the modules under the
-    prefixes ``head`` keep their fresh initialisation where the checkpoint has none that fit.
-    ``freeze``: ``train.freeze`` (``attnkit.training.freeze``)."""
+    with ``start`` (``--init``), given the checkpoint's weights; the modules under the
+    prefixes ``head`` keep their fresh initialisation where the checkpoint has none that fit,
+    those under ``restart`` (new labels) in any case; ``start`` records which
+    (``WarmStart.fresh``). ``freeze``: ``train.freeze`` (``attnkit.training.freeze``)."""
     model = build_model(config)
-    if initial is not None:
-        load_initial_weights(model, initial, head=head)
+    if start is not None:
+        start.load_weights(model, head=head, restart=restart)
     if freeze:
         freeze_parameters(model, freeze)
     return model

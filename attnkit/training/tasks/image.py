@@ -57,15 +57,17 @@ from attnkit.errors import ConfigError
 from attnkit.evaluation.accuracy import classification_scores
 from attnkit.models.swin import SwinConfig
 from attnkit.models.vit import ViTConfig
-from attnkit.training.init import Initial
 from attnkit.training.runconfig import RunConfig
 from attnkit.training.tasks.base import (
     LossSums,
+    Task,
     TaskContext,
+    TaskInputs,
     build_task_model,
     model_config_from_run,
     with_moe_losses,
 )
+from attnkit.training.warm_start import WarmStart
 
 Batch = tuple[Tensor, Tensor]
 SPLIT_SEED = 0  # the held-out split never moves with train.seed
@@ -79,23 +81,23 @@ HEAD_FIELDS = ("num_classes", "class_names")
 
 
 def _image_config(
-    run: RunConfig, defaults: dict[str, Any], initial: Initial | None = None
+    run: RunConfig, defaults: dict[str, Any], start: WarmStart | None = None
 ) -> ImageModelConfig:
     families: tuple[type[ViTConfig | SwinConfig], ...] = (ViTConfig, SwinConfig)
     config = model_config_from_run(
-        run, families=families, defaults=defaults, preset="digits", initial=initial,
+        run, families=families, defaults=defaults, preset="digits", start=start,
         head_fields=HEAD_FIELDS,
     )  # fmt: skip
     return cast(ImageModelConfig, config)  # one of the two families
 
 
-def image_shape(run: RunConfig, initial: Initial | None = None) -> ImageModelConfig:
+def image_shape(run: RunConfig, start: WarmStart | None = None) -> ImageModelConfig:
     """The model section without its classes (they follow the data): channels and size."""
     fields = {k: v for k, v in run.model.items() if k not in HEAD_FIELDS}
-    return _image_config(dataclasses.replace(run, model=fields), {}, initial)
+    return _image_config(dataclasses.replace(run, model=fields), {}, start)
 
 
-def load_images(run: RunConfig, initial: Initial | None = None) -> tuple[ImageSet, ImageSet | None]:
+def load_images(run: RunConfig, start: WarmStart | None = None) -> tuple[ImageSet, ImageSet | None]:
     """The run's ``(train, held out)`` images (held out ``None`` when ``valid_fraction`` is 0)."""
     data = run.data
     if data.images is None:
@@ -103,7 +105,7 @@ def load_images(run: RunConfig, initial: Initial | None = None) -> tuple[ImageSe
             "data.images: the image_classification task reads 'digits', 'lfw_subset' or a "
             "folder of images with a labels CSV; set data.images"
         )
-    shape = image_shape(run, initial)
+    shape = image_shape(run, start)
     if data.images == DIGITS:
         if data.labels is not None:
             raise ConfigError("data.labels: the digits carry their own labels; remove it")
@@ -144,6 +146,12 @@ class ImageClassificationTask:
     eps: ClassVar[float] = 1e-8
     tokenizer: None = None  # images need none; checkpoints carry no tokenizer.json
 
+    @classmethod
+    def from_run(cls, given: TaskInputs) -> Task:
+        """Labelled images (``load_images``); no tokenizer."""
+        train_images, held_out = load_images(given.run, given.start)
+        return cls(given.run, train_images, held_out, start=given.start)
+
     def __init__(
         self,
         run: RunConfig,
@@ -151,10 +159,10 @@ class ImageClassificationTask:
         valid: ImageSet | None = None,
         *,
         source: str = "",
-        initial: Initial | None = None,
+        start: WarmStart | None = None,
     ) -> None:
         self.run, self.cfg = run, run.train
-        self.initial = initial  # --init: the checkpoint whose weights the model starts from
+        self.start = start  # --init: the checkpoint whose weights the model starts from
         self.train, self.valid, self.source = train, valid, source or str(run.data.images)
         classes = train.classes
         given = run.model.get("num_classes")
@@ -164,7 +172,7 @@ class ImageClassificationTask:
                 "leave it out (it follows the data)"
             )
         self.model_config = _image_config(
-            run, {"num_classes": len(classes), "class_names": tuple(classes)}, initial
+            run, {"num_classes": len(classes), "class_names": tuple(classes)}, start
         )
         if len(train) == 0:
             raise ConfigError(f"data.images: {self.source} has no training images")
@@ -186,7 +194,7 @@ class ImageClassificationTask:
 
     def build_model(self) -> nn.Module:
         return build_task_model(
-            self.model_config, self.initial, head=("head",), freeze=self.cfg.freeze
+            self.model_config, self.start, head=("head",), freeze=self.cfg.freeze
         )
 
     def describe(self) -> str:

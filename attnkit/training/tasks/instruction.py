@@ -43,17 +43,19 @@ from attnkit.data.tokenizers import Tokenizer
 from attnkit.errors import ConfigError, DataError
 from attnkit.evaluation.perplexity import perplexity
 from attnkit.models.lm_config import DecoderOnlyConfig
-from attnkit.training.init import Initial
 from attnkit.training.runconfig import RunConfig
 from attnkit.training.tasks.base import (
     LossSums,
+    Task,
     TaskContext,
+    TaskInputs,
     build_task_model,
     check_vocab_fits,
     context_block,
     model_config_from_run,
     with_moe_losses,
 )
+from attnkit.training.warm_start import WarmStart
 
 Batch = tuple[Tensor, Tensor]
 
@@ -75,16 +77,26 @@ class InstructionTask:
     betas: ClassVar[tuple[float, float]] = (0.9, 0.99)
     eps: ClassVar[float] = 1e-8
 
+    @classmethod
+    def from_run(cls, given: TaskInputs) -> Task:
+        """The tokenizer is the pretrained model's (``--init``, or a resumed run's own)."""
+        if given.tokenizer is None:
+            raise ConfigError(
+                "task: instruction fine-tunes a pretrained decoder-only model; start from one "
+                "with --init CKPT (e.g. attnkit import --from gguf ... --out runs/smollm2)"
+            )
+        return cls(given.run, given.tokenizer, start=given.start)
+
     def __init__(
-        self, run: RunConfig, tokenizer: Tokenizer, *, initial: Initial | None = None
+        self, run: RunConfig, tokenizer: Tokenizer, *, start: WarmStart | None = None
     ) -> None:
         self.run, self.cfg, self.tokenizer = run, run.train, tokenizer
-        self.initial = initial  # --init: the pretrained model whose weights it starts from
+        self.start = start  # --init: the pretrained model whose weights it starts from
         tok = tokenizer
         defaults = {"vocab_size": tok.vocab_size, "pad_id": tok.pad_id, "bos_id": tok.bos_id,
                     "eos_id": tok.eos_id}  # fmt: skip
         self.model_config: DecoderOnlyConfig = model_config_from_run(
-            run, families=(DecoderOnlyConfig,), defaults=defaults, initial=initial
+            run, families=(DecoderOnlyConfig,), defaults=defaults, start=start
         )
         check_vocab_fits(self.model_config, ("vocab_size",), tok)
         data = run.data
@@ -108,7 +120,7 @@ class InstructionTask:
         self.context = context
 
     def build_model(self) -> nn.Module:
-        return build_task_model(self.model_config, self.initial)
+        return build_task_model(self.model_config, self.start)
 
     def describe(self) -> str:
         t = self.train_set
@@ -179,16 +191,3 @@ def _hold_out(
     head: list[Sequence] = data.sequences[:cut]
     train = InstructionSet(head, data.truncated, data.dropped, data.path)
     return train, InstructionSet(data.sequences[cut:], path=data.path)
-
-
-def instruction_task(
-    run: RunConfig, tokenizer: Tokenizer | None, initial: Initial | None = None
-) -> InstructionTask:
-    """The task of a run; the tokenizer is the pretrained model's (``--init``, or a
-    resumed run's own)."""
-    if tokenizer is None:
-        raise ConfigError(
-            "task: instruction fine-tunes a pretrained decoder-only model; start from one "
-            "with --init CKPT (e.g. attnkit import --from gguf ... --out runs/smollm2)"
-        )
-    return InstructionTask(run, tokenizer, initial=initial)

@@ -41,11 +41,12 @@ from attnkit.evaluation.perplexity import (
 )
 from attnkit.models import DecoderOnlyConfig, EncoderOnlyConfig
 from attnkit.models.protocols import LanguageModel
-from attnkit.training.init import Initial
 from attnkit.training.runconfig import RunConfig
 from attnkit.training.tasks.base import (
     LossSums,
+    Task,
     TaskContext,
+    TaskInputs,
     build_task_model,
     check_vocab_fits,
     context_block,
@@ -53,6 +54,9 @@ from attnkit.training.tasks.base import (
     unknown_note,
     with_moe_losses,
 )
+from attnkit.training.tasks.corpus import lm_corpus
+from attnkit.training.tasks.next_sentence import NextSentenceTask
+from attnkit.training.warm_start import WarmStart
 
 Batch = tuple[Tensor, Tensor]
 LMConfig = TypeVar("LMConfig", DecoderOnlyConfig, EncoderOnlyConfig)
@@ -76,14 +80,14 @@ class _BlockTask(Generic[LMConfig]):
         config_class: type[LMConfig],
         release: Callable[[], None] | None = None,
         *,
-        initial: Initial | None = None,
+        start: WarmStart | None = None,
     ) -> None:
         """``release``: hands back the pages of a memory-mapped corpus read so far."""
         self.run, self.cfg, self.tokenizer = run, run.train, corpus.tokenizer
         self.corpus = corpus
-        self.initial = initial  # --init: the checkpoint whose weights the model starts from
+        self.start = start  # --init: the checkpoint whose weights the model starts from
         self.model_config: LMConfig = model_config_from_run(
-            run, families=(config_class,), defaults=self._model_defaults(), initial=initial,
+            run, families=(config_class,), defaults=self._model_defaults(), start=start,
             head_fields=self.head_fields,
         )  # fmt: skip
         check_vocab_fits(self.model_config, ("vocab_size",), self.tokenizer)
@@ -105,13 +109,13 @@ class _BlockTask(Generic[LMConfig]):
 
     def build_model(self) -> nn.Module:
         return build_task_model(
-            self.model_config, self.initial, head=self.head, freeze=self.cfg.freeze
+            self.model_config, self.start, head=self.head, freeze=self.cfg.freeze
         )
 
     def describe(self) -> str:
         # A tokenizer that came with the checkpoint may not know this text.
         train = self.corpus.train
-        unknown = "" if self.initial is None else unknown_note(self.tokenizer, {"the text": train})
+        unknown = "" if self.start is None else unknown_note(self.tokenizer, {"the text": train})
         return (
             f"{num_tokens(self.corpus.train)} training tokens, {num_tokens(self.corpus.valid)} "
             f"validation tokens, vocabulary {self.tokenizer.vocab_size}, {self.batch_size} "
@@ -161,15 +165,21 @@ class CausalLMTask(_BlockTask[DecoderOnlyConfig]):
 
     name: ClassVar[str] = "lm"
 
+    @classmethod
+    def from_run(cls, given: TaskInputs) -> Task:
+        """One text file, prepared or reused (``tasks/corpus.py``)."""
+        corpus, release = lm_corpus(given.run, given.tokenizer, log=given.log)
+        return cls(given.run, corpus, release, start=given.start)
+
     def __init__(
         self,
         run: RunConfig,
         corpus: LMCorpus,
         release: Callable[[], None] | None = None,
         *,
-        initial: Initial | None = None,
+        start: WarmStart | None = None,
     ) -> None:
-        super().__init__(run, corpus, DecoderOnlyConfig, release, initial=initial)
+        super().__init__(run, corpus, DecoderOnlyConfig, release, start=start)
 
     def next_batch(self) -> tuple[Batch, bool]:
         x, y = self._share(*self._global_batch())
@@ -188,15 +198,23 @@ class MaskedLMTask(_BlockTask[EncoderOnlyConfig]):
     head_fields: ClassVar[tuple[str, ...]] = ("num_labels",)
     head: ClassVar[tuple[str, ...]] = ("classifier",)
 
+    @classmethod
+    def from_run(cls, given: TaskInputs) -> Task:
+        """One text file; with ``train.nsp``, its sentence pairs too (``NextSentenceTask``)."""
+        if given.run.train.nsp:
+            return NextSentenceTask.from_run(given)
+        corpus, release = lm_corpus(given.run, given.tokenizer, log=given.log)
+        return cls(given.run, corpus, release, start=given.start)
+
     def __init__(
         self,
         run: RunConfig,
         corpus: LMCorpus,
         release: Callable[[], None] | None = None,
         *,
-        initial: Initial | None = None,
+        start: WarmStart | None = None,
     ) -> None:
-        super().__init__(run, corpus, EncoderOnlyConfig, release, initial=initial)
+        super().__init__(run, corpus, EncoderOnlyConfig, release, start=start)
         self.special_ids = mlm_special_ids(self.tokenizer)
         self.mask_rng = torch.Generator().manual_seed(self.cfg.seed + 1)
 

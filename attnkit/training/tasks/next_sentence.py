@@ -40,7 +40,6 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from attnkit.data.cache import Log
 from attnkit.data.classification import collate_examples
 from attnkit.data.formats import iter_text_pieces, text_inputs
 from attnkit.data.mlm import IGNORE_INDEX, mask_tokens, mlm_vocab
@@ -49,17 +48,19 @@ from attnkit.data.sentence_pairs import LABEL_NAMES, SentencePairs, split_pairs
 from attnkit.data.tokenizers import Tokenizer
 from attnkit.errors import ConfigError
 from attnkit.models import EncoderOnlyConfig
-from attnkit.training.init import Initial
 from attnkit.training.runconfig import RunConfig
 from attnkit.training.tasks.base import (
     LossSums,
+    Task,
     TaskContext,
+    TaskInputs,
     build_task_model,
     check_vocab_fits,
     model_config_from_run,
     with_moe_losses,
 )
 from attnkit.training.tasks.corpus import _given_tokenizer, cache_root
+from attnkit.training.warm_start import WarmStart
 
 Batch = tuple[Tensor, Tensor, Tensor, Tensor]  # inputs, token types, MLM labels, NSP labels
 
@@ -71,6 +72,30 @@ class NextSentenceTask:
     betas: ClassVar[tuple[float, float]] = (0.9, 0.999)  # BERT's Adam
     eps: ClassVar[float] = 1e-6
 
+    @classmethod
+    def from_run(cls, given: TaskInputs) -> Task:
+        """``mlm`` with ``train.nsp``: sentence pairs from ``data.text``'s documents."""
+        run, log = given.run, given.log
+        data = run.data
+        if data.text is None:
+            raise ConfigError("data.text: train.nsp reads one text file (one sentence per line, "
+                              "blank lines between documents); set data.text")  # fmt: skip
+        if data.loading == "streaming":
+            raise ConfigError("data.loading: streaming applies to translation; train.nsp reads "
+                              "its text into memory")  # fmt: skip
+        inputs = text_inputs(data.dir, data.text)
+        tokenizer = _given_tokenizer(run, given.tokenizer)
+        if tokenizer is None and data.loading == "memory":
+            tokenizer = train_on_text(inputs, run.tokenizer)[0]
+        elif tokenizer is None:
+            tokenizer = text_tokenizer(inputs, run.tokenizer, root=cache_root(run), log=log)
+        text = "".join(iter_text_pieces(inputs))
+        if data.documents == "file":  # one document: NotNext B starts anywhere but after A
+            text = "\n".join(line for line in text.splitlines() if line.strip())
+        fraction = data.held_out_fraction(run.task)
+        train, valid = split_pairs(text, tokenizer, fraction, name=f"data.text {data.text}")
+        return cls(run, tokenizer, train, valid, start=given.start)
+
     def __init__(
         self,
         run: RunConfig,
@@ -78,16 +103,16 @@ class NextSentenceTask:
         train: SentencePairs,
         valid: SentencePairs | None,
         *,
-        initial: Initial | None = None,
+        start: WarmStart | None = None,
     ) -> None:
         self.run, self.cfg, self.tokenizer = run, run.train, tokenizer
-        self.train, self.valid, self.initial = train, valid, initial
+        self.train, self.valid, self.start = train, valid, start
         vocab_size, mask_id = mlm_vocab(tokenizer)
         defaults = {"vocab_size": vocab_size, "mask_id": mask_id, "pad_id": tokenizer.pad_id,
                     "bos_id": tokenizer.bos_id, "eos_id": tokenizer.eos_id, "num_labels": 2,
                     "label_names": LABEL_NAMES, "type_vocab_size": 2}  # fmt: skip
         self.model_config: EncoderOnlyConfig = model_config_from_run(
-            run, families=(EncoderOnlyConfig,), defaults=defaults, initial=initial,
+            run, families=(EncoderOnlyConfig,), defaults=defaults, start=start,
             head_fields=("num_labels", "label_names"),
         )  # fmt: skip
         c = self.model_config
@@ -125,7 +150,7 @@ class NextSentenceTask:
 
     def build_model(self) -> nn.Module:
         return build_task_model(
-            self.model_config, self.initial, head=("classifier",), freeze=self.cfg.freeze
+            self.model_config, self.start, head=("classifier",), freeze=self.cfg.freeze
         )
 
     def describe(self) -> str:
@@ -235,32 +260,3 @@ class NextSentenceTask:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.batch_rng.set_state(state["batch_rng"].to("cpu", torch.uint8))
         self.mask_rng.set_state(state["mask_rng"].to("cpu", torch.uint8))
-
-
-def next_sentence_task(
-    run: RunConfig,
-    tokenizer: Tokenizer | None = None,
-    initial: Initial | None = None,
-    *,
-    log: Log | None = None,
-) -> NextSentenceTask:
-    """``mlm`` with ``train.nsp``: sentence pairs from ``data.text``'s documents."""
-    data = run.data
-    if data.text is None:
-        raise ConfigError("data.text: train.nsp reads one text file (one sentence per line, "
-                          "blank lines between documents); set data.text")  # fmt: skip
-    if data.loading == "streaming":
-        raise ConfigError("data.loading: streaming applies to translation; train.nsp reads "
-                          "its text into memory")  # fmt: skip
-    inputs = text_inputs(data.dir, data.text)
-    tokenizer = _given_tokenizer(run, tokenizer)
-    if tokenizer is None and data.loading == "memory":
-        tokenizer = train_on_text(inputs, run.tokenizer)[0]
-    elif tokenizer is None:
-        tokenizer = text_tokenizer(inputs, run.tokenizer, root=cache_root(run), log=log)
-    text = "".join(iter_text_pieces(inputs))
-    if data.documents == "file":  # one document: NotNext B starts anywhere but after A
-        text = "\n".join(line for line in text.splitlines() if line.strip())
-    fraction = data.held_out_fraction(run.task)
-    train, valid = split_pairs(text, tokenizer, fraction, name=f"data.text {data.text}")
-    return NextSentenceTask(run, tokenizer, train, valid, initial=initial)

@@ -37,17 +37,20 @@ from attnkit.errors import ConfigError
 from attnkit.evaluation.perplexity import perplexity
 from attnkit.losses import label_smoothed_cross_entropy
 from attnkit.models import TransformerConfig
-from attnkit.training.init import Initial
 from attnkit.training.runconfig import RunConfig
 from attnkit.training.tasks.base import (
     LossSums,
+    Task,
     TaskContext,
+    TaskInputs,
     build_task_model,
     context_block,
     model_config_from_run,
     unknown_note,
     with_moe_losses,
 )
+from attnkit.training.tasks.corpus import lm_corpus
+from attnkit.training.warm_start import WarmStart
 
 MEAN_SPAN = 3.0  # T5's mean span length
 
@@ -59,18 +62,24 @@ class SpanCorruptionTask:
     betas: ClassVar[tuple[float, float]] = (0.9, 0.98)  # the paper's Adam, as translation
     eps: ClassVar[float] = 1e-9
 
+    @classmethod
+    def from_run(cls, given: TaskInputs) -> Task:
+        """One text file, prepared or reused (``tasks/corpus.py``)."""
+        corpus, release = lm_corpus(given.run, given.tokenizer, log=given.log)
+        return cls(given.run, corpus, release, start=given.start)
+
     def __init__(
         self,
         run: RunConfig,
         corpus: LMCorpus,
         release: Callable[[], None] | None = None,
         *,
-        initial: Initial | None = None,
+        start: WarmStart | None = None,
     ) -> None:
         """``release``: hands back the pages of a memory-mapped corpus read so far."""
         self.run, self.cfg, self.corpus = run, run.train, corpus
         self.tokenizer = corpus.tokenizer
-        self.initial = initial
+        self.start = start
         self.noise_density = self.cfg.mask_prob
         # The block follows the config (max_len) and the vocabulary the block (one
         # sentinel per span): a first config gives the block, the second the sizes.
@@ -102,18 +111,18 @@ class SpanCorruptionTask:
                     "bos_id": tok.bos_id, "eos_id": tok.eos_id}  # fmt: skip
         return model_config_from_run(
             self.run, families=(TransformerConfig,), defaults=defaults, preset="t5_small_cpu",
-            initial=self.initial,
+            start=self.start,
         )  # fmt: skip
 
     def setup(self, context: TaskContext) -> None:
         self.context = context
 
     def build_model(self) -> nn.Module:
-        return build_task_model(self.model_config, self.initial, freeze=self.cfg.freeze)
+        return build_task_model(self.model_config, self.start, freeze=self.cfg.freeze)
 
     def describe(self) -> str:
         train = self.corpus.train
-        unknown = "" if self.initial is None else unknown_note(self.tokenizer, {"the text": train})
+        unknown = "" if self.start is None else unknown_note(self.tokenizer, {"the text": train})
         return (
             f"{num_tokens(train)} training tokens, {num_tokens(self.corpus.valid)} validation "
             f"tokens, vocabulary {self.tokenizer.vocab_size} + {len(self.sentinels)} sentinels, "

@@ -30,7 +30,6 @@ examples here); the train record carries the batch accuracy. Validation:
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -57,15 +56,17 @@ from attnkit.evaluation.text_classification import (
     predict_probs,
 )
 from attnkit.models.lm_config import EncoderOnlyConfig
-from attnkit.training.init import Initial
 from attnkit.training.runconfig import DataConfig, RunConfig, TokenizerConfig
 from attnkit.training.tasks.base import (
     LossSums,
+    Task,
     TaskContext,
+    TaskInputs,
     build_task_model,
     model_config_from_run,
     unknown_note,
 )
+from attnkit.training.warm_start import WarmStart
 
 HEAD = ("classifier",)
 HEAD_FIELDS = ("num_labels", "label_names")
@@ -98,6 +99,17 @@ class TextClassificationTask:
     betas: ClassVar[tuple[float, float]] = (0.9, 0.999)  # BERT's fine-tuning Adam
     eps: ClassVar[float] = 1e-8
 
+    @classmethod
+    def from_run(cls, given: TaskInputs) -> Task:
+        """Labelled sentences or pairs; a tokenizer trained on them unless one is given."""
+        run = given.run
+        data = run.data
+        examples = load_labelled(data, data.one_file("train", run.task), "data.train")
+        assert examples is not None  # data.train is never null
+        valid_examples = load_labelled(data, data.one_file("valid", run.task), "data.valid")
+        tokenizer = given.tokenizer or build_classifier_tokenizer(run.tokenizer, examples)
+        return cls(run, tokenizer, examples, valid_examples, start=given.start)
+
     def __init__(
         self,
         run: RunConfig,
@@ -105,12 +117,12 @@ class TextClassificationTask:
         train: LabelledTexts,
         valid: LabelledTexts | None = None,
         *,
-        initial: Initial | None = None,
+        start: WarmStart | None = None,
     ) -> None:
         self.run, self.cfg, self.tokenizer = run, run.train, tokenizer
         self.train_data, self.valid_data = train, valid
         names = label_names(train.labels)
-        known = tuple(getattr(initial.config, "label_names", ())) if initial else ()
+        known = tuple(getattr(start.config, "label_names", ())) if start else ()
         if known and set(names) <= set(known):
             names = known  # an earlier classifier of these labels: keep its order and head
         listed = run.model.get("label_names")
@@ -131,21 +143,19 @@ class TextClassificationTask:
             raise ConfigError(f"data.train: {train.source} has one label ({names[0]!r}); "
                               "a classifier needs at least two")  # fmt: skip
         defaults: dict[str, Any] = {"num_labels": len(names), "label_names": names}
-        if initial is None:  # from scratch: the vocabulary follows the tokenizer
+        if start is None:  # from scratch: the vocabulary follows the tokenizer
             vocab_size, mask_id = mlm_vocab(tokenizer)
             defaults.update(vocab_size=vocab_size, mask_id=mask_id, pad_id=tokenizer.pad_id,
                             bos_id=tokenizer.bos_id, eos_id=tokenizer.eos_id,
                             type_vocab_size=2 if train.pairs is not None else 0)  # fmt: skip
         self.model_config: EncoderOnlyConfig = model_config_from_run(
-            run, families=(EncoderOnlyConfig,), defaults=defaults, initial=initial,
+            run, families=(EncoderOnlyConfig,), defaults=defaults, start=start,
             head_fields=HEAD_FIELDS,
         )  # fmt: skip
-        self.initial = initial
-        if initial is not None and known != names:  # other labels: new output rows; the
-            # pooler (trained, or an import's pretrained one) is kept, as transformers does
-            state = {k: v for k, v in initial.state.items()
-                     if not k.startswith("classifier.classifier.")}  # fmt: skip
-            self.initial = dataclasses.replace(initial, state=state)
+        self.start = start
+        # Other labels: new output rows, fresh; the pooler (trained, or an import's
+        # pretrained one) is kept, as transformers does.
+        self.restart = ("classifier.classifier",) if start is not None and known != names else ()
         max_len = run.data.max_len
         if max_len > self.model_config.max_len:
             raise ConfigError(
@@ -184,7 +194,8 @@ class TextClassificationTask:
             self._draw_order()
 
     def build_model(self) -> nn.Module:
-        return build_task_model(self.model_config, self.initial, head=HEAD, freeze=self.cfg.freeze)
+        return build_task_model(self.model_config, self.start, head=HEAD, restart=self.restart,
+                                freeze=self.cfg.freeze)  # fmt: skip
 
     def describe(self) -> str:
         c = self.model_config

@@ -37,9 +37,10 @@ from attnkit.errors import ConfigError
 from attnkit.evaluation.perplexity import perplexity, translation_sums
 from attnkit.models.protocols import Seq2SeqModel
 from attnkit.training import distributed as dist_util
-from attnkit.training.init import Initial
 from attnkit.training.runconfig import CorpusConfig, RunConfig
+from attnkit.training.tasks.base import Task, TaskInputs
 from attnkit.training.tasks.translation import TranslationTask
+from attnkit.training.warm_start import WarmStart
 
 Pair = tuple[str, str]
 
@@ -77,12 +78,17 @@ class TextToTextTask(TranslationTask):
 
     name: ClassVar[str] = "text_to_text"
 
+    @classmethod
+    def from_run(cls, given: TaskInputs) -> Task:
+        """Several prefixed corpora, read by the task itself."""
+        return cls(given.run, given.tokenizer, start=given.start)
+
     def __init__(
         self,
         run: RunConfig,
         tokenizer: Tokenizer | None = None,
         *,
-        initial: Initial | None = None,
+        start: WarmStart | None = None,
     ) -> None:
         corpora = run.data.corpora
         if not corpora:
@@ -102,7 +108,7 @@ class TextToTextTask(TranslationTask):
             max_len=run.data.max_len, seed=run.train.seed, weights=[c.weight for c in corpora],
         )  # fmt: skip
         every_valid = [p for pairs in self.valid_sets.values() for p in pairs]
-        super().__init__(run, tokenizer, batches, every_valid, initial=initial)
+        super().__init__(run, tokenizer, batches, every_valid, start=start)
         self.train_sizes = dict(zip(names, map(len, train)))
 
     def describe(self) -> str:

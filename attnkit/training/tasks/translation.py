@@ -37,17 +37,20 @@ from attnkit.losses import (
 from attnkit.models import RNNSeq2SeqConfig, Seq2SeqConfig, TransformerConfig
 from attnkit.models.protocols import LinearLogits, Seq2SeqModel
 from attnkit.training import distributed as dist_util
-from attnkit.training.init import Initial
 from attnkit.training.runconfig import RunConfig
 from attnkit.training.tasks.base import (
     LossSums,
+    Task,
     TaskContext,
+    TaskInputs,
     build_task_model,
     check_vocab_fits,
     model_config_from_run,
     unknown_note,
     with_moe_losses,
 )
+from attnkit.training.tasks.corpus import translation_data
+from attnkit.training.warm_start import WarmStart
 
 Pair = tuple[str, str]
 # The families the task trains (the first is the default).
@@ -80,6 +83,12 @@ class TranslationTask:
     betas: ClassVar[tuple[float, float]] = (0.9, 0.98)  # §5.3
     eps: ClassVar[float] = 1e-9
 
+    @classmethod
+    def from_run(cls, given: TaskInputs) -> Task:
+        """Parallel text (``tasks/corpus.py``: prepared or reused as ``data.loading`` says)."""
+        data = translation_data(given.run, given.tokenizer, log=given.log)
+        return cls(given.run, **data, start=given.start)
+
     def __init__(
         self,
         run: RunConfig,
@@ -88,7 +97,7 @@ class TranslationTask:
         valid_pairs: Sequence[Pair] | None = None,
         *,
         dropped_empty: int = 0,
-        initial: Initial | None = None,
+        start: WarmStart | None = None,
     ) -> None:
         """``train_pairs``: text pairs (encoded here, in memory), their token ids
         (``TokenPairs``, e.g. memory-mapped from a prepared cache), batches of
@@ -96,7 +105,7 @@ class TranslationTask:
         self.run, self.cfg, self.tokenizer = run, run.train, tokenizer
         self.dropped_empty = dropped_empty  # pairs with an empty side the reader skipped
         self.valid_pairs = list(valid_pairs or [])
-        self.initial = initial  # --init: the checkpoint whose weights the model starts from
+        self.start = start  # --init: the checkpoint whose weights the model starts from
         self.model_config: Seq2SeqConfig = model_config_from_run(
             run,
             families=SEQ2SEQ_CONFIGS,
@@ -107,7 +116,7 @@ class TranslationTask:
                 "bos_id": tokenizer.bos_id,
                 "eos_id": tokenizer.eos_id,
             },
-            initial=initial,
+            start=start,
         )
         check_vocab_fits(self.model_config, ("src_vocab_size", "tgt_vocab_size"), tokenizer)
         max_len = run.data.max_len
@@ -143,7 +152,7 @@ class TranslationTask:
         self.chunked = context.fast and not context.dist.enabled
 
     def build_model(self) -> nn.Module:
-        model = build_task_model(self.model_config, self.initial, freeze=self.cfg.freeze)
+        model = build_task_model(self.model_config, self.start, freeze=self.cfg.freeze)
         # The chunked loss projects the decoder's hidden states itself: only for a model
         # whose logits are that projection and nothing more (not the RNN's).
         self._logits_weight = model.logits_weight if isinstance(model, LinearLogits) else None
@@ -156,7 +165,7 @@ class TranslationTask:
             else ""
         )
         unknown = ""
-        if self.initial is not None and isinstance(self.data, PairBatches):
+        if self.start is not None and isinstance(self.data, PairBatches):
             # A tokenizer that came with the checkpoint may not know this data.
             pairs = self.data.pairs
             parts = pairs.parts if isinstance(pairs, ConcatPairs) else [pairs]

@@ -11,10 +11,10 @@ import torch
 
 from attnkit import checkpoints as ckpt
 from attnkit.errors import ConfigError
-from attnkit.training.init import load_initial
 from attnkit.training.loop import Trainer
 from attnkit.training.runconfig import RunConfig
 from attnkit.training.tasks import task_from_run
+from attnkit.training.warm_start import load_warm_start
 
 TINY = {"d_model": 32, "num_heads": 2, "d_ff": 64, "num_layers": 2, "max_len": 32,
         "dropout": 0.0}  # fmt: skip
@@ -90,7 +90,7 @@ def test_pairs_get_segment_embeddings_and_are_learned(tmp_path):
 def test_init_from_a_classifier_keeps_its_head_or_rebuilds_it_for_new_labels(tmp_path):
     run = _run(tmp_path, _sentences(200, 0), _sentences(50, 1), max_steps=10)
     _fit(run, tmp_path / "first")
-    initial = load_initial(tmp_path / "first")
+    initial = load_warm_start(tmp_path / "first")
     task = task_from_run(run, None, initial)
     model = Trainer(run, task, tmp_path / "second", progress=False).model
     for name, value in initial.state.items():  # the same labels: every weight carried over
@@ -112,7 +112,7 @@ def test_init_from_a_classifier_keeps_its_head_or_rebuilds_it_for_new_labels(tmp
 def test_labels_the_checkpoint_knows_keep_its_order(tmp_path):
     run = _run(tmp_path, _sentences(100, 0), _sentences(20, 1), max_steps=2)
     _fit(run, tmp_path / "first")
-    initial = load_initial(tmp_path / "first")
+    initial = load_warm_start(tmp_path / "first")
     only_pos = [r for r in _sentences(100, 2) if r.startswith("pos")] + ["neg\tbad cat"]
     task = task_from_run(_run(tmp_path, only_pos, _sentences(5, 3), max_steps=2), None, initial)
     assert task.model_config.label_names == ("neg", "pos")
@@ -197,7 +197,7 @@ def _minilm_task(tmp_path, imported, pooling: str):
     run = _run(tmp_path, rows, rows, model={"pooling": pooling, "dropout": 0.0})
     run.model = {"pooling": pooling, "dropout": 0.0}  # the architecture is MiniLM's
     run.data.max_len = 128
-    task = task_from_run(run, None, load_initial(imported))
+    task = task_from_run(run, None, load_warm_start(imported))
     torch.manual_seed(0)
     return task, task.build_model().eval()
 
@@ -253,7 +253,7 @@ def test_real_minilm_learns_a_batch_in_a_few_steps(tmp_path, minilm):
     rows = [f"{i % 2}\t{a}\t{b}" for i, (a, b) in enumerate(PAIRS)]
     run = _run(tmp_path, rows, rows, max_steps=8, batch_size=4, lr=1e-4)
     run.model = {}
-    trainer = Trainer(run, task_from_run(run, None, load_initial(imported)), tmp_path / "r",
+    trainer = Trainer(run, task_from_run(run, None, load_warm_start(imported)), tmp_path / "r",
                       progress=False)  # fmt: skip
     first = trainer.evaluate()
     summary = trainer.fit()

@@ -1,36 +1,51 @@
-"""Start a run from a checkpoint: ``attnkit train --init CKPT`` (transfer learning).
+"""Start a run from a checkpoint (``attnkit train --init CKPT``, transfer learning):
+one ``WarmStart`` object, worked out once and read by everyone who needs it.
 
 ``CKPT`` is any attnkit checkpoint or run directory (its latest checkpoint):
 a trained run of any family, or what ``attnkit import --from hf/gguf`` wrote.
 The architecture and the tokenizer come from it; the optimizer, the schedule
 and the step count start fresh (``--resume`` is what continues a run).
+("Warm start", not "init": weight *initialisation* is ``attnkit.models.builders``.)
 
-The API, for the trainer and for other training code (LoRA) that starts from
-a checkpoint::
+Who reads the ``WarmStart``:
 
-    initial = load_initial("runs/minilm")              # config, weights, tokenizer, source
-    config = config_from_initial(initial.config, given={"dropout": 0.0})
+* ``warm_start_for_run(run, out, init=..., resume=...)``: the one place the
+  new-run / resume / LoRA policy lives (``attnkit train`` only passes its
+  arguments); it records the source in ``run.init``;
+* the task: the model config (``config_from_start``: the checkpoint's, with
+  the run's training-only keys), the ``tokenizer`` it brings, and the weights
+  (``WarmStart.load_weights``: which then knows the task's ``head`` prefixes
+  and the parameters that start ``fresh``);
+* LoRA (``attnkit.training.weights``): ``base`` (the checkpoint's path and
+  digest, for ``adapter.json``) and ``fresh`` (what trains in full), without
+  reopening the checkpoint;
+* the CLI's start line: ``describe()``.
+
+The API::
+
+    start = load_warm_start("runs/minilm")        # config, weights, tokenizer, source
+    config = config_from_start(start.config, given={"dropout": 0.0})
     model = build_model(config)
-    fresh = load_initial_weights(model, initial, head=("classifier",))
+    start.load_weights(model, head=("classifier",))  # start.fresh: what the head lacked
 
-* ``load_initial(path, expected_sha256=None) -> Initial``: the checkpoint's
-  model config, its state dict (CPU tensors), its tokenizer (``None`` for
-  images) and an ``InitSource`` (where it came from: the path as given, the
-  checkpoint directory, the content sha256 of its ``model.safetensors``
-  (``attnkit.checkpoints.digest``), the family,
-  the trainer step). ``expected_sha256`` refuses a file that has changed.
-* ``config_from_initial(init_config, given, ...)``: the checkpoint's config
+* ``load_warm_start(path, expected_sha256=None) -> WarmStart``: the
+  checkpoint's model config, its state dict (CPU tensors), its tokenizer
+  (``None`` for images) and an ``InitSource`` (where it came from: the path as
+  given, the checkpoint directory, the content sha256 of its
+  ``model.safetensors`` (``attnkit.checkpoints.digest``), the family, the
+  trainer step). ``expected_sha256`` refuses a file that has changed.
+* ``config_from_start(init_config, given, ...)``: the checkpoint's config
   with the run's ``model`` section applied. A key that would change the
   architecture is a ``ConfigError`` naming it (``model.d_model: 256 would
   change the architecture of the --init checkpoint (384)``); a key equal to
   the checkpoint's value is fine, so a run may repeat its old model section;
   ``NON_ARCHITECTURE_KEYS`` (dropout, ...) may change; a task's head fields
   (the classes of a classifier) may change, and the head is then rebuilt.
-* ``load_initial_weights(model, initial, head=...)``: copy the weights into a
-  freshly built model; parameters under the ``head`` module prefixes that the
-  checkpoint lacks, or has with another shape, keep their fresh
-  initialisation (their names are returned); any other difference is a
-  ``CheckpointError``.
+* ``WarmStart.load_weights(model, head=..., restart=...)``: copy the weights
+  into a freshly built model; parameters under the ``head`` module prefixes
+  that the checkpoint lacks, or has with another shape, or that sit under
+  ``restart`` (new labels), keep their fresh initialisation (recorded in
+  ``fresh``); any other difference is a ``CheckpointError``.
 
 The record ``InitSource.to_dict()`` goes into the run's ``run.json`` and into
 every checkpoint's trainer state (the run config's ``init``).
@@ -47,15 +62,18 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from attnkit.checkpoints.adapters import BaseReference, read_adapter_info
 from attnkit.checkpoints.digest import weights_digest
 from attnkit.checkpoints.files import MODEL_FILE, TRAINER_FILE, load_checkpoint
 from attnkit.checkpoints.finite import check_finite
-from attnkit.checkpoints.rundir import resolve_checkpoint
+from attnkit.checkpoints.rundir import latest_checkpoint, resolve_checkpoint
 from attnkit.data.tokenizer_kinds import tokenizer_from_json
 from attnkit.data.tokenizers import Tokenizer
-from attnkit.errors import CheckpointError, ConfigError
+from attnkit.errors import CheckpointError, ConfigError, UsageError
 from attnkit.models.config_base import ModelConfig
 from attnkit.models.registry import FAMILIES, get_family
+from attnkit.training.config_sections import InitConfig
+from attnkit.training.runconfig import RunConfig
 from attnkit.validation import suggest
 
 # Model keys that never change a model's parameters or what they compute, only how
@@ -99,16 +117,61 @@ class InitSource:
 
 
 @dataclass
-class Initial:
-    """A checkpoint to start from: its model config, weights, tokenizer and source."""
+class WarmStart:
+    """A checkpoint a run starts from (see the module doc).
+
+    Attributes:
+        config: the checkpoint's model config.
+        state: its state dict (CPU tensors).
+        tokenizer: the tokenizer it brings (``None``: an image model).
+        source: where it came from (path, directory, digest, family, step).
+        head: the task's head prefixes, known once ``load_weights`` ran.
+        fresh: the state-dict entries that start fresh (the checkpoint has none
+            that fit), known once ``load_weights`` ran (``None`` before).
+    """
 
     config: ModelConfig
     state: dict[str, Tensor]
     tokenizer: Tokenizer | None
     source: InitSource
+    head: tuple[str, ...] = ()
+    fresh: tuple[str, ...] | None = None
+
+    @property
+    def base(self) -> BaseReference:
+        """The checkpoint as a LoRA checkpoint records its base: directory and digest."""
+        return BaseReference(self.source.checkpoint, self.source.sha256)
+
+    def load_weights(
+        self, model: nn.Module, *, head: Collection[str] = (), restart: Collection[str] = ()
+    ) -> list[str]:
+        """Copy the checkpoint's weights into ``model`` (built from ``config_from_start``);
+        returns, and records in ``fresh``, the entries that keep their fresh initialisation.
+
+        ``head``: module prefixes that may be missing from the checkpoint, extra in
+        it or of another shape; ``restart``: prefixes (inside ``head``) that start
+        fresh even where the checkpoint has them (a classifier's new labels).
+        Any other mismatch is a ``CheckpointError``.
+        """
+        state = {k: v for k, v in self.state.items() if not _under(k, restart)}
+        source = Path(self.source.checkpoint) / MODEL_FILE
+        fresh = copy_weights(model, state, source=source, head=head)
+        self.head, self.fresh = tuple(head), tuple(fresh)
+        return fresh
+
+    def describe(self) -> str:
+        """``"<dir> (family, step N, sha256 ...); freshly initialised: classifier.classifier"``:
+        the fresh modules (not their parents: an imported BERT supplies the head's pooler)."""
+        modules = sorted({name.rsplit(".", 1)[0] for name in self.fresh or ()})
+        note = f"; freshly initialised: {', '.join(modules)}" if modules else ""
+        return f"{self.source.describe()}{note}"
 
 
-def load_initial(path: str | Path, *, expected_sha256: str | None = None) -> Initial:
+def _under(name: str, prefixes: Collection[str]) -> bool:
+    return any(name == p or name.startswith(p + ".") for p in prefixes)
+
+
+def load_warm_start(path: str | Path, *, expected_sha256: str | None = None) -> WarmStart:
     """Read the checkpoint (or a run's latest checkpoint) at ``path`` to start from.
 
     Raises ``CheckpointError`` naming the file for a missing or broken
@@ -149,7 +212,7 @@ def load_initial(path: str | Path, *, expected_sha256: str | None = None) -> Ini
         family=family.name,
         step=None if step is None else int(step),
     )
-    return Initial(config=config, state=ckpt.model_state, tokenizer=tokenizer, source=source)
+    return WarmStart(config=config, state=ckpt.model_state, tokenizer=tokenizer, source=source)
 
 
 def recorded_init(checkpoint: str | Path) -> dict[str, Any] | None:
@@ -172,7 +235,7 @@ def _layout(config: ModelConfig) -> dict[str, tuple[int, ...]]:
     return {name: tuple(t.shape) for name, t in model.state_dict().items()}
 
 
-def config_from_initial(
+def config_from_start(
     init_config: ModelConfig,
     given: Mapping[str, Any],
     *,
@@ -258,30 +321,25 @@ def _same(value: Any, current: Any) -> bool:
     return bool(value == current)
 
 
-def load_initial_weights(
-    model: nn.Module, initial: Initial, *, head: Collection[str] = ()
+def copy_weights(
+    model: nn.Module, state: Mapping[str, Tensor], *, source: Path, head: Collection[str] = ()
 ) -> list[str]:
-    """Copy ``initial``'s weights into ``model`` (built from ``config_from_initial``).
+    """Copy ``state`` (a checkpoint's, read from ``source``) into ``model``.
 
     State entries under the module prefixes ``head`` (e.g. ``"classifier"``)
-    may be missing from the checkpoint, extra in it or of another shape: the
-    model keeps its fresh initialisation there. Returns the names of those
-    freshly initialised entries. Any other mismatch is a ``CheckpointError``.
+    may be missing from ``state``, extra in it or of another shape: the model
+    keeps its fresh initialisation there. Returns the names of those freshly
+    initialised entries. Any other mismatch is a ``CheckpointError``.
     """
     expected = model.state_dict()
-    source = Path(initial.source.checkpoint) / MODEL_FILE
-
-    def in_head(name: str) -> bool:
-        return any(name == p or name.startswith(p + ".") for p in head)
-
-    fresh, state = [], {}
+    fresh, loaded = [], {}
     for name, tensor in expected.items():
-        value = initial.state.get(name)
+        value = state.get(name)
         if value is not None and tuple(value.shape) == tuple(tensor.shape):
-            state[name] = value
-        elif in_head(name):
+            loaded[name] = value
+        elif _under(name, head):
             fresh.append(name)
-            state[name] = tensor
+            loaded[name] = tensor
         elif value is None:
             raise CheckpointError(f"{source}: has no {name}, which the model needs")
         else:
@@ -289,10 +347,10 @@ def load_initial_weights(
                 f"{source}: {name} has shape {tuple(value.shape)}, the model needs "
                 f"{tuple(tensor.shape)}"
             )
-    unexpected = [n for n in initial.state if n not in expected and not in_head(n)]
+    unexpected = [n for n in state if n not in expected and not _under(n, head)]
     if unexpected:
         raise CheckpointError(f"{source}: holds {unexpected[:4]}, which the model does not have")
-    model.load_state_dict(state, strict=True)
+    model.load_state_dict(loaded, strict=True)
     return fresh
 
 
@@ -300,3 +358,44 @@ def count_parameters(model: nn.Module) -> tuple[int, int]:
     """``(trainable, total)`` parameters (tied matrices once); trainable: ``requires_grad``."""
     params = list(model.parameters())  # each tied parameter once
     return sum(p.numel() for p in params if p.requires_grad), sum(p.numel() for p in params)
+
+
+def warm_start_for_run(
+    run_config: RunConfig, out: Path, *, init: str | None, resume: bool
+) -> WarmStart | None:
+    """The checkpoint a run starts from, or ``None``: the new-run / resume / LoRA policy.
+
+    A new run: ``init`` (``--init``; else the config's ``init``), whose source
+    is then recorded in ``run_config.init``. ``resume`` of a run that started
+    from a checkpoint: the run's own latest checkpoint (its model and
+    tokenizer; the weights are the resume's), with the recorded source kept;
+    a LoRA run's is its base (its checkpoints hold the adapters alone). ``init``
+    must then name the same weights.
+    """
+    if resume:
+        latest = latest_checkpoint(out)
+        record = recorded_init(latest) if latest is not None else None
+        if record is None:
+            if init is not None:
+                raise UsageError(f"--init: {out} did not start from a checkpoint; --resume "
+                                 "continues it as it is (drop --init)")  # fmt: skip
+            run_config.init = None
+            return None
+        if init is not None:
+            given = weights_digest(resolve_checkpoint(init) / MODEL_FILE)
+            if not given.matches(record.get("sha256")):
+                where = record.get("checkpoint")
+                raise UsageError(f"--init {init}: {out} started from other weights ({where}); "
+                                 "drop --init to resume it")  # fmt: skip
+        run_config.init = InitConfig(**record)
+        assert latest is not None  # a record implies a checkpoint
+        if read_adapter_info(latest) is not None:  # LoRA: adapters alone; the base's weights
+            return load_warm_start(record["checkpoint"], expected_sha256=record.get("sha256"))
+        return load_warm_start(latest)
+    if init is not None:
+        run_config.init = InitConfig(path=init)
+    if run_config.init is None:
+        return None
+    start = load_warm_start(run_config.init.path, expected_sha256=run_config.init.sha256)
+    run_config.init = InitConfig(**start.source.to_dict())
+    return start

@@ -1,4 +1,4 @@
-"""``attnkit train --init CKPT``: a run starts from a checkpoint (attnkit.training.init)."""
+"""``attnkit train --init CKPT``: a run starts from a checkpoint (attnkit.training.warm_start)."""
 
 from __future__ import annotations
 
@@ -13,11 +13,10 @@ from attnkit.checkpoints.digest import weights_digest
 from attnkit.cli.main import main
 from attnkit.errors import CheckpointError, ConfigError
 from attnkit.models import EncoderOnlyConfig, ViTConfig, config_from_preset
-from attnkit.training.init import (
-    config_from_initial,
+from attnkit.training.warm_start import (
+    config_from_start,
     count_parameters,
-    load_initial,
-    load_initial_weights,
+    load_warm_start,
 )
 
 CONFIG = """
@@ -100,7 +99,7 @@ def test_init_weights_are_the_checkpoints_at_step_zero(base_run, tmp_path):
 
     _, base = base_run
     run = load_run_config(base.parent / "follow.yaml")
-    initial = load_initial(base)
+    initial = load_warm_start(base)
     trainer = Trainer(run, task_from_run(run, None, initial), tmp_path / "t", progress=False)
     assert trainer.step == 0
     expected = ckpt.load_checkpoint(ckpt.latest_checkpoint(base)).model_state
@@ -155,7 +154,7 @@ def test_resume_continues_an_init_run_and_keeps_its_record(base_run, tmp_path, c
 def test_a_recorded_sha256_refuses_changed_weights(base_run, tmp_path):
     _, base = base_run
     with pytest.raises(CheckpointError, match="sha256"):
-        load_initial(base, expected_sha256="0" * 64)
+        load_warm_start(base, expected_sha256="0" * 64)
 
 
 def test_init_from_a_directory_without_a_checkpoint_fails_cleanly(base_run, tmp_path, capsys):
@@ -171,47 +170,75 @@ def test_config_from_initial_rules():
     base = EncoderOnlyConfig(d_model=32, num_heads=2, d_ff=64, num_layers=2, vocab_size=50,
                              mask_id=49, num_labels=0)  # fmt: skip
     # Equal values and training-only keys pass; pooling computes without new parameters.
-    got = config_from_initial(base, {"d_model": 32, "dropout": 0.3, "pooling": "mean"})
+    got = config_from_start(base, {"d_model": 32, "dropout": 0.3, "pooling": "mean"})
     assert (got.dropout, got.pooling, got.d_model) == (0.3, "mean", 32)
     # A preset's fields count as given: "small" has another width.
     with pytest.raises(ConfigError, match=r"model\.d_model"):
-        config_from_initial(base, {"preset": "small"})
+        config_from_start(base, {"preset": "small"})
     # The task's head fields may change; its other fields may not.
-    got = config_from_initial(base, {}, task_fields={"num_labels": 3}, head_fields=["num_labels"])
+    got = config_from_start(base, {}, task_fields={"num_labels": 3}, head_fields=["num_labels"])
     assert got.num_labels == 3
-    got = config_from_initial(base, {"num_labels": 3}, head_fields=["num_labels"])  # or given
+    got = config_from_start(base, {"num_labels": 3}, head_fields=["num_labels"])  # or given
     assert got.num_labels == 3
     # Fields that follow the tokenizer keep the checkpoint's (its tokenizer is the one used).
-    assert config_from_initial(base, {}, task_fields={"vocab_size": 49}).vocab_size == 50
+    assert config_from_start(base, {}, task_fields={"vocab_size": 49}).vocab_size == 50
     with pytest.raises(ConfigError, match=r"model\.vocab_size"):  # unless given explicitly
-        config_from_initial(base, {"vocab_size": 60})
+        config_from_start(base, {"vocab_size": 60})
     with pytest.raises(ConfigError, match=r"model\.num_layer: unknown key; did you mean"):
-        config_from_initial(base, {"num_layer": 2})
+        config_from_start(base, {"num_layer": 2})
     with pytest.raises(ConfigError, match="trains decoder_only"):
-        config_from_initial(base, {}, families=["decoder_only"])
+        config_from_start(base, {}, families=["decoder_only"])
     # ViT's class token is a parameter: pooling cls -> mean would drop it.
     vit = ViTConfig()
     with pytest.raises(ConfigError, match=r"model\.pooling: 'mean' would change the parameters"):
-        config_from_initial(vit, {"pooling": "mean"})
+        config_from_start(vit, {"pooling": "mean"})
 
 
-def test_load_initial_weights_keeps_a_fresh_head_only_where_allowed(tmp_path):
+def _encoder_checkpoint(directory: Path, num_labels: int):
+    """A tiny encoder-only model saved at ``directory``: ``(model, its config, the start)``."""
     from attnkit.models import build_model
 
     config = config_from_preset("encoder_only", "small", d_model=16, num_heads=2, d_ff=32,
-                                num_layers=1, vocab_size=20, mask_id=19, num_labels=0)  # fmt: skip
+                                num_layers=1, vocab_size=20, mask_id=19,
+                                num_labels=num_labels)  # fmt: skip
     model = build_model(config)
-    directory = ckpt.save_checkpoint(tmp_path / "c", model_state=model.state_dict(),
-                                     config=config.to_dict(),
-                                     tokenizer_json=_char_tokenizer_json())  # fmt: skip
-    initial = load_initial(directory)
+    ckpt.save_checkpoint(directory, model_state=model.state_dict(), config=config.to_dict(),
+                         tokenizer_json=_char_tokenizer_json())  # fmt: skip
+    return model, config, load_warm_start(directory)
+
+
+def test_load_weights_keeps_a_fresh_head_only_where_allowed(tmp_path):
+    from attnkit.models import build_model
+
+    model, config, initial = _encoder_checkpoint(tmp_path / "c", num_labels=0)
     bigger = build_model(config.replace(num_labels=3))
-    fresh = load_initial_weights(bigger, initial, head=("classifier",))
+    assert initial.fresh is None  # not known before the weights went into a model
+    fresh = initial.load_weights(bigger, head=("classifier",))
     assert sorted(fresh) == ["classifier.classifier.bias", "classifier.classifier.weight",
                              "classifier.pooler.bias", "classifier.pooler.weight"]  # fmt: skip
+    assert initial.fresh == tuple(fresh) and initial.head == ("classifier",)
     assert torch.equal(bigger.embed.tokens.weight, model.embed.tokens.weight)
     with pytest.raises(CheckpointError, match="classifier"):
-        load_initial_weights(build_model(config.replace(num_labels=3)), initial)
+        initial.load_weights(build_model(config.replace(num_labels=3)))
+
+
+def test_restart_keeps_fresh_rows_the_checkpoint_has_and_describe_names_them(tmp_path):
+    """New labels of the same count: the classifier's rows start fresh anyway (``restart``);
+    the start line names the fresh modules, not their parents (the pooler is the import's)."""
+    from attnkit.models import build_model
+
+    model, config, start = _encoder_checkpoint(tmp_path / "c", num_labels=2)
+    again = build_model(config)
+    start.load_weights(again, head=("classifier",))
+    assert start.fresh == () and start.describe() == start.source.describe()
+    torch.manual_seed(5)
+    again = build_model(config)
+    fresh = start.load_weights(again, head=("classifier",), restart=("classifier.classifier",))
+    assert sorted(fresh) == ["classifier.classifier.bias", "classifier.classifier.weight"]
+    assert not torch.equal(again.classifier.classifier.weight, model.classifier.classifier.weight)
+    assert torch.equal(again.classifier.pooler.weight, model.classifier.pooler.weight)
+    assert start.describe().endswith("; freshly initialised: classifier.classifier")
+    assert start.base.path == start.source.checkpoint and start.base.sha256 == start.source.sha256
 
 
 def test_count_parameters_looks_at_requires_grad():
@@ -259,7 +286,7 @@ def test_a_vision_transformer_continues_on_new_classes_with_a_fresh_head(tmp_pat
                                "data": {"dir": str(tmp_path), "images": "pics",
                                         "valid_fraction": 0.0},
                                "train": train})  # fmt: skip
-    initial = load_initial(tmp_path / "digits")
+    initial = load_warm_start(tmp_path / "digits")
     task = task_from_run(run, None, initial)
     assert task.model_config.class_names == ("a", "b", "c")
     assert task.model_config.d_model == 16  # the checkpoint's, not the digits preset's 64
@@ -333,7 +360,7 @@ def test_a_translation_model_continues_with_its_own_tokenizer_and_the_same_loss(
     assert first["split"] == "train" and first["step"] == 1
     # The checkpoint's loss on that same first batch, computed apart from the trainer.
     run = load_run_config(config)
-    initial = load_initial(de_en_run)
+    initial = load_warm_start(de_en_run)
     task = task_from_run(run, None, initial)
     task.setup(TaskContext())
     batch, _ = task.next_batch()
