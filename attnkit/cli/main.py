@@ -35,6 +35,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "explore": ("attnkit.cli.explore", "write the attention explorer for one text (HTML)"),
     "serve": ("attnkit.cli.serve", "serve a checkpoint over HTTP (API + explorer)"),
     "merge": ("attnkit.cli.merge", "fold a LoRA checkpoint's adapters into full weights"),
+    "config": ("attnkit.cli.config", "list the packaged run configs (recipes), print one"),
 }
 
 

@@ -48,6 +48,7 @@ from attnkit.cli.common import (
     check_training_fits,
     checkpoint_inputs,
     lock_run_dir,
+    named_checkpoint,
     open_run_dir,
 )
 from attnkit.errors import UsageError
@@ -61,7 +62,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--init",
         metavar="CKPT",
         help="start from this checkpoint's weights, architecture and tokenizer "
-        "(a run or checkpoint directory, or an import); a fresh optimizer and schedule",
+        "(a run or checkpoint directory, an import, or hf:ORG/NAME[@REVISION]: a Hugging "
+        "Face Hub model, imported once); a fresh optimizer and schedule",
     )
     parser.add_argument("--out", help="run directory (default: runs/<config name>)")
     parser.add_argument("--resume", action="store_true", help="continue the run in --out")
@@ -152,13 +154,15 @@ def initial_for_run(run_config: Any, out: Path, *, init: str | None, resume: boo
     """The checkpoint a run starts from (``attnkit.training.init.Initial``), or ``None``.
 
     A new run: ``--init`` (else the config's ``init``), whose source is then
-    recorded in ``run_config.init``. ``--resume`` of a run that started from a
+    recorded in ``run_config.init`` (an ``hf:ORG/NAME`` name as ``hf:ORG/NAME@COMMIT``,
+    the commit it was imported at). ``--resume`` of a run that started from a
     checkpoint: the run's own latest checkpoint (its model and tokenizer; the
     weights are the resume's), with the recorded source kept; ``--init`` must
     then name the same weights.
     """
     from attnkit.checkpoints.adapters import read_adapter_info
     from attnkit.checkpoints.rundir import latest_checkpoint
+    from attnkit.interop.hub_imports import pinned_name
     from attnkit.training.init import load_initial, recorded_init
     from attnkit.training.runconfig import InitConfig
 
@@ -176,7 +180,7 @@ def initial_for_run(run_config: Any, out: Path, *, init: str | None, resume: boo
             from attnkit.checkpoints.files import MODEL_FILE
             from attnkit.checkpoints.rundir import resolve_checkpoint
 
-            given = weights_digest(resolve_checkpoint(init) / MODEL_FILE)
+            given = weights_digest(resolve_checkpoint(named_checkpoint(init)) / MODEL_FILE)
             if not given.matches(record.get("sha256")):
                 where = record.get("checkpoint")
                 raise UsageError(f"--init {init}: {out} started from other weights ({where}); "
@@ -190,8 +194,11 @@ def initial_for_run(run_config: Any, out: Path, *, init: str | None, resume: boo
         run_config.init = InitConfig(path=init)
     if run_config.init is None:
         return None
-    initial = load_initial(run_config.init.path, expected_sha256=run_config.init.sha256)
-    run_config.init = InitConfig(**initial.source.to_dict())
+    given = run_config.init.path
+    local = named_checkpoint(given)  # hf:ORG/NAME: imported once, recorded at its commit
+    initial = load_initial(local, expected_sha256=run_config.init.sha256)
+    path = pinned_name(local) if local != given else given
+    run_config.init = InitConfig(**{**initial.source.to_dict(), "path": path})
     return initial
 
 
