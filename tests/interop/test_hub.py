@@ -12,6 +12,7 @@ import json
 from pathlib import Path
 
 import pytest
+from gguf_helpers import hf_weights, metadata, to_gguf, write_gguf
 from hub_helpers import hub_env, last_line, minilm_files, run_attnkit, tiny_repos
 from hub_server import Hub, Repo
 
@@ -43,6 +44,10 @@ def hub(tmp_path_factory):
         hub.repos["tiny/private"].add(gpt2)
         hub.repos["tiny/gated"] = Repo(gated=True)
         hub.repos["tiny/gated"].add(gpt2)
+        gguf = write_gguf(root / "tiny.gguf", to_gguf(hf_weights()), metadata())
+        hub.repos["tiny/llama-gguf"] = Repo()  # two files: only the one named is fetched
+        hub.repos["tiny/llama-gguf"].add({"tiny-f32.gguf": gguf, "other.gguf": gguf,
+                                          "README.md": b"# GGUF"})  # fmt: skip
         yield hub
 
 
@@ -61,8 +66,15 @@ def sha256(content: bytes | Path) -> str:
 def test_models_by_name_download_and_import(hub, env, tmp_path):
     names = ["tiny/bert", "tiny/marian", "tiny/gpt2", "tiny/llama"]
     calls = [["import", "--from", "hf", n, "--out", str(tmp_path / n)] for n in names]
-    results = run_attnkit(env, calls, tmp_path)
-    assert [code for code, _ in results] == [0] * 4, results
+    gguf = ["import", "--from", "gguf", "tiny/llama-gguf:tiny-f32.gguf", "--out",
+            str(tmp_path / "gguf")]  # fmt: skip
+    results = run_attnkit(env, [*calls, gguf], tmp_path)
+    assert [code for code, _ in results] == [0] * 5, results
+    record = read_import_record(tmp_path / "gguf")
+    assert record["format"] == "gguf" and record["hub"]["repo"] == "tiny/llama-gguf"
+    gguf_repo = hub.repos["tiny/llama-gguf"]
+    gguf_file = gguf_repo.commits[gguf_repo.refs["main"]]["tiny-f32.gguf"]
+    assert record["hub"]["files"] == {"tiny-f32.gguf": sha256(gguf_file)}
     assert "Fetching" in results[0][1]  # huggingface_hub's progress bar
     for name in names:
         repo = hub.repos[name]
@@ -76,7 +88,7 @@ def test_models_by_name_download_and_import(hub, env, tmp_path):
         "encoder_only", "transformer", "decoder_only"}  # fmt: skip
     fetched = {path.rsplit("/", 1)[1] for path in hub.file_gets()}
     assert fetched <= {"config.json", "model.safetensors", "tokenizer.json",
-                       "tokenizer_config.json"}, fetched  # fmt: skip
+                       "tokenizer_config.json", "tiny-f32.gguf"}, fetched  # fmt: skip
     assert not any(p.name.endswith(".bin") for p in (tmp_path / "hf_home").rglob("*"))
 
 
