@@ -99,6 +99,13 @@ def _offline() -> bool:
     return bool(constants.HF_HUB_OFFLINE)
 
 
+def unreachable() -> str:
+    """Why the Hub was not asked: offline mode, or no answer (check HF_ENDPOINT)."""
+    if _offline():
+        return "HF_HUB_OFFLINE is set (unset it to download)"
+    return "the Hub cannot be reached (check the network, or HF_ENDPOINT)"
+
+
 def _status(e: BaseException) -> int | None:
     response = getattr(e, "response", None)
     return getattr(response, "status_code", None)
@@ -132,10 +139,9 @@ def hub_errors(name: HubName) -> Iterator[None]:
             f"{where}: no revision {name.revision!r} in {name.repo} (a branch, tag or commit)"
         ) from None
     except errors.LocalEntryNotFoundError:
-        why = "HF_HUB_OFFLINE is set" if _offline() else "the Hub cannot be reached"
         raise CheckpointError(
-            f"{where}: {why} and the Hugging Face cache does not hold it; "
-            "download it once with the network on (unset HF_HUB_OFFLINE)"
+            f"{where}: {unreachable()} and the Hugging Face cache does not hold it; "
+            "download it once with the network on"
         ) from None
     except remote_missing:
         raise CheckpointError(f"{where}: no file {name.filename!r} in {name.repo}") from None

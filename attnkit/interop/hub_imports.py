@@ -141,9 +141,8 @@ def _cached_commit(name: hub.HubName) -> str:
     try:
         return ref.read_text(encoding="utf-8").strip()
     except OSError:
-        why = "HF_HUB_OFFLINE is set" if hub._offline() else "the Hub cannot be reached"
         raise CheckpointError(
-            f"{name} ({hub.endpoint()}): {why} and the Hugging Face cache "
+            f"{name} ({hub.endpoint()}): {hub.unreachable()} and the Hugging Face cache "
             f"({constants.HF_HUB_CACHE}) does not hold revision {revision!r}; "
             "download it once with the network on"
         ) from None
