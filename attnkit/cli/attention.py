@@ -24,19 +24,21 @@ from typing import Any
 
 from attnkit.cli.argtypes import integer
 from attnkit.cli.common import (
+    CHECKPOINT_HELP,
     add_device_argument,
     add_precision_argument,
     apply_precision,
     check_decode_fits,
     checkpoint_inputs,
     load_for,
+    named_checkpoint,
 )
 from attnkit.errors import UsageError
 from attnkit.outputs import atomic_file, check_output_file
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--checkpoint", required=True, help="checkpoint or run directory")
+    parser.add_argument("--checkpoint", required=True, help=CHECKPOINT_HELP)
     parser.add_argument("--text", help="text models: the source sentence (or text)")
     parser.add_argument(
         "--image", help="image classifiers: digits:INDEX (a held-out digit) or an image file"
@@ -60,6 +62,7 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"--beam must be >= 1, got {args.beam}")
     if not args.out.lower().endswith(".png"):
         raise UsageError(f"--out must name a .png file, got {args.out}")
+    args.checkpoint = named_checkpoint(args.checkpoint)  # hf:ORG/NAME: imported once
     inputs = [*checkpoint_inputs(args.checkpoint), *([args.image] if args.image else [])]
     check_output_file(args.out, option="--out", inputs=inputs)  # before any work
     loaded = load_for("attention", args.checkpoint, args.device)

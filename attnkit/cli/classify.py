@@ -19,16 +19,18 @@ from typing import Any
 
 from attnkit import jsonio
 from attnkit.cli.common import (
+    CHECKPOINT_HELP,
     add_device_argument,
     add_precision_argument,
     apply_precision,
     load_for,
+    named_checkpoint,
 )
 from attnkit.errors import DataError, UsageError
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--checkpoint", required=True, help="checkpoint or run directory")
+    parser.add_argument("--checkpoint", required=True, help=CHECKPOINT_HELP)
     parser.add_argument("--input", help="file of examples, one per line (default: stdin)")
     parser.add_argument("--batch-size", type=int, default=64, help="examples per batch")
     parser.add_argument(
@@ -61,6 +63,7 @@ def run(args: argparse.Namespace) -> int:
 
     if args.batch_size < 1:
         raise UsageError(f"--batch-size must be >= 1, got {args.batch_size}")
+    args.checkpoint = named_checkpoint(args.checkpoint)  # hf:ORG/NAME: imported once
     loaded = load_classifier("classify", args.checkpoint, args.device)
     model, tokenizer, config = loaded.model, loaded.tokenizer, loaded.config
     max_len = config.max_len if args.max_len is None else args.max_len

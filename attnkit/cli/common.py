@@ -28,6 +28,32 @@ KIND_COMMANDS: dict[str, tuple[str, ...]] = {
 }
 
 
+CHECKPOINT_HELP = (
+    "checkpoint or run directory, or hf:ORG/NAME[@REVISION] (a Hugging Face Hub model, "
+    "imported once into attnkit's cache)"
+)
+
+
+def named_checkpoint(path: str) -> str:
+    """A checkpoint option's value as a local path: ``hf:ORG/NAME[@REVISION]`` (a model on
+    the Hugging Face Hub) is imported once into attnkit's cache and its run directory
+    returned (``attnkit.interop.hub_imports``); any other value comes back as given.
+    Every command that takes a checkpoint calls this first (tests/cli/test_named_checkpoints)."""
+    if not path.startswith("hf:"):
+        return path
+    from attnkit.interop.hub_imports import local_checkpoint
+
+    return local_checkpoint(path)
+
+
+def pinned_checkpoint(directory: str) -> str:
+    """How a run records a checkpoint that ``named_checkpoint`` imported from the Hub:
+    ``hf:ORG/NAME@COMMIT``, the commit it was imported at."""
+    from attnkit.interop.hub_imports import pinned_name
+
+    return pinned_name(directory)
+
+
 def load_for(command: str, path: str | Path, device: str | None = None) -> LoadedModel:
     """Load the checkpoint at ``path`` for ``attnkit command``: a family that command
     does not read is a one-line error naming the commands that do."""

@@ -39,11 +39,13 @@ from typing import Any
 from attnkit import jsonio
 from attnkit.cli.argtypes import integer, seed
 from attnkit.cli.common import (
+    CHECKPOINT_HELP,
     add_device_argument,
     check_decode_fits,
     check_input_file,
     checkpoint_inputs,
     load_for,
+    named_checkpoint,
 )
 from attnkit.cli.translate import (
     add_decoding_arguments,
@@ -56,7 +58,7 @@ from attnkit.outputs import check_output_file, write_text
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--checkpoint", required=True, help="checkpoint or run directory")
+    parser.add_argument("--checkpoint", required=True, help=CHECKPOINT_HELP)
     parser.add_argument("--src", help="translation: source sentences, one per line")
     parser.add_argument("--ref", help="translation: reference translations, one per line")
     parser.add_argument("--text", help="language models: a UTF-8 text file to score")
@@ -295,6 +297,7 @@ def run(args: argparse.Namespace) -> int:
         from attnkit.data.readers import read_parallel
 
         corpus = read_parallel(args.src, args.ref, skip_empty=args.skip_empty)
+    args.checkpoint = named_checkpoint(args.checkpoint)  # hf:ORG/NAME: imported once
     # Another engine runs on the CPU, and converts (on a cache miss) from a CPU model.
     device = args.device if args.engine == "attnkit" else "cpu"
     loaded = load_for("evaluate", args.checkpoint, device)

@@ -20,7 +20,13 @@ import argparse
 from typing import Any
 
 from attnkit.cli.argtypes import integer
-from attnkit.cli.common import add_device_argument, check_decode_fits, checkpoint_inputs
+from attnkit.cli.common import (
+    CHECKPOINT_HELP,
+    add_device_argument,
+    check_decode_fits,
+    checkpoint_inputs,
+    named_checkpoint,
+)
 from attnkit.errors import UsageError
 from attnkit.outputs import atomic_file, check_output_file
 
@@ -28,7 +34,7 @@ MAX_NEW_TOKENS = 1024  # or the model's context, if longer
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--checkpoint", required=True, help="checkpoint or run directory")
+    parser.add_argument("--checkpoint", required=True, help=CHECKPOINT_HELP)
     parser.add_argument("--text", required=True, help="the source sentence, prompt or text")
     parser.add_argument("--out", required=True, help="HTML file to write")
     parser.add_argument("--beam", type=integer, default=4, help="beam size (default: 4)")
@@ -54,6 +60,7 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--text must not be empty")
     if not args.out.lower().endswith((".html", ".htm")):
         raise UsageError(f"--out must name a .html file, got {args.out}")
+    args.checkpoint = named_checkpoint(args.checkpoint)  # hf:ORG/NAME: imported once
     inputs = checkpoint_inputs(args.checkpoint)
     check_output_file(args.out, option="--out", inputs=inputs)  # before any work
     loaded = load_for("explore", args.checkpoint, args.device)

@@ -34,6 +34,7 @@ import importlib
 from pathlib import Path
 from typing import Any
 
+from attnkit.cli.common import CHECKPOINT_HELP, named_checkpoint
 from attnkit.errors import UsageError
 
 # --to NAME -> "module:function(loaded: LoadedModel, out: Path, *, overwrite, **options)".
@@ -47,7 +48,7 @@ FILE_TARGETS = frozenset({"gguf"})  # --out names one file, not a directory
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--checkpoint", required=True, help="checkpoint or run directory")
+    parser.add_argument("--checkpoint", required=True, help=CHECKPOINT_HELP)
     parser.add_argument("--to", required=True, choices=sorted(EXPORTERS), help="target format")
     parser.add_argument("--out", required=True, help="directory to write (gguf: the file)")
     parser.add_argument("--overwrite", action="store_true", help="replace --out if it exists")
@@ -96,6 +97,7 @@ def run(args: argparse.Namespace) -> int:
 
     out = Path(args.out)
     options = _options(args)
+    args.checkpoint = named_checkpoint(args.checkpoint)  # hf:ORG/NAME: imported once
     checkpoints = checkpoint_inputs(args.checkpoint)  # nothing written inside: --out CKPT/hf
     inputs = [*checkpoints, *([args.metrics] if args.metrics else [])]
     if args.to in FILE_TARGETS:

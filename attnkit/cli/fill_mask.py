@@ -13,12 +13,12 @@ from __future__ import annotations
 import argparse
 
 from attnkit.cli.argtypes import integer
-from attnkit.cli.common import add_device_argument, load_for
+from attnkit.cli.common import CHECKPOINT_HELP, add_device_argument, load_for, named_checkpoint
 from attnkit.errors import UsageError
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--checkpoint", required=True, help="checkpoint or run directory")
+    parser.add_argument("--checkpoint", required=True, help=CHECKPOINT_HELP)
     parser.add_argument("--text", required=True, help="text with one or more [MASK] tokens")
     parser.add_argument("--top-k", type=integer, default=5, help="candidates per mask (default: 5)")
     parser.add_argument(
@@ -47,6 +47,7 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--mask-token must not be empty")
     if args.mask_token not in args.text:
         raise UsageError(f"--text holds no {args.mask_token}; mark the missing token(s) with it")
+    args.checkpoint = named_checkpoint(args.checkpoint)  # hf:ORG/NAME: imported once
     loaded = load_for("fill-mask", args.checkpoint, args.device)
     model, tokenizer, config = loaded.model, loaded.tokenizer, loaded.config
     ids = encode_with_masks(tokenizer, args.text, args.mask_token, config.mask_id)

@@ -29,7 +29,12 @@ from collections.abc import Iterable
 from typing import Any
 
 from attnkit.cli.argtypes import finite_float, integer, seed
-from attnkit.cli.common import add_device_argument, add_precision_argument
+from attnkit.cli.common import (
+    CHECKPOINT_HELP,
+    add_device_argument,
+    add_precision_argument,
+    named_checkpoint,
+)
 from attnkit.errors import UsageError
 
 # attnkit.interop.engines.GENERATOR_NAMES, spelled out so that parsing imports no engine.
@@ -37,7 +42,7 @@ ENGINES = ("attnkit", "llama.cpp")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--checkpoint", required=True, help="checkpoint or run directory")
+    parser.add_argument("--checkpoint", required=True, help=CHECKPOINT_HELP)
     parser.add_argument("--prompt", default="\n", help="text to continue (default: a newline)")
     parser.add_argument(
         "--max-new-tokens", type=integer, default=200, help="tokens to generate (default: 200)"
@@ -149,6 +154,7 @@ class IncrementalText:
 
 def run(args: argparse.Namespace) -> int:
     check_arguments(args)
+    args.checkpoint = named_checkpoint(args.checkpoint)  # hf:ORG/NAME: imported once
     if args.engine != "attnkit":
         return _run_engine(args)
     import torch

@@ -37,6 +37,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "serve": ("attnkit.cli.serve", "serve a checkpoint over HTTP (API + explorer)"),
     "merge": ("attnkit.cli.merge", "fold a LoRA checkpoint's adapters into full weights"),
     "data": ("attnkit.cli.data", "list and download the public corpora the recipes use"),
+    "config": ("attnkit.cli.config", "list the packaged run configs (recipes), print one"),
 }
 
 

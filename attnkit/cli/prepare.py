@@ -12,8 +12,7 @@ prepare again reuses the result, or says what changed and rebuilds it.
 With ``data.loading: streaming`` only the tokenizer is prepared.
 
 Examples:
-  attnkit prepare --config configs/multi30k_de_en_cpu.yaml \\
-      --set data.dir=data/multi30k
+  attnkit prepare --config multi30k_de_en_cpu --set data.dir=data/multi30k
   attnkit prepare --config big.yaml --set data.cache_dir=/scratch/cache
 
 A preparation killed half-way leaves nothing a later run trusts.
@@ -28,7 +27,11 @@ from attnkit.cli.common import add_set_argument
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--config", required=True, help="YAML run config (see configs/)")
+    parser.add_argument(
+        "--config",
+        required=True,
+        help="YAML run config, or a packaged recipe's name (attnkit config list)",
+    )
     add_set_argument(parser)
 
 

@@ -45,7 +45,12 @@ import sys
 from typing import Any
 
 from attnkit.cli.argtypes import finite_float
-from attnkit.cli.common import add_device_argument, add_precision_argument
+from attnkit.cli.common import (
+    CHECKPOINT_HELP,
+    add_device_argument,
+    add_precision_argument,
+    named_checkpoint,
+)
 from attnkit.cli.translate import ENGINES, MAX_ALPHA
 from attnkit.errors import UsageError
 
@@ -54,7 +59,7 @@ API_KEY_ENV = "ATTNKIT_API_KEY"  # attnkit.serve.api_key.API_KEY_ENV (likewise)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--checkpoint", required=True, help="checkpoint or run directory")
+    parser.add_argument("--checkpoint", required=True, help=CHECKPOINT_HELP)
     parser.add_argument("--host", default="127.0.0.1", help="address (default: 127.0.0.1)")
     parser.add_argument("--port", type=int, default=8000, help="port (default: 8000; 0: any)")
     parser.add_argument(
@@ -239,6 +244,7 @@ def _api_key(option: str | None) -> str | None:
 
 def run(args: argparse.Namespace) -> int:
     _check(args)
+    args.checkpoint = named_checkpoint(args.checkpoint)  # hf:ORG/NAME: imported once
     try:
         from attnkit.serve.app import ServeSettings, create_app, shutdown_hook
         from attnkit.serve.server import build_server

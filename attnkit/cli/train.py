@@ -10,21 +10,26 @@ with keep_last, resume, torchrun, and the auxiliary losses and utilisation
 log of mixture-of-experts models.
 
 Examples:
-  attnkit train --config configs/multi30k_de_en.yaml --set data.dir=data/multi30k \\
-      --out runs/de_en
-  attnkit train --config configs/tinyshakespeare_char.yaml \\
-      --set data.dir=data/tinyshakespeare --out runs/shakespeare
-  attnkit train --config configs/vit_digits.yaml --out runs/vit_digits
+  attnkit train --config multi30k_de_en --set data.dir=data/multi30k --out runs/de_en
+  attnkit train --config tinyshakespeare_char --set data.dir=data/tinyshakespeare \\
+      --out runs/shakespeare
+  attnkit train --config vit_digits --out runs/vit_digits
+  attnkit train --config my_run.yaml
+
+--config is a YAML file, or the name of a recipe that ships with attnkit
+('attnkit config list'; 'attnkit config show NAME' prints one to start from).
 
 Start from a checkpoint (transfer learning) with --init CKPT: any attnkit run
-or checkpoint directory, or what 'attnkit import' wrote. The architecture and
-the tokenizer come from CKPT (a model key that would change them is an error;
-dropout may change), the weights are CKPT's, the optimizer, schedule and step
-count start fresh; the run records CKPT's path and sha256 in run.json and in
-every checkpoint. A task's new head (a classifier's labels) starts fresh.
+or checkpoint directory, what 'attnkit import' wrote, or a Hugging Face Hub
+model by name, hf:ORG/NAME[@REVISION] (imported once into attnkit's cache, then
+reused). The architecture and the tokenizer come from CKPT (a model key that
+would change them is an error; dropout may change), the weights are CKPT's, the
+optimizer, schedule and step count start fresh; the run records CKPT's path
+(a Hub name with its commit) and sha256 in run.json and in every checkpoint. A
+task's new head (a classifier's labels) starts fresh.
 
-  attnkit import --from hf path/to/all-MiniLM-L6-v2 --out runs/minilm
-  attnkit train --config configs/sst2_minilm.yaml --init runs/minilm --out runs/sst2
+  attnkit train --config sst2_minilm --init hf:sentence-transformers/all-MiniLM-L6-v2 \\
+      --set data.dir=data/sst2 --out runs/sst2
 
 Any key can be overridden with --set SECTION.KEY=VALUE (repeatable). Training
 shows a progress bar (loss, lr, tokens/s, ETA), appends metrics to
@@ -47,19 +52,24 @@ from attnkit.cli.common import (
     check_training_fits,
     checkpoint_inputs,
     lock_run_dir,
+    named_checkpoint,
     open_run_dir,
+    pinned_checkpoint,
 )
 from attnkit.outputs import write_text
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--config", help="YAML run config (see configs/)")
+    parser.add_argument(
+        "--config", help="YAML run config, or a packaged recipe's name (attnkit config list)"
+    )
     add_set_argument(parser)
     parser.add_argument(
         "--init",
         metavar="CKPT",
         help="start from this checkpoint's weights, architecture and tokenizer "
-        "(a run or checkpoint directory, or an import); a fresh optimizer and schedule",
+        "(a run or checkpoint directory, an import, or hf:ORG/NAME[@REVISION]: a Hugging "
+        "Face Hub model, imported once); a fresh optimizer and schedule",
     )
     parser.add_argument("--out", help="run directory (default: runs/<config name>)")
     parser.add_argument("--resume", action="store_true", help="continue the run in --out")
@@ -101,7 +111,8 @@ def run(args: argparse.Namespace, *, callbacks: Sequence = ()) -> int:
     # Rank 0 holds OUT's lock for the whole run, taken before anything in OUT changes.
     lock = dist.on_main(lock_run_dir, out)
     try:
-        start = warm_start_for_run(run_config, out, init=args.init, resume=args.resume)
+        start = warm_start_for_run(run_config, out, init=args.init, resume=args.resume,
+                                   resolve=named_checkpoint, pin=pinned_checkpoint)  # fmt: skip
         if run_config.train.lora is not None and start is not None:  # before data is read
             from attnkit.adapters.sizes import check_rank_for_config
 

@@ -17,7 +17,12 @@ import sys
 from typing import Any
 
 from attnkit.cli.argtypes import finite_float, integer, seed
-from attnkit.cli.common import add_device_argument, add_precision_argument
+from attnkit.cli.common import (
+    CHECKPOINT_HELP,
+    add_device_argument,
+    add_precision_argument,
+    named_checkpoint,
+)
 from attnkit.errors import UsageError
 
 # GNMT's length penalty ((5 + |Y|) / 6) ** alpha overflows a float past alpha ~ 130
@@ -66,7 +71,7 @@ def add_decoding_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--checkpoint", required=True, help="checkpoint or run directory")
+    parser.add_argument("--checkpoint", required=True, help=CHECKPOINT_HELP)
     parser.add_argument("--input", help="text file, one sentence per line (default: stdin)")
     add_decoding_arguments(parser)
     parser.add_argument("--nbest", type=integer, default=1, help="hypotheses per line (beam only)")
@@ -195,6 +200,7 @@ def run(args: argparse.Namespace) -> int:
     # A bad --input fails before the model loads; stdin is read once the model is ready.
     check_input_file(args.input, "--input")  # never /dev/zero: it would fill memory
     lines = read_input_lines(args.input) if args.input is not None else None
+    args.checkpoint = named_checkpoint(args.checkpoint)  # hf:ORG/NAME: imported once
     if args.engine != "attnkit":
         engine = engine_from_args(args, "translate")
         lines = read_input_lines(None) if lines is None else lines

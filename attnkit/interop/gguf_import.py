@@ -34,6 +34,7 @@ from __future__ import annotations
 import os
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 from attnkit.data.pretrained_tokenizer import PretrainedTokenizer
 from attnkit.errors import CheckpointError
@@ -89,6 +90,7 @@ def import_gguf(
     *,
     overwrite: bool = False,
     pre_tokenizer: str | None = None,
+    hub: dict[str, Any] | None = None,
 ) -> Path:
     """Import the Llama GGUF file ``source`` as the run ``out``; returns its checkpoint.
 
@@ -96,6 +98,7 @@ def import_gguf(
         overwrite: replace ``out`` if it holds anything.
         pre_tokenizer: override the file's ``tokenizer.ggml.pre`` (``"gpt2"``:
             Hugging Face's GGUF tokenizer ids; see the module doc).
+        hub: the record of a download by name (``attnkit.interop.hub``), for ``import.json``.
 
     Every failure (a missing, truncated, crafted or foreign file, an
     architecture, tensor type or tokenizer this reader does not support) is a
@@ -105,4 +108,4 @@ def import_gguf(
     source = Path(source)
     check_target(Path(out), overwrite=overwrite)  # before minutes of reading
     imported = read_gguf_import(source, pre_tokenizer=pre_tokenizer)
-    return write_import(imported, source, Path(out), overwrite=overwrite)
+    return write_import(imported, source, Path(out), overwrite=overwrite, hub=hub)

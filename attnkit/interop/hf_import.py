@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from attnkit.errors import CheckpointError
 from attnkit.interop.hf_bert import import_bert
@@ -57,13 +58,20 @@ def read_hf(source: str | Path) -> Imported:
     return IMPORTERS[kind](directory)
 
 
-def import_hf(source: str | Path, out: str | Path, *, overwrite: bool = False) -> Path:
+def import_hf(
+    source: str | Path,
+    out: str | Path,
+    *,
+    overwrite: bool = False,
+    hub: dict[str, Any] | None = None,
+) -> Path:
     """Import the Hugging Face model directory ``source`` into the run ``out``.
 
-    Returns the checkpoint directory written. Raises ``CheckpointError`` (one
-    line naming the file) for a directory that is not a model, an unsupported
-    ``model_type`` or field, a size or shape the tensors do not have, NaN
+    Returns the checkpoint directory written; ``hub`` (``attnkit.interop.hub``'s
+    record, when ``source`` was fetched by name) goes into ``import.json``. Raises
+    ``CheckpointError`` (one line naming the file) for a directory that is not a
+    model, an unsupported ``model_type`` or field, a size or shape the tensors do not have, NaN
     weights, a missing tokenizer or a pickle-only checkpoint.
     """
     check_target(Path(out), overwrite=overwrite)
-    return write_import(read_hf(source), source, out, overwrite=overwrite)
+    return write_import(read_hf(source), source, out, overwrite=overwrite, hub=hub)

@@ -15,8 +15,11 @@ Each importer (``hf_marian_import``, ``hf_bert``, ``hf_gpt2``, ``hf_llama``,
 
 ``import.json`` (``RECORD_FIELDS``): ``format`` (``"hf"``, ``"gguf"``),
 ``source``, ``model_type``, ``family``, ``attnkit`` (version), ``date``,
-``notes`` (what could not be carried over exactly, in words) and
-``details`` (the format's own facts: tensor types, ids nominated, ...).
+``notes`` (what could not be carried over exactly, in words),
+``details`` (the format's own facts: tensor types, ids nominated, ...) and
+``hub`` (for a model fetched from the Hugging Face Hub by name: the repository,
+the revision asked for, the commit it resolved to, the endpoint and every
+fetched file's SHA-256, ``attnkit.interop.hub.record``; ``null`` otherwise).
 Directories written before this writer existed still load (``load_model``
 takes a run or a checkpoint directory); ``read_import_record`` also reads
 their records: HF's (the same keys, no ``details``) and GGUF's (the
@@ -44,7 +47,9 @@ from attnkit.models.config_base import ModelConfig
 from attnkit.models.registry import family_of
 
 IMPORT_FILE = "import.json"
-RECORD_FIELDS = ("format", "source", "model_type", "family", "attnkit", "date", "notes", "details")
+RECORD_FIELDS = (
+    "format", "source", "model_type", "family", "attnkit", "date", "notes", "details", "hub"
+)  # fmt: skip
 _RECORD_LIMIT = 16 << 20
 
 # Computed position tables (sinusoids, RoPE's cos/sin) hold max_len x width values, built
@@ -99,12 +104,17 @@ def _float32(state: dict[str, Tensor]) -> dict[str, Tensor]:
 
 
 def write_import(
-    imported: Imported, source: str | Path, out: str | Path, *, overwrite: bool = False
+    imported: Imported,
+    source: str | Path,
+    out: str | Path,
+    *,
+    overwrite: bool = False,
+    hub: dict[str, Any] | None = None,
 ) -> Path:
     """Write ``imported`` (read from ``source``) as the run ``out``; returns its checkpoint.
 
-    See the module doc. ``imported.state`` is emptied (its tensors are freed
-    before the written checkpoint is loaded back).
+    See the module doc; ``hub`` is the record of a download by name. ``imported.state``
+    is emptied (its tensors are freed before the written checkpoint is loaded back).
     """
     source = Path(source)
     config, tokenizer = imported.config, imported.tokenizer
@@ -124,6 +134,7 @@ def write_import(
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "notes": imported.notes,
         "details": imported.details,
+        "hub": hub,
     }
     with staged_directory(out, overwrite=overwrite) as tmp:
         written = checkpoint_dir(tmp, 0)

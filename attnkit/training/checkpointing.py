@@ -19,6 +19,7 @@ import torch
 from torch import nn
 from torch.optim.lr_scheduler import LRScheduler
 
+from attnkit import __version__
 from attnkit.checkpoints import files as ckpt_files
 from attnkit.checkpoints import rundir
 from attnkit.errors import TrainingError
@@ -92,6 +93,7 @@ class Checkpointer:
         """
         state: dict[str, Any] = {
             "format": STATE_FORMAT,
+            "attnkit": __version__,  # the version that wrote this checkpoint
             "task": self.task.name,
             "step": counters.step,
             "task_state": self.task.state_dict(),

@@ -87,6 +87,9 @@ SECTIONS: dict[str, type] = {
 }
 
 
+VERSION_KEY = "attnkit"  # run.json's record of the attnkit version that wrote it
+
+
 @dataclass
 class RunConfig:
     task: str = "translation"
@@ -105,6 +108,8 @@ class RunConfig:
         if not isinstance(data, dict):
             raise ConfigError("config: expected a mapping at the top level")
         known = ["task", "model", "init", *SECTIONS]
+        # run.json names the attnkit that wrote it (``to_json``); a record, not a setting
+        data = {k: v for k, v in data.items() if k != VERSION_KEY}
         for key in data:
             if key not in known:
                 raise ConfigError(f"{key}: unknown section{suggest(str(key), known)}")
@@ -141,7 +146,10 @@ class RunConfig:
         return data
 
     def to_json(self) -> str:
-        return jsonio.dumps(self.to_dict(), indent=2)
+        """``run.json``: ``to_dict`` and the version of attnkit that wrote it."""
+        from attnkit import __version__
+
+        return jsonio.dumps({VERSION_KEY: __version__, **self.to_dict()}, indent=2)
 
 
 def parse_override(text: str) -> tuple[list[str], Any]:
@@ -178,8 +186,32 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
     return data
 
 
+def config_path(given: str | Path) -> Path:
+    """The file ``--config`` names: a path when a file is there, else a packaged recipe
+    (``attnkit.recipes``: ``multi30k_de_en_cpu``); neither is a one-line ``ConfigError``."""
+    from attnkit import recipes
+    from attnkit.validation import suggest
+
+    p = Path(given)
+    if p.is_file():
+        return p
+    recipe = None if p.exists() else recipes.find(str(given))
+    if recipe is not None:
+        return recipe
+    if p.exists():
+        raise ConfigError(f"{p}: is not a regular file")
+    hint = suggest(p.name.removesuffix(recipes.SUFFIX), recipes.names())
+    raise ConfigError(
+        f"{p}: config file not found, and no packaged recipe has that name{hint} "
+        "(attnkit config list shows them)"
+    )
+
+
 def load_run_config(path: str | Path | None, overrides: list[str] | None = None) -> RunConfig:
-    """Read a YAML run config (or start from defaults), apply overrides, validate."""
+    """Read a YAML run config (or start from defaults), apply overrides, validate.
+
+    ``path`` is a file or the name of a packaged recipe (``config_path``).
+    """
     import yaml
 
     from attnkit.outputs import describe_os_error
@@ -187,10 +219,7 @@ def load_run_config(path: str | Path | None, overrides: list[str] | None = None)
 
     data: Any = {}
     if path is not None:
-        p = Path(path)
-        if not p.is_file():
-            found = "is not a regular file" if p.exists() else "config file not found"
-            raise ConfigError(f"{p}: {found}")
+        p = config_path(path)
         try:
             data = parse_yaml(p.read_text(encoding="utf-8")) or {}
         except RecursionError:

@@ -54,7 +54,7 @@ every checkpoint's trainer state (the run config's ``init``).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -361,12 +361,21 @@ def count_parameters(model: nn.Module) -> tuple[int, int]:
 
 
 def warm_start_for_run(
-    run_config: RunConfig, out: Path, *, init: str | None, resume: bool
+    run_config: RunConfig,
+    out: Path,
+    *,
+    init: str | None,
+    resume: bool,
+    resolve: Callable[[str], str] = str,
+    pin: Callable[[str], str] | None = None,
 ) -> WarmStart | None:
     """The checkpoint a run starts from, or ``None``: the new-run / resume / LoRA policy.
 
     A new run: ``init`` (``--init``; else the config's ``init``), whose source
-    is then recorded in ``run_config.init``. ``resume`` of a run that started
+    is then recorded in ``run_config.init``. ``resolve`` turns a name into a local
+    checkpoint (the CLI's: ``hf:ORG/NAME`` imported once from the Hub) and ``pin``
+    names such a checkpoint as it is recorded (``hf:ORG/NAME@COMMIT``); the library
+    never reaches the Hub itself. ``resume`` of a run that started
     from a checkpoint: the run's own latest checkpoint (its model and
     tokenizer; the weights are the resume's), with the recorded source kept;
     a LoRA run's is its base (its checkpoints hold the adapters alone). ``init``
@@ -382,7 +391,7 @@ def warm_start_for_run(
             run_config.init = None
             return None
         if init is not None:
-            given = weights_digest(resolve_checkpoint(init) / MODEL_FILE)
+            given = weights_digest(resolve_checkpoint(resolve(init)) / MODEL_FILE)
             if not given.matches(record.get("sha256")):
                 where = record.get("checkpoint")
                 raise UsageError(f"--init {init}: {out} started from other weights ({where}); "
@@ -396,6 +405,9 @@ def warm_start_for_run(
         run_config.init = InitConfig(path=init)
     if run_config.init is None:
         return None
-    start = load_warm_start(run_config.init.path, expected_sha256=run_config.init.sha256)
-    run_config.init = InitConfig(**start.source.to_dict())
+    named = run_config.init.path
+    local = resolve(named)
+    start = load_warm_start(local, expected_sha256=run_config.init.sha256)
+    path = pin(local) if pin is not None and local != named else named
+    run_config.init = InitConfig(**{**start.source.to_dict(), "path": path})
     return start

@@ -98,7 +98,7 @@ def test_every_row_of_the_script_is_a_valid_config():
     assert len(rows) == 19 and set(rows) == set(_module().PAPER)
     for row in rows:
         sets = run("--sets", row)
-        config = load_run_config(root / "configs" / "multi30k_de_en_cpu.yaml", sets)
+        config = load_run_config("multi30k_de_en_cpu", sets)
         fields = dict(config.model)
         preset = fields.pop("preset")
         model = TransformerConfig.from_preset(

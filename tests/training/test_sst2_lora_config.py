@@ -1,4 +1,4 @@
-"""The shipped ``configs/sst2_minilm_lora.yaml`` keeps LoRA on the real MiniLM within the
+"""The packaged recipe ``sst2_minilm_lora`` keeps LoRA on the real MiniLM within the
 issue's budget: at most 2% of the parameters trainable, the classifier head among them."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from attnkit.training.runconfig import load_run_config
 from attnkit.training.tasks import task_from_run
 from attnkit.training.warm_start import count_parameters, warm_start_for_run
 
-CONFIG = Path(__file__).resolve().parents[2] / "configs" / "sst2_minilm_lora.yaml"
+CONFIG = "sst2_minilm_lora"  # the packaged recipe, by name
 ROWS = ["label\tsentence", "1\ta gripping , funny film .", "0\ta dull , lifeless mess ."]
 
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import random
-from pathlib import Path
 
 import pytest
 import torch
@@ -189,9 +188,7 @@ def test_data_documents_file_makes_the_text_one_document(tmp_path):
 
 
 def test_the_shipped_config_is_mlm_with_nsp_on_speeches(tmp_path):
-    root = Path(__file__).resolve().parents[3]
-    run = load_run_config(root / "configs" / "tinyshakespeare_nsp.yaml",
-                          [f"data.dir={tmp_path}", "train.eval_blocks=8"])  # fmt: skip
+    run = load_run_config("tinyshakespeare_nsp", [f"data.dir={tmp_path}", "train.eval_blocks=8"])
     assert run.task == "mlm" and run.train.nsp and run.train.nsp_weight == 1.0
     (tmp_path / "input.txt").write_text("A:\nline one\nline two\n\nB:\nthree\n", encoding="utf-8")
     task = task_from_run(dataclasses.replace(run, data=dataclasses.replace(

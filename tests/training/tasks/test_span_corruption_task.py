@@ -104,13 +104,11 @@ def test_mask_prob_is_the_noise_density(tmp_path):
 
 
 def test_the_shipped_config_builds_a_t5(tmp_path):
-    from pathlib import Path
 
     from attnkit.models import TransformerConfig
     from attnkit.training.runconfig import load_run_config
 
-    path = Path(__file__).parents[3] / "configs" / "t5_span_corruption.yaml"
-    run = load_run_config(path, [f"data.dir={tmp_path}", "data.text=input.txt"])
+    run = load_run_config("t5_span_corruption", [f"data.dir={tmp_path}", "data.text=input.txt"])
     assert run.task == "span_corruption" and run.train.mask_prob == 0.15
     _, corpus = _run(tmp_path)
     task = SpanCorruptionTask(run, corpus)
