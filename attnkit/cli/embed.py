@@ -30,6 +30,7 @@ from attnkit.cli.common import (
     check_input_file,
     checkpoint_inputs,
     load_for,
+    named_checkpoint,
 )
 from attnkit.errors import DataError, UsageError
 
@@ -86,6 +87,7 @@ def run(args: argparse.Namespace) -> int:
     from attnkit.evaluation.embeddings import embed_texts
     from attnkit.interop.hf_pooling import embedding_settings
 
+    args.checkpoint = named_checkpoint(args.checkpoint)  # hf:ORG/NAME: imported once
     if args.batch_size < 1:
         raise UsageError(f"--batch-size must be >= 1, got {args.batch_size}")
     if args.output is not None and Path(args.output).suffix not in OUTPUT_KINDS:
