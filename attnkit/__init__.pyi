@@ -11,9 +11,9 @@ from .decoding import beam_search as beam_search
 from .decoding import generate as generate
 from .decoding import greedy_search as greedy_search
 from .decoding import sample as sample
-from .decoding import stepper_for as stepper_for
 from .decoding import stream as stream
-from .decoding.text import translate_texts as translate_texts
+from .inference import stepper_for as stepper_for
+from .inference import translate_texts as translate_texts
 from .models import FAMILIES as FAMILIES
 from .models import DecoderOnlyConfig as DecoderOnlyConfig
 from .models import DecoderOnlyLM as DecoderOnlyLM

@@ -52,8 +52,9 @@ import torch
 from common import environment, format_table, load_average, median, round_robin
 from engines import build_model, random_source, to_ct2, to_hf, vocabulary
 
-from attnkit.decoding import StaticCacheStepper, beam_search, greedy_search, stepper_for
+from attnkit.decoding import StaticCacheStepper, beam_search, greedy_search
 from attnkit.decoding.constraints import MinLength
+from attnkit.inference import stepper_for
 from attnkit.quantize import model_bytes, quantize_model
 
 ALL_ENGINES = ["attnkit_reference", "attnkit_fp32", "attnkit_plain", "attnkit_bf16",

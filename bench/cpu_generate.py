@@ -12,9 +12,9 @@ Engines (``--engines``):
 
 * ``attnkit``, ``attnkit_bf16``, ``attnkit_int8``, ``attnkit_int8w``: what
   ``attnkit generate --precision fp32|bf16|int8|int8w`` runs on the CPU, by the
-  command's own conversion (``attnkit.cli.common.apply_precision`` at 1 row):
+  command's own conversion (``attnkit.inference.make_plan`` + ``prepare`` at 1 row):
   ``quantize_model`` (fp32 linears oneDNN-packed or plain, whichever
-  ``attnkit.quantize.fp32_choice`` finds faster here at 1 row, as ``generate``
+  ``attnkit.kernels.fp32_choice`` finds faster here at 1 row, as ``generate``
   asks; AVX512-BF16 weights; fbgemm int8
   with dynamic activations after SmoothQuant calibrated on attnkit's built-in
   text, int8 weights with bf16 activations) on the model's own KV cache
@@ -65,9 +65,10 @@ Run = Callable[[list[int], int], tuple[float, float, list[int]]]
 
 def attnkit_engine(checkpoint: Path, variant: str) -> tuple[float, Run]:
     from attnkit.checkpoints import load_model
-    from attnkit.cli.common import apply_precision
-    from attnkit.decoding.static import StaticCacheStepper, stepper_for
-    from attnkit.quantize import fp32_choice, quantize_model
+    from attnkit.decoding.static import StaticCacheStepper
+    from attnkit.inference import CheckpointInfo, Machine, Options, make_plan, prepare, stepper_for
+    from attnkit.kernels import fp32_choice
+    from attnkit.quantize import quantize_model
 
     start = time.perf_counter()
     loaded = load_model(checkpoint, "cpu")
@@ -83,8 +84,9 @@ def attnkit_engine(checkpoint: Path, variant: str) -> tuple[float, Run]:
         precision = variant.removeprefix("attnkit").removeprefix("_") or "fp32"
         if precision == "fp32":  # say which fp32 linears this machine gets (cached choice)
             print(f"# attnkit fp32: {fp32_choice.choose(model, rows=1).describe()}", flush=True)
-        converted = apply_precision(model, precision, rows=1, tokenizer=loaded.tokenizer)
-        stepper = stepper_for(converted)
+        options = Options(precision=precision, rows=1, calibrate=True)
+        plan = make_plan(CheckpointInfo.of(model, loaded.family.kind), Machine.of(model), options)
+        stepper = prepare(loaded, plan)
     seconds = time.perf_counter() - start
 
     @torch.inference_mode()

@@ -1,7 +1,7 @@
 """``--precision fp32``'s choice on this machine: oneDNN-packed vs plain linears, per row count.
 
 Loads a checkpoint (or builds a random ``--preset`` Transformer), and for each
-``--rows`` runs ``attnkit.quantize.fp32_choice.measure``: one pass through every
+``--rows`` runs ``attnkit.kernels.fp32_choice.measure``: one pass through every
 linear ``quantize_model`` converts, plain then packed, at that many rows (the
 warm-up, then the best of two). Prints the ratio (plain time / packed time: > 1
 means packed is faster) and what ``--precision fp32`` would pick, with the CPU.
@@ -22,7 +22,7 @@ from common import environment, format_table
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout
 
-from attnkit.quantize import fp32_choice  # noqa: E402
+from attnkit.kernels import fp32_choice  # noqa: E402
 from attnkit.quantize.model import convertible_linears  # noqa: E402
 
 

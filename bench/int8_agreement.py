@@ -37,7 +37,7 @@ from cpu_generate import PROMPT
 from torch import Tensor, nn
 
 from attnkit.checkpoints import load_model
-from attnkit.decoding.static import stepper_for
+from attnkit.inference import stepper_for
 from attnkit.quantize import quantize_model
 from attnkit.quantize.linear import quantize_rows
 from attnkit.quantize.smooth import Encodes, lm_calibration

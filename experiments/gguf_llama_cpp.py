@@ -28,7 +28,7 @@ import torch
 
 from attnkit.checkpoints import load_model
 from attnkit.decoding.generate import generate
-from attnkit.decoding.static import stepper_for
+from attnkit.inference import stepper_for
 
 PROMPTS = [  # also the prompts of the SmolLM2 tests (tests/interop/gguf_helpers.py)
     "The capital of France is",

@@ -39,7 +39,7 @@ def _data_cache(tmp_path_factory) -> Iterator[None]:
 @pytest.fixture(scope="session", autouse=True)
 def _fp32_linears_packed() -> Iterator[None]:
     """``--precision fp32`` packs its linears in every test (as it did before the
-    per-machine choice, ``attnkit.quantize.fp32_choice``, whose own tests unset this):
+    per-machine choice, ``attnkit.kernels.fp32_choice``, whose own tests unset this):
     the tests that check which kernel ran must not depend on the machine's timing."""
     previous = os.environ.get("ATTNKIT_FP32_LINEARS")
     os.environ["ATTNKIT_FP32_LINEARS"] = "packed"

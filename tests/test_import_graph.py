@@ -172,6 +172,44 @@ def _in_cli(module: str) -> bool:
     return module == "attnkit.cli" or module.startswith("attnkit.cli.")
 
 
+def command_modules() -> set[str]:
+    """The modules ``attnkit.cli.main`` registers as commands (``COMMANDS``), read with ``ast``."""
+    tree = ast.parse((ROOT / "cli" / "main.py").read_text(encoding="utf-8"))
+    for node in ast.walk(tree):
+        target = node.target if isinstance(node, ast.AnnAssign) else None
+        if isinstance(target, ast.Name) and target.id == "COMMANDS" and node.value is not None:
+            table = ast.literal_eval(node.value)
+            return {module for module, _ in table.values()}
+    raise AssertionError("attnkit/cli/main.py: no COMMANDS table")
+
+
+def commands_importing_commands(graph: dict[str, set[str]], commands: set[str]) -> list[str]:
+    return sorted(f"{m} imports {t}" for m in commands for t in graph.get(m, ()) if t in commands)
+
+
+def test_no_command_imports_another_command():
+    # What two commands share lives in the library or a shared module of the CLI that is
+    # no command (attnkit.cli.common, attnkit.cli.inference_args).
+    commands = command_modules()
+    assert {"attnkit.cli.translate", "attnkit.cli.serve"} <= commands
+    bad = commands_importing_commands(package_graph(), commands)
+    assert not bad, "commands importing other commands:\n" + "\n".join(bad)
+
+
+def test_a_command_importing_a_command_is_seen(tmp_path):
+    graph = _graph_of(
+        tmp_path,
+        {
+            "cli/__init__.py": "",
+            "cli/common.py": "",
+            "cli/a.py": "def run():\n    from attnkit.cli.b import helper\n",
+            "cli/b.py": "from attnkit.cli import common\ndef helper(): ...\n",
+        },
+    )
+    commands = {"attnkit.cli.a", "attnkit.cli.b"}
+    assert commands_importing_commands(graph, commands) == ["attnkit.cli.a imports attnkit.cli.b"]
+
+
 # -- the checker itself: it must see what the tests above rely on ------------------
 
 

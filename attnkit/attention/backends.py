@@ -14,7 +14,7 @@ attention code by looking at the device, the grad mode or the compile state
   for. Every model is built with it; training and the compiled decode step use it.
 * ``OneQueryDecode`` (``attnkit.attention.one_query``): one query per row (a
   decode step) as two batched GEMVs, several times cheaper than SDPA on the
-  CPU; every other call goes to ``attend``. ``attnkit.decoding.stepper_for``
+  CPU; every other call goes to ``attend``. ``attnkit.inference.stepper_for``
   installs it for the CPU decode paths, ``attnkit.quantize.quantize_model``
   for the CPU inference model it makes.
 

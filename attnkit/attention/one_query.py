@@ -14,7 +14,7 @@ reads each cached key once instead of repeating it per query head.
 The result equals ``F.scaled_dot_product_attention`` to float rounding
 (tested). ``OneQueryDecode`` takes this path for the calls it fits (one query,
 no weights asked for, no dropout, no position terms or other score) and
-hands every other call to ``attend``; ``attnkit.decoding.stepper_for``
+hands every other call to ``attend``; ``attnkit.inference.stepper_for``
 installs it for the CPU decode paths (``attnkit.attention.backends``).
 
 The mask is added to the scores, so it is needed in additive form. A source

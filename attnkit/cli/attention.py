@@ -27,7 +27,6 @@ from attnkit.cli.common import (
     CHECKPOINT_HELP,
     add_device_argument,
     add_precision_argument,
-    apply_precision,
     check_decode_fits,
     checkpoint_inputs,
     load_for,
@@ -52,6 +51,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from attnkit.cli.inference_args import plan_for
+    from attnkit.inference import convert
     from attnkit.visualize.attention import (
         attention_for_text,
         attention_for_translation,
@@ -69,7 +70,9 @@ def run(args: argparse.Namespace) -> int:
     model, tokenizer, config = loaded.model, loaded.tokenizer, loaded.config
     if loaded.family.kind == "seq2seq":
         check_decode_fits(config, args.beam, next(model.parameters()).device, f"--beam {args.beam}")
-    apply_precision(model, args.precision)
+    # --precision's weights; the map's own decode then makes its stepper from the plan
+    # (attnkit.visualize.attention), on the converted model
+    convert(model, plan_for(loaded, args, "attention"))
     if loaded.family.kind == "image_classifier":
         if args.image is None or args.text is not None:
             raise UsageError("--image: an image classifier's map is drawn for an image, not text")
@@ -95,7 +98,7 @@ def run(args: argparse.Namespace) -> int:
         )
         what = "cross-attention"
     elif getattr(config, "num_labels", 0):  # a text classifier: [CLS] text [SEP], its label
-        from attnkit.cli.classify import label_names
+        from attnkit.cli.common import label_names
         from attnkit.visualize.attention import attention_for_classifier
 
         weights, keys, probs = attention_for_classifier(

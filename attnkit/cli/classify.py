@@ -15,14 +15,14 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any
+from typing import Any, cast
 
 from attnkit import jsonio
 from attnkit.cli.common import (
     CHECKPOINT_HELP,
     add_device_argument,
     add_precision_argument,
-    apply_precision,
+    label_names,
     load_for,
     named_checkpoint,
 )
@@ -52,14 +52,14 @@ def load_classifier(command: str, path: str, device: str | None) -> Any:
     return loaded
 
 
-def label_names(config: Any) -> list[str]:
-    return list(config.label_names) or [str(i) for i in range(config.num_labels)]
-
-
 def run(args: argparse.Namespace) -> int:
+    from torch import nn
+
+    from attnkit.cli.inference_args import plan_for
     from attnkit.data.classification import split_input_line
     from attnkit.data.readers import read_input_lines
     from attnkit.evaluation.text_classification import encode_texts, predict_probs
+    from attnkit.inference import prepare
 
     if args.batch_size < 1:
         raise UsageError(f"--batch-size must be >= 1, got {args.batch_size}")
@@ -69,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
     max_len = config.max_len if args.max_len is None else args.max_len
     if not 4 <= max_len <= config.max_len:
         raise UsageError(f"--max-len must be in [4, {config.max_len}], got {max_len}")
-    apply_precision(model, args.precision)
+    model = cast(nn.Module, prepare(loaded, plan_for(loaded, args, "classify")))  # --precision
     name = args.input or "<stdin>"
     lines = read_input_lines(args.input)
     examples = [split_input_line(line, f"{name}:{n}") for n, line in enumerate(lines, 1)]

@@ -16,7 +16,6 @@ if TYPE_CHECKING:
     from attnkit.checkpoints.loading import LoadedModel
     from attnkit.data.images import ImageSet
     from attnkit.outputs import RunLock
-    from attnkit.quantize.smooth import Encodes
 
 # Which commands read a checkpoint of each kind of model (attnkit.models.FAMILIES's
 # `kind`): the loader refuses other kinds, and its error names the right commands.
@@ -118,42 +117,9 @@ def add_precision_argument(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def apply_precision(
-    model: Any,
-    precision: str,
-    *,
-    path: str = "fast",
-    rows: int = 32,
-    tokenizer: Encodes | None = None,
-) -> Any:
-    """``model`` converted for ``--precision`` in place (``attnkit.quantize``); returns it.
-
-    fp32 on the fast CPU path packs the weights for oneDNN where that is the
-    faster on this machine (``attnkit.quantize.fp32_choice``, timed once at
-    ``rows`` rows per product, then cached); ``--no-fast`` (the reference path)
-    and ``--compile`` keep the plain ``nn.Linear`` modules. On a GPU only fp32
-    exists (the packed and int8 kernels are CPU kernels). int8 on a
-    decoder-only language model with its ``tokenizer`` is calibrated for
-    SmoothQuant on ``attnkit.quantize.smooth.CALIBRATION_TEXTS``.
-    """
-    from attnkit.models import DecoderOnlyLM
-    from attnkit.quantize import fp32_choice, quantize_model
-    from attnkit.quantize.smooth import lm_calibration
-
-    on_cpu = all(p.device.type == "cpu" for p in model.parameters())
-    if not on_cpu:
-        if precision != "fp32":
-            raise UsageError(f"--precision {precision}: CPU kernels; add --device cpu")
-        return model
-    if precision == "fp32" and path != "fast":
-        return model
-    if path == "compiled":
-        raise UsageError(f"--precision {precision}: not with --compile (use one or the other)")
-    if precision == "fp32":
-        return quantize_model(model, "fp32", pack_fp32=fp32_choice.choose(model, rows).packed)
-    if precision == "int8" and tokenizer is not None and isinstance(model, DecoderOnlyLM):
-        return quantize_model(model, precision, calibrate=lm_calibration(tokenizer))
-    return quantize_model(model, precision)
+def label_names(config: Any) -> list[str]:
+    """A classifier checkpoint's label names (``0``, ``1``, ... where it has none)."""
+    return list(config.label_names) or [str(i) for i in range(config.num_labels)]
 
 
 # What attnkit itself writes at the top of a run directory (train, quickstart, import):

@@ -20,13 +20,12 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from attnkit import jsonio
 from attnkit.cli.common import (
     add_device_argument,
     add_precision_argument,
-    apply_precision,
     check_input_file,
     checkpoint_inputs,
     load_for,
@@ -83,8 +82,12 @@ def _write(vectors: Tensor, texts: list[str], output: str | None, inputs: list[P
 
 
 def run(args: argparse.Namespace) -> int:
+    from torch import nn
+
+    from attnkit.cli.inference_args import plan_for
     from attnkit.data.readers import read_input_lines
     from attnkit.evaluation.embeddings import embed_texts
+    from attnkit.inference import prepare
     from attnkit.interop.hf_pooling import embedding_settings
 
     args.checkpoint = named_checkpoint(args.checkpoint)  # hf:ORG/NAME: imported once
@@ -103,14 +106,14 @@ def run(args: argparse.Namespace) -> int:
     max_len = defaults.max_len if args.max_len is None else args.max_len
     if not 2 <= max_len <= loaded.config.max_len:
         raise UsageError(f"--max-len must be in [2, {loaded.config.max_len}], got {max_len}")
-    apply_precision(loaded.model, args.precision)
+    model = cast(nn.Module, prepare(loaded, plan_for(loaded, args, "embed")))  # --precision
     name = args.input or "<stdin>"
     texts = read_input_lines(args.input)
     for n, text in enumerate(texts, 1):
         if not text.strip():
             raise DataError(f"{name}:{n}: empty text")
     result = embed_texts(
-        loaded.model, loaded.tokenizer, texts, pooling=args.pooling or defaults.pooling,
+        model, loaded.tokenizer, texts, pooling=args.pooling or defaults.pooling,
         normalize=defaults.normalize and not args.no_normalize, max_len=max_len,
         batch_size=args.batch_size,
     )  # fmt: skip

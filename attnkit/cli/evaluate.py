@@ -47,7 +47,7 @@ from attnkit.cli.common import (
     load_for,
     named_checkpoint,
 )
-from attnkit.cli.translate import (
+from attnkit.cli.inference_args import (
     add_decoding_arguments,
     check_decoding_arguments,
     decode_path,
@@ -171,7 +171,7 @@ def _score_images(loaded: Any, args: argparse.Namespace) -> dict[str, Any]:
 def _score_labelled(loaded: Any, args: argparse.Namespace) -> dict[str, Any]:
     import torch
 
-    from attnkit.cli.classify import label_names
+    from attnkit.cli.common import label_names
     from attnkit.data.classification import read_labelled
     from attnkit.evaluation.text_classification import (
         classification_metrics,
@@ -229,7 +229,7 @@ def with_context(model: Any, context: int) -> Any:
 
 def _score_translation(loaded: Any, args: argparse.Namespace, corpus: Any) -> dict[str, Any]:
     from attnkit.attention.backends import REFERENCE, use_backend
-    from attnkit.cli.translate import decode_options, engine_from_args, stepper_from_args
+    from attnkit.cli.inference_args import decode_options, engine_from_args, stepper_from_args
     from attnkit.decoding.text import translate_texts
     from attnkit.errors import DataError
     from attnkit.evaluation.bleu import corpus_scores
@@ -255,11 +255,11 @@ def _score_translation(loaded: Any, args: argparse.Namespace, corpus: Any) -> di
         rows = beam * min(args.batch_size, len(pairs))
         check_decode_fits(model.config, rows, next(model.parameters()).device,
                           f"--beam {beam} with --batch-size {args.batch_size}")  # fmt: skip
-        stepper = stepper_from_args(model, args)
+        stepper, plan = stepper_from_args(loaded, args, "evaluate")
         start = time.perf_counter()
         hyps = translate_texts(model, tokenizer, sources, beam=beam, alpha=args.alpha,
                                batch_size=args.batch_size, max_len_b=args.max_len_b,
-                               stepper=stepper)  # fmt: skip
+                               stepper=stepper, search=plan.search)  # fmt: skip
         seconds = time.perf_counter() - start
     if args.hyp_out:
         write_text(args.hyp_out, "".join(h + "\n" for h in hyps), option="--hyp-out",
@@ -305,9 +305,10 @@ def run(args: argparse.Namespace) -> int:
     if args.engine != "attnkit" and loaded.family.kind != "seq2seq":
         raise UsageError(f"--engine {args.engine}: for translation checkpoints (--src/--ref)")
     if args.labelled:
-        from attnkit.cli.common import apply_precision
+        from attnkit.cli.inference_args import plan_for
+        from attnkit.inference import convert
 
-        apply_precision(loaded.model, args.precision, path=decode_path(args))
+        convert(loaded.model, plan_for(loaded, args, "evaluate"))  # --precision's weights
         result = _score_labelled(loaded, args)
         if args.json:
             print(jsonio.dumps(result, indent=2))
@@ -325,9 +326,10 @@ def run(args: argparse.Namespace) -> int:
                   f"images of {result['data']}, cross-entropy {result['loss']:.4f})")  # fmt: skip
         return 0
     if loaded.family.kind != "seq2seq":
-        from attnkit.cli.common import apply_precision
+        from attnkit.cli.inference_args import plan_for
+        from attnkit.inference import convert
 
-        apply_precision(loaded.model, args.precision, path=decode_path(args))
+        convert(loaded.model, plan_for(loaded, args, "evaluate"))  # --precision's weights
         result = _score_text(loaded, args)
         if args.json:
             print(jsonio.dumps(result, indent=2))

@@ -96,7 +96,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _explore_classifier(args: argparse.Namespace, loaded: Any, inputs: list) -> int:
     """A text classifier's page: its self-attention and label probabilities."""
-    from attnkit.cli.classify import label_names
+    from attnkit.cli.common import label_names
     from attnkit.data.classification import split_input_line
     from attnkit.evaluation.text_classification import encode_texts
     from attnkit.visualize.explorer import build_payload, write_page

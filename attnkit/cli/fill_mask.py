@@ -11,6 +11,7 @@ Example:
 from __future__ import annotations
 
 import argparse
+from typing import cast
 
 from attnkit.cli.argtypes import integer
 from attnkit.cli.common import CHECKPOINT_HELP, add_device_argument, load_for, named_checkpoint
@@ -48,8 +49,15 @@ def run(args: argparse.Namespace) -> int:
     if args.mask_token not in args.text:
         raise UsageError(f"--text holds no {args.mask_token}; mark the missing token(s) with it")
     args.checkpoint = named_checkpoint(args.checkpoint)  # hf:ORG/NAME: imported once
+    from torch import nn
+
+    from attnkit.cli.inference_args import plan_for
+    from attnkit.inference import prepare
+
     loaded = load_for("fill-mask", args.checkpoint, args.device)
-    model, tokenizer, config = loaded.model, loaded.tokenizer, loaded.config
+    # no --precision: the weights as loaded (the plan decides nothing else for a masked LM)
+    model = cast(nn.Module, prepare(loaded, plan_for(loaded, args, "fill-mask", convert=False)))
+    tokenizer, config = loaded.tokenizer, loaded.config
     ids = encode_with_masks(tokenizer, args.text, args.mask_token, config.mask_id)
     if len(ids) > config.max_len:
         raise UsageError(

@@ -26,7 +26,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from attnkit.cli.argtypes import finite_float, integer, seed
 from attnkit.cli.common import (
@@ -36,6 +36,9 @@ from attnkit.cli.common import (
     named_checkpoint,
 )
 from attnkit.errors import UsageError
+
+if TYPE_CHECKING:
+    from attnkit.decoding.protocol import AnyStepper
 
 # attnkit.interop.engines.GENERATOR_NAMES, spelled out so that parsing imports no engine.
 ENGINES = ("attnkit", "llama.cpp")
@@ -159,14 +162,17 @@ def run(args: argparse.Namespace) -> int:
         return _run_engine(args)
     import torch
 
-    from attnkit.cli.common import apply_precision, load_for
+    from attnkit.cli.common import load_for
+    from attnkit.cli.inference_args import plan_for
     from attnkit.decoding.generate import stream
-    from attnkit.decoding.static import stepper_for
+    from attnkit.inference import prepare
 
     loaded = load_for("generate", args.checkpoint, getattr(args, "device", None))
     model, tokenizer = loaded.model, loaded.tokenizer
     # one sequence: one row per product; int8 calibrates on text through the tokenizer
-    apply_precision(model, args.precision, rows=1, tokenizer=tokenizer)
+    # (CPU: the model's own cache; GPU: the static cache)
+    stepper = cast("AnyStepper", prepare(loaded, plan_for(loaded, args, "generate", rows=1,
+                                                       calibrate=True)))  # fmt: skip
     prompt = _prompt_ids(args, tokenizer)
     device = next(model.parameters()).device
     prompt_ids = torch.tensor([prompt], dtype=torch.long, device=device)
@@ -180,7 +186,7 @@ def run(args: argparse.Namespace) -> int:
         top_p=args.top_p,
         generator=generator,
         eos_id=None if args.ignore_eos else model.eos_id,
-        stepper=stepper_for(model),  # CPU: the model's own cache; GPU: the static cache
+        stepper=stepper,
     )
     _print(args, tokenizer, prompt, (int(t[0]) for t in tokens))
     return 0
@@ -216,35 +222,30 @@ def _run_engine(args: argparse.Namespace) -> int:
     """``--engine llama.cpp``: the checkpoint's tokenizer here, its GGUF export there."""
     import dataclasses
 
-    import torch
-
     from attnkit.cli.common import load_for
-    from attnkit.interop.engines import (
-        GENERATORS,
-        RunOptions,
-        SampleOptions,
-        generator_side,
-        open_generator,
-    )
+    from attnkit.cli.inference_args import engine_plan, run_options, say_for
+    from attnkit.inference import prepare
+    from attnkit.interop.engines import GENERATORS, SampleOptions, generator_side, open_generator
 
-    run_options = RunOptions(precision=args.precision, device=args.device,
-                             threads=torch.get_num_threads())  # fmt: skip
+    plan = engine_plan(args, "generate", "causal_lm")
+    run = run_options(plan)
     options = SampleOptions(max_new_tokens=args.max_new_tokens, temperature=args.temperature,
                             top_k=args.top_k, top_p=args.top_p, seed=args.seed)  # fmt: skip
-    GENERATORS[args.engine].check(run_options)  # refused options first
+    GENERATORS[args.engine].check(run)  # refused options first
     GENERATORS[args.engine].check_sample(options)
     tokenizer, eos_id = generator_side(args.checkpoint)
     if not args.ignore_eos:
         options = dataclasses.replace(options, eos_id=eos_id)
     prompt = _prompt_ids(args, tokenizer)
 
-    def say(line: str) -> None:
-        print(f"attnkit generate: {line}", file=sys.stderr, flush=True)
+    def opener(plan: Any, load: Any) -> Any:
+        return open_generator(
+            plan.engine, args.checkpoint, run, len(prompt) + args.max_new_tokens,
+            load=lambda directory: load(), say=say_for("generate"),
+        )  # fmt: skip
 
-    engine = open_generator(
-        args.engine, args.checkpoint, run_options, len(prompt) + args.max_new_tokens,
-        load=lambda d: load_for("generate", d, "cpu"), say=say,
-    )  # fmt: skip
+    loader = lambda: load_for("generate", args.checkpoint, "cpu")  # noqa: E731 (on a cache miss)
+    engine: Any = prepare(loader, plan, openers={args.engine: opener})
     try:
         _print(args, tokenizer, prompt, engine.stream(prompt, options))
     finally:

@@ -172,9 +172,9 @@ def _run(args: argparse.Namespace, run_config: RunConfig, out: Path) -> int:
 
     from attnkit.data.synthetic import number_splits, round_numbers
     from attnkit.data.tokenizers import BPETokenizer
-    from attnkit.decoding.text import translate_texts
     from attnkit.device import resolve_device
     from attnkit.evaluation.bleu import corpus_scores
+    from attnkit.inference import translate_texts
     from attnkit.training.loop import Trainer
     from attnkit.training.tasks import TranslationTask
 

@@ -51,7 +51,7 @@ from attnkit.cli.common import (
     add_precision_argument,
     named_checkpoint,
 )
-from attnkit.cli.translate import ENGINES, MAX_ALPHA
+from attnkit.cli.inference_args import ENGINES, MAX_ALPHA
 from attnkit.errors import UsageError
 
 MAX_NEW_TOKENS = 1024  # attnkit.serve.schemas.MAX_NEW_TOKENS (not imported: FastAPI may be missing)
@@ -254,7 +254,9 @@ def run(args: argparse.Namespace) -> int:
             "pip install 'attnkit[serve]'"
         ) from None
     allowed_hosts, api_key = _allowed_hosts(args.allowed_hosts), _api_key(args.api_key)
-    from attnkit.cli.common import apply_precision, load_for
+    from attnkit.cli.common import load_for
+    from attnkit.cli.inference_args import plan_for
+    from attnkit.inference import prepare
     from attnkit.serve.engine import Engine
     from attnkit.serve.memory import bound_native_caches
 
@@ -263,8 +265,11 @@ def run(args: argparse.Namespace) -> int:
     # Another engine runs on the CPU, and converts (on a cache miss) from a CPU model.
     loaded = load_for("serve", args.checkpoint, args.device if args.engine == "attnkit" else "cpu")
     translator = _translator(args, loaded, threads) if args.engine != "attnkit" else None
-    apply_precision(loaded.model, args.precision, tokenizer=loaded.tokenizer)
-    engine = Engine(loaded, translator)
+    # How the model itself runs (--precision; int8 LMs calibrate through the tokenizer):
+    # the inference plan, prepared once; /v1/translate may go to --engine's translator.
+    plan = plan_for(loaded, args, "serve", engine="attnkit", calibrate=True)
+    prepared = prepare(loaded, plan)
+    engine = Engine(loaded, translator, plan=plan, stepper=prepared if plan.has_stepper else None)  # type: ignore[arg-type]
     settings = ServeSettings(
         max_batch_tokens=args.max_batch_tokens or default_batch_tokens(engine.device.type),
         max_wait_ms=args.max_wait_ms,
@@ -315,15 +320,16 @@ def run(args: argparse.Namespace) -> int:
 def _translator(args: argparse.Namespace, loaded: Any, threads: int) -> Any:
     """The ``--engine`` engine for ``loaded`` (a CPU model in its own precision), opened
     (converted on a cache miss) before anything else: a refusal is one line, exit 2."""
-    from attnkit.interop.engines import RunOptions
+    from attnkit.cli.inference_args import engine_plan, run_options, say_for
+    from attnkit.inference import prepare
     from attnkit.serve.engine_translator import open_translator
 
-    def say(line: str) -> None:
-        print(f"attnkit serve: {line}", file=sys.stderr, flush=True)
+    def opener(plan: Any, load: Any) -> Any:
+        return open_translator(plan.engine, load(), run_options(plan), alpha=args.alpha,
+                               say=say_for("serve"))  # fmt: skip
 
-    run = RunOptions(precision=args.precision, device=args.device, threads=threads,
-                     workers=args.engine_workers)  # fmt: skip
-    return open_translator(args.engine, loaded, run, alpha=args.alpha, say=say)
+    plan = engine_plan(args, "serve", "seq2seq", threads=threads, workers=args.engine_workers)
+    return prepare(loaded, plan, openers={args.engine: opener})
 
 
 def default_batch_tokens(device_type: str) -> int:

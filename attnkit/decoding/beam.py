@@ -19,9 +19,10 @@ finished hypotheses, or at its length limit. The pool keeps the ``K`` best by
 first. Because EOS only counts among the best ``K``, ``beam_size=1`` is exactly
 greedy search, whatever ``alpha``.
 
-On the CPU the K new beams of a sentence are put in rows so that each parent's
-first child stays in its parent's row: the cache then copies only the other
-rows (about a third on a trained Multi30k model), not all of them. The order
+On the CPU (``SearchSettings.sync_free``) the K new beams of a sentence are
+put in rows so that each parent's first child stays in its parent's row: the
+cache then copies only the other rows (about a third on a trained Multi30k
+model), not all of them. The order
 of the live beams changes nothing but which of two equal scores wins a tie.
 
 Two tricks of CTranslate2's keep the batch small (the results are the same):
@@ -47,6 +48,7 @@ from torch import Tensor
 from attnkit.decoding.common import (
     DecodeResult,
     Hypothesis,
+    SearchSettings,
     check_float,
     check_int,
     length_penalty,
@@ -176,6 +178,7 @@ def beam_search(
     max_len: int | None = None,
     check_every: int | None = None,
     compact: bool = True,
+    search: SearchSettings | None = None,
 ) -> DecodeResult:
     """Beam-search every sentence of ``src_ids`` ``(B, S)`` at once.
 
@@ -184,7 +187,7 @@ def beam_search(
         alpha: length-penalty exponent (>= 0; 0 ranks by raw summed log-prob;
             the paper uses 0.6 with beam size 4, §6.1).
         nbest: hypotheses returned per sentence, ``1 <= nbest <= beam_size``.
-        max_len_a, max_len_b, max_len, check_every: as in ``greedy_search``.
+        max_len_a, max_len_b, max_len, check_every, search: as in ``greedy_search``.
         compact: drop done sentences from the batch (module doc). Only at
             ``check_every`` steps (``0``: never), and never for a stepper that
             declares ``FixedBatch`` (a compiled step, an int8 model).
@@ -202,12 +205,12 @@ def beam_search(
         src_ids, model.pad_id, max_len_a=max_len_a, max_len_b=max_len_b, max_len=max_len
     )
     B, K, device, eos = src_ids.size(0), beam_size, src_ids.device, model.eos_id
-    check_every = resolve_check_every(check_every, device)
+    check_every = resolve_check_every(check_every, search)
     compact = compact and not (isinstance(model, FixedBatch) and model.fixed_batch)
-    # On the CPU a host sync costs nothing: update the pool only for the sentences
+    # Where a host sync costs nothing (the CPU), update the pool only for the sentences
     # that finish something (most steps: none). On an accelerator that would sync
     # every step, so there every sentence's pool is updated every step, as before.
-    sync_free = device.type == "cpu"
+    sync_free = (search or SearchSettings()).sync_free
     limits = limits.to(device)
     neg_inf = -math.inf
 

@@ -7,17 +7,20 @@
 * the GNMT length penalty;
 * ``decode_loop``: one batched loop over time steps for searches that pick one
   token per sentence per step (greedy is sampling with an argmax picker);
-* ``resolve_check_every``: how often the searches stop to ask the device
-  whether every sentence has finished.
+* ``SearchSettings``: how often the searches stop to ask the device whether
+  every sentence has finished, and whether a host sync is free. They depend on
+  the device, so the inference plan decides them (``attnkit.inference``) and
+  hands them in; a search never looks at the device itself.
 
 Host-device syncs: a search's loop runs on the device without reading any
 value back, except the "all finished?" test, made every ``check_every``
 steps. On a GPU each test stalls the host until the device has caught up, so
 the host can no longer queue the next step's kernels ahead; asking every 8
-steps (the default on accelerators) removes 7 of 8 stalls, at the price of up
-to 7 extra steps after the last sentence finished (their outputs are
+steps (the plan's setting on accelerators) removes 7 of 8 stalls, at the price
+of up to 7 extra steps after the last sentence finished (their outputs are
 discarded: finished sentences are frozen, so results never change). On CPU
-there is nothing to overlap, and the default asks every step.
+there is nothing to overlap, and the default ``SearchSettings()`` (the CPU's)
+asks every step.
 
 Length convention: a sentence's limit counts the tokens *generated*, EOS
 included. An output that hits the limit without EOS is cut there (it has
@@ -42,7 +45,22 @@ from torch import Tensor
 from attnkit.decoding.protocol import AnyStepper
 from attnkit.errors import UsageError
 
-CHECK_EVERY_ACCELERATOR = 8  # the default "all finished?" interval off the CPU
+
+@dataclass(frozen=True)
+class SearchSettings:
+    """What a search does differently by device, decided by the inference plan.
+
+    Attributes:
+        check_every: steps between the "all finished?" host syncs (``0``: never
+            ask, run to the length bound).
+        sync_free: a host sync costs nothing here (the CPU), so beam search
+            updates the finished pool only for the sentences that finish
+            something; otherwise every sentence's pool every step, sync-free.
+    The defaults are the CPU's.
+    """
+
+    check_every: int = 1
+    sync_free: bool = True
 
 
 class Hypothesis(NamedTuple):
@@ -89,10 +107,10 @@ def check_int(name: str, value: object, minimum: int) -> None:
         raise UsageError(f"{name} must be an integer >= {minimum}, got {value!r}")
 
 
-def resolve_check_every(check_every: int | None, device: torch.device) -> int:
-    """``check_every`` as given (>= 0), or its default for ``device``: 1 on CPU, 8 elsewhere."""
+def resolve_check_every(check_every: int | None, search: SearchSettings | None) -> int:
+    """``check_every`` as given (>= 0), else ``search``'s (default: ``SearchSettings()``)."""
     if check_every is None:
-        return 1 if device.type == "cpu" else CHECK_EVERY_ACCELERATOR
+        check_every = (search or SearchSettings()).check_every
     check_int("check_every", check_every, 0)
     return check_every
 
@@ -169,19 +187,20 @@ def decode_loop(
     max_len_b: int,
     max_len: int | None,
     check_every: int | None,
+    search: SearchSettings | None = None,
 ) -> DecodeResult:
     """Feed BOS, then each picked token, until every sentence has EOS or hits its limit.
 
     Finished sentences keep being fed (``pad_id``) but their outputs and scores
     no longer change. Every ``check_every`` steps one host-device sync asks
     whether all sentences have finished (``0``: never ask, run ``T`` steps;
-    ``None``: ``resolve_check_every``'s default for the device).
+    ``None``: ``search``'s).
     """
     limits, bound = output_limits(
         src_ids, model.pad_id, max_len_a=max_len_a, max_len_b=max_len_b, max_len=max_len
     )
     batch, device = src_ids.size(0), src_ids.device
-    check_every = resolve_check_every(check_every, device)
+    check_every = resolve_check_every(check_every, search)
     limits = limits.to(device)
     state = model.start(src_ids, max_steps=bound)
     tokens = torch.full((batch,), model.bos_id, dtype=torch.long, device=device)

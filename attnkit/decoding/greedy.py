@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from attnkit.decoding.common import DecodeResult, decode_loop
+from attnkit.decoding.common import DecodeResult, SearchSettings, decode_loop
 from attnkit.decoding.protocol import AnyStepper
 
 
@@ -22,6 +22,7 @@ def greedy_search(
     max_len_b: int = 50,
     max_len: int | None = None,
     check_every: int | None = None,
+    search: SearchSettings | None = None,
 ) -> DecodeResult:
     """Decode ``src_ids`` ``(B, S)`` greedily, all sentences at once.
 
@@ -34,8 +35,10 @@ def greedy_search(
         max_len: optional cap on that limit, the same for every sentence.
         check_every: stop as soon as every sentence has finished, checked every
             this many steps (each check is one host-device sync; 0 never checks;
-            ``None``: every step on CPU, every 8 on an accelerator, see
-            ``attnkit.decoding.common``). The outputs never depend on it.
+            ``None``: ``search``'s, see ``attnkit.decoding.common``). The outputs
+            never depend on it.
+        search: the device's settings (``SearchSettings``), which the
+            inference plan decides (``attnkit.inference``); default: the CPU's.
 
     Returns:
         ``DecodeResult`` with each sentence's tokens (no BOS/EOS) and summed log-prob.
@@ -48,4 +51,5 @@ def greedy_search(
         max_len_b=max_len_b,
         max_len=max_len,
         check_every=check_every,
+        search=search,
     )

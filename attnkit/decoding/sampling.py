@@ -13,7 +13,13 @@ import math
 import torch
 from torch import Tensor
 
-from attnkit.decoding.common import DecodeResult, check_float, check_int, decode_loop
+from attnkit.decoding.common import (
+    DecodeResult,
+    SearchSettings,
+    check_float,
+    check_int,
+    decode_loop,
+)
 from attnkit.decoding.protocol import AnyStepper
 
 
@@ -62,6 +68,7 @@ def sample(
     max_len_b: int = 50,
     max_len: int | None = None,
     check_every: int | None = None,
+    search: SearchSettings | None = None,
 ) -> DecodeResult:
     """Sample one output per sentence of ``src_ids`` ``(B, S)``, all at once.
 
@@ -73,7 +80,7 @@ def sample(
             in ``(0, 1]`` (1: no limit).
         generator: seeded ``torch.Generator`` on the model's device, for
             reproducible draws (``None``: torch's global generator).
-        max_len_a, max_len_b, max_len, check_every: as in ``greedy_search``.
+        max_len_a, max_len_b, max_len, check_every, search: as in ``greedy_search``.
     """
     check_float("temperature", temperature, 0.0, math.inf, open_low=True)
     check_int("top_k", top_k, 0)
@@ -92,4 +99,5 @@ def sample(
         max_len_b=max_len_b,
         max_len=max_len,
         check_every=check_every,
+        search=search,
     )

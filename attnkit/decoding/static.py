@@ -10,7 +10,8 @@ model's own growing cache (tested). Without a bound, or for a model whose
 as it is.
 
 ``compile=True`` also compiles the step with ``torch.compile`` (inductor's
-C++ code on the CPU, CUDA graphs on a GPU with ``mode="auto"``). Shapes are
+C++ code on the CPU; CUDA graphs with ``mode="reduce-overhead"``, which the
+inference plan picks on a GPU). Shapes are
 static (``dynamic=False``): each new (batch, source length, capacity)
 compiles once; past ``torch._dynamo.config.recompile_limit`` shapes torch
 falls back to eager. A step that fails to compile warns once and runs
@@ -18,6 +19,10 @@ eagerly from then on: correct, just slower.
 
 The compiled function is a pure function of tensors (the cache view is
 rebuilt inside), so it never reads a Python counter that changes per step.
+
+``build_stepper`` installs what the inference plan (``attnkit.inference``)
+decided: the attention backend, which cache, compiled or not. Nothing here
+looks at the device: the plan has.
 """
 
 from __future__ import annotations
@@ -79,8 +84,8 @@ class StaticCacheStepper:
     Args:
         model: a ``SupportsStaticCache`` model, in eval mode.
         compile: compile the step with ``torch.compile``.
-        mode: ``torch.compile`` mode; ``"auto"`` is ``"reduce-overhead"`` (CUDA
-            graphs) on CUDA and inductor's default elsewhere.
+        mode: ``torch.compile`` mode (``None``: inductor's default;
+            ``"reduce-overhead"``: CUDA graphs, the plan's choice on CUDA).
         fullgraph: refuse graph breaks when compiling.
     """
 
@@ -89,7 +94,7 @@ class StaticCacheStepper:
         model: SupportsStaticCache,
         *,
         compile: bool = False,
-        mode: str | None = "auto",
+        mode: str | None = None,
         fullgraph: bool = True,
     ) -> None:
         self.model = model
@@ -140,7 +145,7 @@ class StaticCacheStepper:
         cache.check_room(tokens.size(1))  # host-side: an overflow would be a device error
         args = (tokens, state.memory_mask, cache.self_k, cache.self_v, cache.cross_k,
                 cache.cross_v, cache.pos)  # fmt: skip
-        compiled = self._compiled_step(tokens.device)
+        compiled = self._compiled_step()
         if compiled is None:
             logits = _static_logits(self.model, *args)
         else:
@@ -159,55 +164,46 @@ class StaticCacheStepper:
         cache.advance(tokens.size(1))
         return logits, state
 
-    def _compiled_step(self, device: torch.device) -> Callable[..., Tensor] | None:
+    def _compiled_step(self) -> Callable[..., Tensor] | None:
         if not self.compile or self._failed:
             return None
-        if self._compiled is None:  # compiled lazily, on the first step's device
-            mode = self.mode
-            if mode == "auto":
-                mode = "reduce-overhead" if device.type == "cuda" else None
+        if self._compiled is None:  # compiled lazily, at the first step
             self._compiled = torch.compile(
-                _static_logits, mode=mode, fullgraph=self.fullgraph, dynamic=False
+                _static_logits, mode=self.mode, fullgraph=self.fullgraph, dynamic=False
             )
         return self._compiled
 
 
-DecodePath = str  # "fast" | "compiled" | "reference"
-DECODE_PATHS = ("fast", "compiled", "reference")
+CacheName = str  # "model" | "static" | "compiled"
+CACHES = ("model", "static", "compiled")
 
 
-def stepper_for(model: AnyStepper, path: DecodePath = "fast") -> AnyStepper:
-    """The ``Stepper`` to decode ``model`` with on ``path``, and the attention backend for it.
+def build_stepper(
+    model: AnyStepper, *, one_query: bool, cache: CacheName, compile_mode: str | None = None
+) -> AnyStepper:
+    """The ``Stepper`` that decodes ``model`` as the inference plan decided.
 
-    ``"fast"``: on a GPU the static cache (models that support it; others as
-    they are); on the CPU the model's own cache, which a search's length
-    bound sizes once and whose steps attend over the filled prefix only,
-    unmasked (measured faster on CPU than the static cache's masked attention
-    over its whole capacity: ``bench/NOTES.md``). ``"compiled"``: the static
-    cache, compiled (``ValueError`` for a model without a static-cache step);
-    ``"reference"``: the model's own growing cache.
+    The model's attention modules get the backend (``attnkit.attention.backends``;
+    they keep it until another is installed): ``one_query``: ``OneQueryDecode``
+    (a decode step's one query per row as two batched GEMVs, several times
+    cheaper on the CPU than the fused kernel); otherwise ``REFERENCE`` (the fused
+    kernel, which inductor also fuses itself into a compiled step).
 
-    The model's attention modules get the backend of the path
-    (``attnkit.attention.backends``; they keep it until another is
-    installed): on the CPU, except compiled, ``OneQueryDecode`` (a decode
-    step's one query per row as two batched GEMVs, several times cheaper
-    there than the fused kernel); otherwise ``REFERENCE`` (the fused kernel,
-    which inductor also fuses itself into a compiled step).
+    ``cache``: ``"model"``, the model's own growing cache (which a search's
+    length bound sizes once; on the CPU measured faster than the static cache's
+    masked attention over its whole capacity: ``bench/NOTES.md``);
+    ``"static"``: ``StaticCacheStepper`` (models that support it; others as they
+    are); ``"compiled"``: the static cache, compiled with ``compile_mode``
+    (``ValueError`` for a model without a static-cache step).
     """
-    if path not in DECODE_PATHS:
-        raise ValueError(f"path: expected one of {', '.join(DECODE_PATHS)}; got {path!r}")
-    cpu = _on_cpu(model)
+    if cache not in CACHES:
+        raise ValueError(f"cache: expected one of {', '.join(CACHES)}; got {cache!r}")
     if isinstance(model, nn.Module):
-        use_backend(model, OneQueryDecode() if cpu and path != "compiled" else REFERENCE)
-    if path == "reference" or (path == "fast" and cpu):
+        use_backend(model, OneQueryDecode() if one_query else REFERENCE)
+    if cache == "model":
         return model
     if not isinstance(model, SupportsStaticCache):
-        if path == "compiled":
+        if cache == "compiled":
             raise ValueError(f"path: {type(model).__name__} has no static-cache step to compile")
         return model
-    return StaticCacheStepper(model, compile=path == "compiled")
-
-
-def _on_cpu(model: object) -> bool:
-    first = next(iter(model.parameters()), None) if isinstance(model, nn.Module) else None
-    return first is None or first.device.type == "cpu"
+    return StaticCacheStepper(model, compile=cache == "compiled", mode=compile_mode)

@@ -13,11 +13,10 @@ import torch
 
 from attnkit.data.tokenizers import Tokenizer
 from attnkit.decoding.beam import beam_search
-from attnkit.decoding.common import DecodeResult, Hypothesis
+from attnkit.decoding.common import DecodeResult, Hypothesis, SearchSettings
 from attnkit.decoding.greedy import greedy_search
 from attnkit.decoding.protocol import AnyStepper
 from attnkit.decoding.sampling import sample
-from attnkit.decoding.static import stepper_for
 
 
 def _pad(seqs: Sequence[Sequence[int]], pad_id: int) -> torch.Tensor:
@@ -47,6 +46,7 @@ def decode_ids(
     max_len_b: int = 50,
     max_len: int | None = None,
     device: torch.device | str = "cpu",
+    search: SearchSettings | None = None,
 ) -> list[DecodeResult]:
     """Decode token-id sources (each ending in EOS), in length-sorted batches.
 
@@ -55,7 +55,8 @@ def decode_ids(
     sampling; otherwise ``beam == 1`` is greedy search and ``beam > 1`` beam search.
     A source with no token (an empty or whitespace-only line: EOS alone) has an
     empty output and is not decoded: a model asked to translate nothing should
-    not invent a sentence.
+    not invent a sentence. ``search``: the device's search settings, from the
+    inference plan (default: the CPU's).
     """
     results: list[DecodeResult | None] = [None] * len(src)
     for i, s in enumerate(src):
@@ -67,12 +68,13 @@ def decode_ids(
         chunk = order[start : start + batch_size]
         ids = _pad([src[i] for i in chunk], model.pad_id).to(device)
         if sampling is not None:
-            out = sample(model, ids, **sampling, max_len_b=max_len_b, max_len=max_len)
+            out = sample(model, ids, **sampling, max_len_b=max_len_b, max_len=max_len,
+                         search=search)  # fmt: skip
         elif beam == 1 and nbest == 1:
-            out = greedy_search(model, ids, max_len_b=max_len_b, max_len=max_len)
+            out = greedy_search(model, ids, max_len_b=max_len_b, max_len=max_len, search=search)
         else:
             out = beam_search(model, ids, beam_size=beam, alpha=alpha, nbest=nbest,
-                              max_len_b=max_len_b, max_len=max_len)  # fmt: skip
+                              max_len_b=max_len_b, max_len=max_len, search=search)  # fmt: skip
         for row, i in enumerate(chunk):
             results[i] = DecodeResult([out.tokens[row]], [out.scores[row]], [out.nbest[row]])
     return [r for r in results if r is not None]
@@ -90,11 +92,13 @@ def translate_texts(
     max_len_b: int = 50,
     sampling: dict[str, Any] | None = None,
     device: torch.device | str | None = None,
-    stepper: AnyStepper | None = None,
+    stepper: AnyStepper,
+    search: SearchSettings | None = None,
 ) -> list[str]:
     """Translate ``texts`` with an encoder-decoder ``model`` and its ``tokenizer``.
 
-    ``stepper`` decodes the model (default: ``stepper_for(model)``, the fast path).
+    ``stepper`` decodes the model and ``search`` holds the device's search
+    settings: both from the inference plan (``attnkit.inference.decoder_for``).
     """
     if not texts:
         return []
@@ -104,7 +108,7 @@ def translate_texts(
     max_positions = model.config.max_len
     src = [source_ids(tokenizer, t, max_positions - 1) for t in texts]
     results = decode_ids(
-        stepper_for(model) if stepper is None else stepper,
+        stepper,
         src,
         beam=beam,
         alpha=alpha,
@@ -113,6 +117,7 @@ def translate_texts(
         max_len_b=max_len_b,
         max_len=max_positions - 1,  # BOS takes the first position
         device=device,
+        search=search,
     )
     model.train(was_training)
     return [tokenizer.decode(r.tokens[0]) for r in results]

@@ -7,8 +7,9 @@ the answer: ``CACHE/NAME.json`` (``$ATTNKIT_CACHE_DIR``, see
 ``attnkit.data.cache``) maps a key to the chosen name. The key (``machine_key``)
 is made of the CPU's model name, torch's version, the thread count and what
 the caller adds (the model's parameter shapes, the row count): another machine,
-torch or model measures again. Two users of it: training's
-``train.cpu_matmul: auto`` and inference's fp32 linears (``attnkit.quantize``).
+torch or model measures again. Two users of it, beside it in this package:
+training's ``train.cpu_matmul: auto`` (``matmul_choice``) and inference's fp32
+linears (``fp32_choice``, which the inference plan consults).
 A cache that cannot be read is empty; one that cannot be written is not an error.
 """
 

@@ -6,7 +6,6 @@ steppers as before (``attnkit.decoding``). ``bench/NOTES.md`` has the
 measurements behind each choice; the README the speed/quality trade-off.
 """
 
-from attnkit.quantize import fp32_choice
 from attnkit.quantize.linear import Int8Linear, PackedLinear, quantize_rows
 from attnkit.quantize.model import (
     PRECISIONS,
@@ -17,7 +16,6 @@ from attnkit.quantize.model import (
 from attnkit.quantize.weight_only import Int8WeightOnlyLinear
 
 __all__ = [
-    "fp32_choice",
     "PRECISIONS",
     "Int8Linear",
     "Int8WeightOnlyLinear",

@@ -153,7 +153,7 @@ def quantize_model(
     ``nn.Linear`` is converted, except routers and score matrices
     (``convertible_linears``). ``pack_fp32=False`` (fp32 only) keeps the plain
     linears (MKL's sgemm), for a machine where they are the faster
-    (``attnkit.quantize.fp32_choice``); the decode backend is set either way.
+    (``attnkit.kernels.fp32_choice``); the decode backend is set either way.
     ``calibrate(model)`` (int8 only) runs the still-float model on typical
     inputs (``attnkit.quantize.smooth.lm_calibration`` for a language model);
     each linear it reaches is smoothed with strength ``alpha`` (SmoothQuant).

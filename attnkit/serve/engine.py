@@ -31,6 +31,8 @@ import torch
 
 from attnkit.checkpoints.loading import LoadedModel
 from attnkit.decoding.common import DecodeResult
+from attnkit.decoding.protocol import AnyStepper
+from attnkit.inference.plan import InferencePlan
 from attnkit.serve import explore_payloads, mask_filling
 from attnkit.serve.cancellable import CancellableStepper, Owners
 from attnkit.serve.engine_types import KIND_ENDPOINTS, MAX_LEN_B, RequestError, Translator
@@ -55,8 +57,16 @@ __all__ = [
 class Engine:
     """A checkpoint in eval mode plus the operations the server offers on it."""
 
-    def __init__(self, loaded: LoadedModel, translator: Translator | None = None) -> None:
-        from attnkit.decoding.static import stepper_for
+    def __init__(
+        self,
+        loaded: LoadedModel,
+        translator: Translator | None = None,
+        *,
+        plan: InferencePlan | None = None,
+        stepper: AnyStepper | None = None,
+    ) -> None:
+        from attnkit.inference import plan_for_model
+        from attnkit.inference import stepper as stepper_of
 
         self.loaded = loaded
         # ``serve --engine``: what decodes /v1/translate's batches (None: this model)
@@ -66,8 +76,13 @@ class Engine:
         self.kind: str = loaded.family.kind
         self.device = next(self.model.parameters()).device
         self.max_len: int = self.model.config.max_len
-        # What decodes the model (translation and generation): the fast path for its device.
-        self.stepper = stepper_for(self.model) if self.kind != "masked_lm" else None
+        # How the model runs: the inference plan (``attnkit.inference``) that ``serve`` made
+        # and prepared (its ``stepper``); else (``explore``) the weights as loaded, on the
+        # fast path for their device. Translation and generation decode through the stepper.
+        self.plan = plan or plan_for_model(self.model, kind=self.kind)
+        if stepper is None and self.plan.has_stepper:
+            stepper = stepper_of(self.model, self.plan)
+        self.stepper = stepper if self.plan.has_stepper else None
         field = loaded.family.vocab_field  # None only for image classifiers, which load_for refuses
         self.vocab_rows = int(getattr(self.model.config, field)) if field else 0
         # Counted once here, so that /v1/model never touches the model from the event loop.
@@ -151,6 +166,7 @@ class Engine:
             max_len_b=MAX_LEN_B,
             max_len=self.max_len - 1,  # BOS takes the first position
             device=self.device,
+            search=self.plan.search,
         )
 
     def check_search(self, *, beam: int, alpha: float, nbest: int) -> None:

@@ -86,7 +86,7 @@ class TrainConfig:
     # fp32 products on the CPU: oneDNN (1.3-2.3x MKL's sgemm on the AMD EPYC we measure
     # on; bench/NOTES.md) or MKL (PyTorch's default; faster on the Xeon of issue 25).
     # auto: the faster on the first batch, timed once per model and machine
-    # (attnkit/training/matmul_choice.py); oneDNN under torchrun.
+    # (attnkit/kernels/matmul_choice.py); oneDNN under torchrun.
     cpu_matmul: Literal["auto", "onednn", "mkl"] = "auto"
     # auto | on | off: compiled forward, chunked loss, fused Adam (auto: on for CUDA);
     # attnkit/training/fast.py says what each does. `--no-fast` sets off.

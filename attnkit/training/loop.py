@@ -50,8 +50,8 @@ import torch
 from attnkit.checkpoints import rundir
 from attnkit.device import resolve_device
 from attnkit.errors import ConfigError, TrainingError
+from attnkit.kernels import matmul_choice
 from attnkit.training import distributed as dist_util
-from attnkit.training import matmul_choice
 from attnkit.training.checkpointing import Checkpointer, Counters
 from attnkit.training.distributed import DistContext
 from attnkit.training.fast import fast_enabled, naming_compile_failures

@@ -68,15 +68,15 @@ def attention_for_translation(
     """
     import torch
 
-    from attnkit.decoding.static import stepper_for
     from attnkit.decoding.text import decode_ids
+    from attnkit.inference import plan_for_model, stepper
 
     model.eval()
     device = next(model.parameters()).device
     src = tokenizer.encode(text)[: model.config.max_len - 1] + [tokenizer.eos_id]
-    out = decode_ids(
-        stepper_for(model), [src], beam=beam, max_len=model.config.max_len - 2, device=device
-    )
+    plan = plan_for_model(model)  # the model's weights as they are, on its device
+    out = decode_ids(stepper(model, plan), [src], beam=beam, max_len=model.config.max_len - 2,
+                     device=device, search=plan.search)  # fmt: skip
     hyp = out[0].tokens[0] + [tokenizer.eos_id]
     with torch.no_grad():
         result = model(

@@ -9,8 +9,9 @@ import pytest
 import torch
 
 from attnkit.attention import CrossAttention, MultiHeadAttention
-from attnkit.decoding import beam_search, greedy_search, stepper_for
+from attnkit.decoding import beam_search, greedy_search
 from attnkit.errors import ConfigError
+from attnkit.inference import stepper_for
 from attnkit.models import EncoderDecoder, TransformerConfig
 
 

@@ -13,7 +13,8 @@ from attnkit.attention import REFERENCE, CrossAttention, MultiHeadAttention, mas
 from attnkit.attention.gqa import repeat_kv
 from attnkit.attention.masks import prepare_mask
 from attnkit.attention.one_query import OneQueryDecode, one_query_attention
-from attnkit.decoding import greedy_search, stepper_for
+from attnkit.decoding import greedy_search
+from attnkit.inference import stepper_for
 from attnkit.models import EncoderDecoder, TransformerConfig
 
 

@@ -30,7 +30,8 @@ from attnkit.decoding.common import (
     output_limits,
     resolve_check_every,
 )
-from attnkit.decoding.static import StaticCacheStepper, stepper_for
+from attnkit.decoding.static import StaticCacheStepper
+from attnkit.inference import stepper_for
 from attnkit.models import (
     DecoderOnlyConfig,
     DecoderOnlyLM,
@@ -68,7 +69,7 @@ def reference_beam_search(
         src_ids, model.pad_id, max_len_a=max_len_a, max_len_b=max_len_b, max_len=max_len
     )
     B, K, device, eos = src_ids.size(0), beam_size, src_ids.device, model.eos_id
-    check_every = resolve_check_every(check_every, device)
+    check_every = resolve_check_every(check_every, None)  # the CPU's settings
     limits = limits.to(device)
     neg_inf = -math.inf
     state = model.start(src_ids, max_steps=bound)

@@ -15,11 +15,11 @@ from attnkit.decoding import (
     beam_search,
     greedy_search,
     sample,
-    stepper_for,
 )
-from attnkit.decoding.common import CHECK_EVERY_ACCELERATOR, resolve_check_every
+from attnkit.decoding.common import SearchSettings, resolve_check_every
 from attnkit.decoding.constraints import MinLength
 from attnkit.errors import UsageError
+from attnkit.inference import stepper_for
 from attnkit.models import (
     DecoderOnlyConfig,
     DecoderOnlyLM,
@@ -64,9 +64,13 @@ def batch() -> torch.Tensor:
 
 
 def search(model, src, beam: int):
+    return search_with(model, src, beam, None)
+
+
+def search_with(model, src, beam: int, settings: SearchSettings | None):
     if beam == 1:
-        return greedy_search(model, src, max_len=LIMIT)
-    return beam_search(model, src, beam_size=beam, alpha=0.6, max_len=LIMIT)
+        return greedy_search(model, src, max_len=LIMIT, search=settings)
+    return beam_search(model, src, beam_size=beam, alpha=0.6, max_len=LIMIT, search=settings)
 
 
 def both_paths(model, src, beam: int):
@@ -171,12 +175,19 @@ def test_decoder_only_static_path_gives_the_reference_tokens(positions):
         assert got.scores == pytest.approx(want.scores, abs=1e-9)
 
 
-def test_check_every_defaults_by_device():
-    assert resolve_check_every(None, torch.device("cpu")) == 1
-    assert resolve_check_every(None, torch.device("cuda")) == CHECK_EVERY_ACCELERATOR
-    assert resolve_check_every(3, torch.device("cuda")) == 3
+def test_check_every_comes_from_the_settings_handed_in():
+    assert resolve_check_every(None, None) == 1  # the CPU's default
+    assert resolve_check_every(None, SearchSettings(check_every=8, sync_free=False)) == 8
+    assert resolve_check_every(3, SearchSettings(check_every=8)) == 3  # given: kept
     with pytest.raises(UsageError, match="check_every"):
-        resolve_check_every(-1, torch.device("cpu"))
+        resolve_check_every(-1, None)
+
+
+def test_settings_that_differ_change_the_work_not_the_outputs():
+    model, src = tiny(), batch()
+    accelerator = SearchSettings(check_every=8, sync_free=False)  # a GPU's plan, on the CPU
+    for k in (1, 3):
+        assert search(model, src, k).nbest == search_with(model, src, k, accelerator).nbest
 
 
 def test_a_failing_compiler_falls_back_to_eager_with_a_warning(monkeypatch):

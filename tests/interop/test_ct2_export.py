@@ -10,7 +10,7 @@ from interop_helpers import source_limit
 
 from attnkit.checkpoints.loading import load_model
 from attnkit.cli.main import main
-from attnkit.decoding.text import translate_texts
+from attnkit.inference import translate_texts
 
 MAX_LEN_B = 6
 

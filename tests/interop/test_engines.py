@@ -12,8 +12,8 @@ import torch
 from interop_helpers import BPE_TEXT, save_random_model
 
 from attnkit.checkpoints import safe_files, save_checkpoint
+from attnkit.cli.inference_args import ENGINES as CLI_ENGINES
 from attnkit.cli.main import main
-from attnkit.cli.translate import ENGINES as CLI_ENGINES
 from attnkit.errors import UsageError
 from attnkit.interop import engines
 from attnkit.interop.engines_ct2 import CTranslate2Engine
@@ -208,8 +208,8 @@ def test_evaluate_with_ctranslate2_scores_as_attnkit(capsys, checkpoint, tmp_pat
 
 @pytest.mark.parametrize("beam,nbest", [(1, 1), (3, 2)])
 def test_ctranslate2_ids_and_scores_equal_attnkit(checkpoint, beam, nbest):
-    from attnkit.decoding.static import stepper_for
     from attnkit.decoding.text import decode_ids
+    from attnkit.inference import stepper_for
 
     loaded = _load(checkpoint)
     decode = engines.DecodeOptions(beam=beam, alpha=0.0, nbest=nbest, max_len_b=3)

@@ -12,7 +12,7 @@ from interop_helpers import save_random_model, source_limit
 from attnkit.checkpoints.loading import load_model
 from attnkit.cli.main import main
 from attnkit.data.tokenizers import CharTokenizer
-from attnkit.decoding.text import translate_texts
+from attnkit.inference import translate_texts
 
 # Runs in a fresh interpreter where `import attnkit` fails: only transformers reads the export.
 STANDALONE = r"""

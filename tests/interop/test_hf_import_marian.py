@@ -11,7 +11,7 @@ from interop_helpers import save_random_model
 from attnkit.checkpoints.loading import load_model
 from attnkit.cli.main import main
 from attnkit.data.pretrained_tokenizer import PretrainedTokenizer
-from attnkit.decoding.text import translate_texts
+from attnkit.inference import translate_texts
 from attnkit.interop.hf_import import import_hf
 from attnkit.interop.hf_marian import to_hf_marian
 

@@ -10,7 +10,7 @@ import torch
 
 from attnkit.checkpoints.loading import load_model
 from attnkit.cli.main import main
-from attnkit.decoding.text import translate_texts
+from attnkit.inference import translate_texts
 from attnkit.interop import onnx_runner  # needs onnxruntime (dev extra): fails loudly without
 
 MAX_LEN_B = 6

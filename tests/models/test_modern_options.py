@@ -17,7 +17,8 @@ from attnkit.attention.recurrent_cache import RecurrentStateCache
 from attnkit.blocks.moe import MoEFeedForward
 from attnkit.blocks.norms import RMSNorm
 from attnkit.blocks.swiglu import SwiGLU
-from attnkit.decoding import StaticCacheStepper, greedy_search, stepper_for
+from attnkit.decoding import StaticCacheStepper, greedy_search
+from attnkit.inference import stepper_for
 from attnkit.models import (
     DecoderOnlyConfig,
     DecoderOnlyLM,

@@ -84,7 +84,8 @@ def test_bad_precision_names_the_field():
 def test_fp32_decodes_the_reference_tokens(batch):
     # Packed fp32 sums the same products in another order: the same searches
     # on the same weights must pick the same tokens (greedy and beam 4).
-    from attnkit.decoding import beam_search, stepper_for
+    from attnkit.decoding import beam_search
+    from attnkit.inference import stepper_for
 
     model = small()
     packed = quantize_model(copy.deepcopy(model), "fp32")

@@ -14,8 +14,8 @@ import torch
 
 from attnkit.checkpoints import load_model
 from attnkit.data.synthetic import number_to_english
-from attnkit.decoding import stepper_for
 from attnkit.decoding.text import translate_texts
+from attnkit.inference import stepper_for
 from attnkit.quantize import model_bytes, quantize_model
 
 # Share of 300 held-out sentences translated exactly as the fp32 reference path does.

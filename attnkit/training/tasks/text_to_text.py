@@ -121,8 +121,8 @@ class TextToTextTask(TranslationTask):
         BLEU and exact match on its first ``train.valid_bleu_sentences``."""
         if not self.valid_pairs:
             return {}
-        from attnkit.decoding.text import translate_texts
         from attnkit.evaluation.bleu import corpus_scores
+        from attnkit.inference import translate_texts
 
         model.eval()
         loss_sum, nll_sum, tokens = translation_sums(

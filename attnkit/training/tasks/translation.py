@@ -241,8 +241,8 @@ class TranslationTask:
         }
         n_bleu = min(self.cfg.valid_bleu_sentences, len(self.valid_pairs))
         if n_bleu:
-            from attnkit.decoding.text import translate_texts
             from attnkit.evaluation.bleu import corpus_scores
+            from attnkit.inference import translate_texts
 
             pairs = self.valid_pairs[:n_bleu]
             with dist_util.gathered_parameters(model):  # FSDP: decoding needs them all

@@ -7,9 +7,9 @@ import torch
 from torch import nn
 
 from attnkit.errors import UsageError
-from attnkit.kernels import onednn_linear
+from attnkit.kernels import fp32_choice, onednn_linear
 from attnkit.models import EncoderDecoder, TransformerConfig
-from attnkit.quantize import PackedLinear, fp32_choice, quantize_model
+from attnkit.quantize import PackedLinear, quantize_model
 from attnkit.quantize.model import convertible_linears
 
 pytestmark = pytest.mark.skipif(not onednn_linear.available(), reason="torch without oneDNN")

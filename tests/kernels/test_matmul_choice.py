@@ -8,8 +8,7 @@ import pytest
 import torch
 from torch import nn
 
-from attnkit.kernels import onednn_linear
-from attnkit.training import matmul_choice
+from attnkit.kernels import matmul_choice, onednn_linear
 
 pytestmark = pytest.mark.skipif(not onednn_linear.available(), reason="torch without oneDNN")
 

@@ -1,0 +1,259 @@
+"""The inference plan: how one checkpoint runs on this machine, decided in one place.
+
+``make_plan(checkpoint, machine, options)`` decides, from what the checkpoint
+is (``CheckpointInfo``), the machine it runs on (``Machine``) and what the
+user asked for (``Options``), every "how to run" choice into one frozen
+``InferencePlan``:
+
+* ``engine``: attnkit itself, or another engine (CTranslate2, onnxruntime,
+  llama.cpp), which ``attnkit.inference.prepare`` opens through an opener the
+  caller hands in;
+* ``precision`` and ``linears``: the weights' conversion (``attnkit.quantize``):
+  fp32 as loaded, oneDNN-packed or plain (MKL) fp32 (measured per machine:
+  ``attnkit.kernels.fp32_choice``), bf16, int8 (with SmoothQuant calibration
+  for a decoder-only LM given its tokenizer) or int8w;
+* ``attention``: the attention backend of the decode step (``one-query``, two
+  batched GEMVs, on the CPU; the fused ``reference`` kernel elsewhere and in a
+  compiled step);
+* ``cache`` and ``compile_mode``: the model's own cache, the static cache, or
+  the static cache compiled (CUDA graphs on CUDA);
+* ``rows``: the rows per product the kernel choice is measured at;
+* ``search``: the device-dependent search settings (``SearchSettings``: how
+  often to ask the device whether every sentence finished, whether a host
+  sync is free).
+
+Every field records how it was decided (``why``: ``option``, ``checkpoint``,
+``machine`` or ``default``), and ``describe()`` is the one line a command
+prints on stderr (``attnkit --debug``). Nothing below the plan tests the
+device to pick a path (ARCHITECTURE.md, principles 13 and 17): the searches
+read ``plan.search``, ``decoding.static.build_stepper`` installs what the plan
+names.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+
+from attnkit.decoding.common import SearchSettings
+from attnkit.errors import UsageError
+
+ATTNKIT = "attnkit"  # the native engine: every other name is opened by prepare()'s openers
+PATHS = ("fast", "compiled", "reference")
+PRECISIONS = ("fp32", "bf16", "int8", "int8w")
+# The "all finished?" interval off the CPU: each check stalls the host until the device
+# catches up (attnkit.decoding.common), so an accelerator asks every 8 steps.
+CHECK_EVERY_ACCELERATOR = 8
+# Kinds of model with no decode step: the plan converts their weights, nothing more.
+NO_DECODER = frozenset({"masked_lm", "image_classifier"})
+DEFAULT_ROWS = 32  # rows per product when the command says nothing (a batch of a few)
+
+Source = str  # "option" | "checkpoint" | "machine" | "default"
+
+
+@dataclass(frozen=True)
+class CheckpointInfo:
+    """What the plan needs to know of a checkpoint.
+
+    Attributes:
+        kind: its family's kind (``attnkit.models.FAMILIES``: ``seq2seq``,
+            ``causal_lm``, ``masked_lm``, ``image_classifier``; ``""`` unknown).
+        static_cache: the model has a static-cache decode step (the Transformers).
+        decoder_only_lm: a decoder-only LM (int8 calibrates it for SmoothQuant).
+        model: the loaded model, whose linears the fp32 kernel choice times on
+            this machine; ``None`` when another engine runs it (not loaded).
+    """
+
+    kind: str = ""
+    static_cache: bool = False
+    decoder_only_lm: bool = False
+    model: nn.Module | None = field(default=None, compare=False, repr=False)
+
+    @classmethod
+    def of(cls, model: object, kind: str = "") -> CheckpointInfo:
+        """The facts of a loaded ``model`` (of family kind ``kind``)."""
+        from attnkit.decoding.static import SupportsStaticCache
+        from attnkit.models import DecoderOnlyLM
+
+        module = model if isinstance(model, nn.Module) else None
+        return cls(kind, isinstance(model, SupportsStaticCache),
+                   isinstance(model, DecoderOnlyLM), module)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Machine:
+    """Where the checkpoint runs: ``device`` (for another engine: as the user gave it,
+    ``auto`` included) and torch's intra-op ``threads``."""
+
+    device: str = "cpu"
+    threads: int = 1
+
+    @classmethod
+    def here(cls, device: torch.device | str) -> Machine:
+        return cls(str(device), torch.get_num_threads())
+
+    @classmethod
+    def of(cls, model: nn.Module) -> Machine:
+        """The machine ``model``'s weights are on (the CPU for a model without any)."""
+        first = next(iter(model.parameters()), None)
+        return cls.here("cpu" if first is None else first.device)
+
+    @property
+    def on_cpu(self) -> bool:
+        return torch.device(self.device).type == "cpu" if self.device != "auto" else False
+
+
+@dataclass(frozen=True)
+class Options:
+    """What the user asked for (the commands' ``--precision``, ``--compile``/``--no-fast``,
+    ``--engine``, ``--threads``, ``--engine-workers``) and what the command knows.
+
+    ``rows``: the rows per product the command expects (1 for one user's
+    generation, beams x sentences for translation); ``convert=False`` keeps the
+    weights as loaded (library callers wanting only a stepper); ``calibrate``:
+    the command has the tokenizer, so int8 on a decoder-only LM is calibrated.
+    """
+
+    precision: str = "fp32"
+    path: str = "fast"
+    engine: str = ATTNKIT
+    rows: int | None = None
+    threads: int | None = None
+    workers: int = 1
+    check_every: int | None = None
+    convert: bool = True
+    calibrate: bool = False
+
+
+@dataclass(frozen=True)
+class InferencePlan:
+    """How a checkpoint runs (module doc); ``why`` maps each field to how it was decided."""
+
+    engine: str
+    device: str
+    precision: str
+    path: str
+    linears: str  # as-loaded | packed | plain | bf16 | int8 | int8-smooth | int8w | engine
+    attention: str  # one-query | reference | as-loaded
+    cache: str  # model | static | compiled | none (no decode step) | engine
+    compile_mode: str | None
+    rows: int
+    threads: int
+    workers: int
+    search: SearchSettings
+    why: tuple[tuple[str, Source], ...] = ()
+    note: str = ""  # what a measurement found, for describe()
+
+    def decided(self, name: str) -> Source:
+        """How field ``name`` was decided."""
+        return dict(self.why).get(name, "default")
+
+    @property
+    def has_stepper(self) -> bool:
+        return self.cache not in ("none", "engine")
+
+    def describe(self) -> str:
+        """One line: each choice and how it was made."""
+        shown = ["engine", "device", "precision", "linears", "attention", "cache"]
+        parts = [f"{name} {getattr(self, name)} ({self.decided(name)})" for name in shown]
+        if self.cache != "engine":
+            parts.append(
+                f"check every {self.search.check_every} step(s) ({self.decided('search')})"
+            )
+        line = "inference plan: " + ", ".join(parts)
+        return f"{line}; {self.note}" if self.note else line
+
+
+def _why(items: Iterable[tuple[str, Source]]) -> tuple[tuple[str, Source], ...]:
+    return tuple(items)
+
+
+def make_plan(checkpoint: CheckpointInfo, machine: Machine, options: Options) -> InferencePlan:
+    """The plan for ``checkpoint`` on ``machine`` with the user's ``options``.
+
+    Raises ``UsageError`` (naming the option) for what cannot run: ``--compile``
+    on a checkpoint without a static-cache step, a CPU precision off the CPU, a
+    converted precision with ``--compile``. The fp32 kernel choice may time the
+    model's linears here once (then cached per machine: ``kernels.fp32_choice``).
+    """
+    if options.path not in PATHS:
+        raise ValueError(f"path: expected one of {', '.join(PATHS)}; got {options.path!r}")
+    if options.precision not in PRECISIONS:
+        raise ValueError(f"precision: expected one of {', '.join(PRECISIONS)}")
+    rows = max(1, options.rows or DEFAULT_ROWS)
+    threads = options.threads or machine.threads
+    given = "option"
+    precision_why = given if options.precision != "fp32" else "default"
+    path_why = given if options.path != "fast" else "default"
+    if options.engine != ATTNKIT:
+        return InferencePlan(
+            options.engine, machine.device, options.precision, options.path, "engine",
+            "engine", "engine", None, rows, threads, options.workers, SearchSettings(),
+            _why([("engine", given), ("device", given), ("precision", precision_why)]),
+        )  # fmt: skip
+    decodes = checkpoint.kind not in NO_DECODER
+    if options.path == "compiled" and decodes and not checkpoint.static_cache:
+        raise UsageError("--compile: only Transformer checkpoints have a compiled decode step")
+    cpu = machine.on_cpu
+    linears, linears_why, note = _linears(checkpoint, cpu, options, rows)
+    search = SearchSettings(
+        check_every=options.check_every
+        if options.check_every is not None
+        else (1 if cpu else CHECK_EVERY_ACCELERATOR),
+        sync_free=cpu,
+    )
+    if not decodes:
+        attention, cache, mode = "as-loaded", "none", None
+    else:
+        attention = "one-query" if cpu and options.path != "compiled" else "reference"
+        compiled = options.path == "compiled"
+        cache = (
+            "compiled" if compiled else "model" if options.path == "reference" or cpu else "static"
+        )
+        cuda = torch.device(machine.device).type == "cuda"
+        mode = "reduce-overhead" if compiled and cuda else None
+    why = [("engine", "default"), ("device", "machine"), ("precision", precision_why),
+           ("path", path_why), ("linears", linears_why), ("attention", "machine"),
+           ("cache", "machine" if options.path == "fast" else path_why),
+           ("search", given if options.check_every is not None else "machine")]  # fmt: skip
+    return InferencePlan(
+        ATTNKIT, machine.device, options.precision, options.path, linears, attention, cache,
+        mode, rows, threads, options.workers, search, _why(why), note,
+    )  # fmt: skip
+
+
+def _linears(
+    checkpoint: CheckpointInfo, cpu: bool, options: Options, rows: int
+) -> tuple[str, Source, str]:
+    """The weights' conversion (``attnkit.quantize``), how it was decided, and a note.
+
+    fp32 on the fast CPU path packs the weights for oneDNN where that is the
+    faster on this machine (timed once at ``rows`` rows per product, then
+    cached); the reference path and ``--compile`` keep the plain
+    ``nn.Linear`` modules. Off the CPU only fp32 exists (the packed and int8
+    kernels are CPU kernels).
+    """
+    precision, path = options.precision, options.path
+    if not options.convert:
+        return "as-loaded", "default", ""
+    if not cpu:
+        if precision != "fp32":
+            raise UsageError(f"--precision {precision}: CPU kernels; add --device cpu")
+        return "as-loaded", "machine", ""
+    if precision == "fp32" and path != "fast":
+        return "as-loaded", "option", ""
+    if path == "compiled":
+        raise UsageError(f"--precision {precision}: not with --compile (use one or the other)")
+    if precision == "fp32":
+        from attnkit.kernels import fp32_choice
+
+        if checkpoint.model is None:
+            return "as-loaded", "default", ""
+        choice = fp32_choice.choose(checkpoint.model, rows)
+        return ("packed" if choice.packed else "plain"), "machine", choice.describe()
+    if precision == "int8" and options.calibrate and checkpoint.decoder_only_lm:
+        return "int8-smooth", "checkpoint", ""
+    return precision, "option", ""
