@@ -10,7 +10,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import start_server, stop_server
 
 from attnkit.cli.main import main
 
@@ -26,17 +25,28 @@ def minilm() -> Path:
 
 
 @pytest.fixture(scope="module")
-def served(minilm, tmp_path_factory):
+def imported(minilm, tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("serve-embed") / "minilm"
     assert main(["import", "--from", "hf", str(minilm), "--out", str(out)]) == 0
-    served = start_server(out)
-    yield served
-    stop_server(served)
+    return out
+
+
+BAD = [  # (body, the field the error names)
+    ({"input": []}, "input"),
+    ({"input": ["a", "  "]}, "input[1]"),
+    ({"input": [[101, 2023]]}, "input"),
+    ({"input": "a", "dimensions": 12}, "dimensions"),
+    ({"input": "a", "encoding_format": "int8"}, "encoding_format"),
+    ({"input": "a", "temperature": 1}, "temperature"),
+]
 
 
 @pytest.mark.slow
-def test_openai_client_gets_sentence_transformers_vectors(served, minilm):
+def test_openai_client_gets_sentence_transformers_vectors(imported, minilm, fresh_server):
+    import httpx
     import openai
+
+    served = fresh_server(imported)
     from sentence_transformers import SentenceTransformer
 
     client = openai.OpenAI(base_url=served.url + "/v1", api_key="unused", max_retries=0)
@@ -59,23 +69,8 @@ def test_openai_client_gets_sentence_transformers_vectors(served, minilm):
         together = list(pool.map(ask, TEXTS * 2))
     assert np.abs(np.array(together) - np.concatenate([reference, reference])).max() <= 1e-5
 
-
-@pytest.mark.slow
-@pytest.mark.parametrize(
-    ("body", "param"),
-    [
-        ({"input": []}, "input"),
-        ({"input": ["a", "  "]}, "input[1]"),
-        ({"input": [[101, 2023]]}, "input"),
-        ({"input": "a", "dimensions": 12}, "dimensions"),
-        ({"input": "a", "encoding_format": "int8"}, "encoding_format"),
-        ({"input": "a", "temperature": 1}, "temperature"),
-    ],
-)
-def test_bad_requests_answer_400_in_openais_shape(served, body, param):
-    import httpx
-
-    answer = httpx.post(served.url + "/v1/embeddings", json=body, timeout=30)
-    assert answer.status_code == 400, answer.text
-    error = answer.json()["error"]
-    assert error["type"] == "invalid_request_error" and param in error["message"]
+    for body, param in BAD:  # bad requests: 400 in OpenAI's shape, naming the field
+        answer = httpx.post(served.url + "/v1/embeddings", json=body, timeout=30)
+        assert answer.status_code == 400, answer.text
+        error = answer.json()["error"]
+        assert error["type"] == "invalid_request_error" and param in error["message"], body
