@@ -100,8 +100,9 @@ def _check_inputs(args: argparse.Namespace, kind: str, config: Any = None) -> No
     if args.images or args.labels:
         raise UsageError("--images/--labels: for image classifiers")
     if args.labelled:
-        if kind != "masked_lm" or not getattr(config, "num_labels", 0):
-            raise UsageError("--labelled: for text classifiers (task: text_classification)")
+        if kind != "masked_lm":
+            raise UsageError("--labelled: for encoder-only checkpoints (text classifiers, "
+                             "sentence embeddings)")  # fmt: skip
         if args.text or args.src or args.ref:
             raise UsageError("--text/--src/--ref: not with --labelled")
         return
@@ -194,6 +195,31 @@ def _score_labelled(loaded: Any, args: argparse.Namespace) -> dict[str, Any]:
     return {**metrics, "correct": int(right.sum()), "examples": len(examples),
             "per_label_accuracy": per_label, "truncated": encoded.truncated,
             "seconds": round(time.perf_counter() - start, 2)}  # fmt: skip
+
+
+def _score_pairs(loaded: Any, args: argparse.Namespace) -> dict[str, Any]:
+    """Spearman and Pearson correlation of the embeddings' cosine similarity with the
+    scores of a file of scored sentence pairs (``task: sentence_similarity``'s format)."""
+    from attnkit.data.scored_pairs import read_scored_pairs
+    from attnkit.errors import DataError
+    from attnkit.evaluation.embeddings import embed_texts, similarity_scores
+    from attnkit.interop.hf_pooling import embedding_settings
+
+    pairs = read_scored_pairs(args.labelled)
+    if pairs.scores is None:
+        raise DataError(f"{args.labelled}: the pairs have no scores to correlate with")
+    settings = embedding_settings(loaded.directory, loaded.config)
+    start = time.perf_counter()
+    options: dict[str, Any] = {
+        "pooling": settings.pooling, "normalize": settings.normalize,
+        "max_len": settings.max_len, "batch_size": args.batch_size,
+    }  # fmt: skip
+    a = embed_texts(loaded.model, loaded.tokenizer, pairs.first, **options)
+    b = embed_texts(loaded.model, loaded.tokenizer, pairs.second, **options)
+    scores = similarity_scores(a.vectors, b.vectors, pairs.scores)
+    seconds = round(time.perf_counter() - start, 2)
+    return {**scores, "pairs": len(pairs), "truncated": a.truncated + b.truncated,
+            "data": str(args.labelled), "seconds": seconds}  # fmt: skip
 
 
 def with_context(model: Any, context: int) -> Any:
@@ -309,6 +335,14 @@ def run(args: argparse.Namespace) -> int:
         from attnkit.inference import convert
 
         convert(loaded.model, plan_for(loaded, args, "evaluate"))  # --precision's weights
+        if not getattr(loaded.config, "num_labels", 0):  # no head: sentence embeddings
+            result = _score_pairs(loaded, args)
+            if args.json:
+                print(jsonio.dumps(result, indent=2))
+            else:
+                print(f"spearman {result['spearman']:.4f}   pearson {result['pearson']:.4f}   "
+                      f"({result['pairs']} scored pairs of {args.labelled})")  # fmt: skip
+            return 0
         result = _score_labelled(loaded, args)
         if args.json:
             print(jsonio.dumps(result, indent=2))

@@ -31,17 +31,20 @@ __all__ = [
 # an encoder-only model labels sentences or sentence pairs; instruction: a pretrained
 # decoder-only LM on JSONL conversations, loss on the answers only; span_corruption:
 # T5's pre-training of an encoder-decoder on one text file; text_to_text: an
-# encoder-decoder on several corpora (pairs, or labelled texts), each with a task prefix.
+# encoder-decoder on several corpora (pairs, or labelled texts), each with a task prefix;
+# sentence_similarity: an encoder's pooled vectors on sentence pairs (Sentence-BERT).
 Task = Literal[
     "translation", "lm", "mlm", "image_classification", "text_classification", "instruction",
-    "span_corruption", "text_to_text",
+    "span_corruption", "text_to_text", "sentence_similarity",
 ]  # fmt: skip
 TASKS: tuple[str, ...] = (
     "translation", "lm", "mlm", "image_classification", "text_classification", "instruction",
-    "span_corruption", "text_to_text",
+    "span_corruption", "text_to_text", "sentence_similarity",
 )  # fmt: skip
 SEQ2SEQ_TEXT = ("translation", "text_to_text")  # the tasks on text pairs
 TEXT_CLASSIFICATION = ("text_classification",)
+# encoder-only tasks on labelled files, batched by examples (train.batch_size)
+EXAMPLE_TASKS = ("text_classification", "sentence_similarity")
 LM_TASKS = ("lm", "mlm", "span_corruption")  # the tasks on one text file
 IMAGE_TASKS = ("image_classification",)
 
@@ -50,10 +53,10 @@ IMAGE_TASKS = ("image_classification",)
 TASK_KEYS: dict[str, tuple[str, ...]] = {
     "data.src_lang": SEQ2SEQ_TEXT,
     "data.tgt_lang": SEQ2SEQ_TEXT,
-    "data.train": (*SEQ2SEQ_TEXT, *TEXT_CLASSIFICATION, "instruction"),
-    "data.valid": (*SEQ2SEQ_TEXT, *TEXT_CLASSIFICATION, "instruction"),
+    "data.train": (*SEQ2SEQ_TEXT, *EXAMPLE_TASKS, "instruction"),
+    "data.valid": (*SEQ2SEQ_TEXT, *EXAMPLE_TASKS, "instruction"),
     "data.test": ("translation",),
-    "data.max_len": (*SEQ2SEQ_TEXT, *TEXT_CLASSIFICATION),
+    "data.max_len": (*SEQ2SEQ_TEXT, *EXAMPLE_TASKS),
     "data.block_size": (*LM_TASKS, "instruction"),
     "data.pack": ("instruction",),
     "data.documents": ("mlm",),
@@ -74,8 +77,8 @@ TASK_KEYS: dict[str, tuple[str, ...]] = {
     "train.mask_prob": ("mlm", "span_corruption"),  # span_corruption: the noise density
     "train.nsp": ("mlm",),
     "train.nsp_weight": ("mlm",),
-    "train.batch_size": TEXT_CLASSIFICATION,
-    "train.group_by_length": TEXT_CLASSIFICATION,
+    "train.batch_size": EXAMPLE_TASKS,
+    "train.group_by_length": EXAMPLE_TASKS,
     "decode": SEQ2SEQ_TEXT,
 }
 
