@@ -30,6 +30,11 @@ from attnkit.training.tasks.text_classification import (
     load_labelled,
 )
 from attnkit.training.tasks.text_to_text import TextToTextTask
+from attnkit.training.tasks.token_classification import (
+    TokenClassificationTask,
+    build_tagger_tokenizer,
+    load_tagged,
+)
 from attnkit.training.tasks.translation import TranslationTask
 
 # The tasks on one text file, built from the run and the corpus alike.
@@ -45,6 +50,7 @@ TASK_CLASSES: dict[str, type[Task]] = {
     "text_classification": TextClassificationTask,
     "instruction": InstructionTask,
     "text_to_text": TextToTextTask,
+    "token_classification": TokenClassificationTask,
 }
 
 
@@ -81,6 +87,12 @@ def task_from_run(
         valid_examples = load_labelled(data, data.one_file("valid", run.task), "data.valid")
         tokenizer = tokenizer or build_classifier_tokenizer(run.tokenizer, examples)
         return TextClassificationTask(run, tokenizer, examples, valid_examples, initial=initial)
+    if run.task == "token_classification":
+        sentences = load_tagged(data, data.one_file("train", run.task), "data.train")
+        assert sentences is not None  # data.train is never null
+        held_out = load_tagged(data, data.one_file("valid", run.task), "data.valid")
+        tokenizer = tokenizer or build_tagger_tokenizer(run.tokenizer, sentences)
+        return TokenClassificationTask(run, tokenizer, sentences, held_out, initial=initial)
     if run.task == "text_to_text":
         return TextToTextTask(run, tokenizer, initial=initial)
     if run.task == "translation":
@@ -106,6 +118,7 @@ __all__ = [
     "SpanCorruptionTask",
     "TextClassificationTask",
     "TextToTextTask",
+    "TokenClassificationTask",
     "TranslationTask",
     "task_from_run",
 ]
