@@ -24,8 +24,9 @@ def score_tagged(loaded: Any, path: str, batch_size: int) -> dict[str, Any]:
     tokenizer = loaded.tokenizer
     start = time.perf_counter()
     encoded = encode_words(tokenizer, data.words, loaded.config.max_len)
+    gold = word_labels(encoded, gold_ids)
     predicted = predict_tags(loaded.model, encoded, data.words, names, pad_id=tokenizer.pad_id,
-                             batch_size=batch_size, gold=word_labels(encoded, gold_ids))  # fmt: skip
+                             batch_size=batch_size, gold=gold)  # fmt: skip
     scores = entity_scores(data.tags, predicted.tags)
     return {**scores, "loss": predicted.loss, "sentences": len(data),
             "words": sum(len(w) for w in data.words), "scheme": data.scheme,

@@ -90,9 +90,9 @@ def task_from_run(
     if run.task == "token_classification":
         sentences = load_tagged(data, data.one_file("train", run.task), "data.train")
         assert sentences is not None  # data.train is never null
-        held_out = load_tagged(data, data.one_file("valid", run.task), "data.valid")
+        valid_tagged = load_tagged(data, data.one_file("valid", run.task), "data.valid")
         tokenizer = tokenizer or build_tagger_tokenizer(run.tokenizer, sentences)
-        return TokenClassificationTask(run, tokenizer, sentences, held_out, initial=initial)
+        return TokenClassificationTask(run, tokenizer, sentences, valid_tagged, initial=initial)
     if run.task == "text_to_text":
         return TextToTextTask(run, tokenizer, initial=initial)
     if run.task == "translation":

@@ -191,8 +191,8 @@ class TokenClassificationTask:
         self.batch_in_epoch += 1
         rows = self.context.dist.shard(range(len(index)))
         keep = [index[i] for i in rows] or index[:1]  # a stand-in: one sentence, zeroed
-        batch = collate_words([self.train_set.ids[i] for i in keep],
-                              [self.train_labels[i] for i in keep], self.tokenizer.pad_id)  # fmt: skip
+        ids = [self.train_set.ids[i] for i in keep]
+        batch = collate_words(ids, [self.train_labels[i] for i in keep], self.tokenizer.pad_id)
         return batch.to(self.context.device), bool(rows)
 
     # -- objective -----------------------------------------------------------------
