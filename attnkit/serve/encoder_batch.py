@@ -29,9 +29,11 @@ from attnkit.data.classification import collate_examples, encode_example
 from attnkit.serve.cancellable import live_requests
 from attnkit.serve.engine import Engine, RequestError
 from attnkit.serve.handles import RequestHandle
+from attnkit.serve.tag_batch import TAG, tag
 
 __all__ = [
     "CLASSIFY",
+    "ENCODER_KEYS",
     "FILL_MASK",
     "ClassifyJob",
     "classify",
@@ -43,6 +45,7 @@ __all__ = [
 
 FILL_MASK: Hashable = ("fill-mask",)  # the batcher keys (translation's are (beam, alpha, nbest))
 CLASSIFY: Hashable = ("classify",)
+ENCODER_KEYS = (FILL_MASK, CLASSIFY, TAG)  # the keys run_encoder_batch runs
 
 
 @dataclass(frozen=True)
@@ -59,7 +62,12 @@ class ClassifyJob:
 
 def is_classifier(engine: Engine) -> bool:
     """Whether ``engine`` holds an encoder-only checkpoint with a classification head."""
-    return engine.kind == "masked_lm" and int(getattr(engine.model.config, "num_labels", 0)) > 0
+    config = engine.model.config
+    return (
+        engine.kind == "masked_lm"
+        and int(getattr(config, "num_labels", 0)) > 0
+        and getattr(config, "label_level", "sequence") == "sequence"  # not a token head
+    )
 
 
 def label_names(engine: Engine) -> list[str]:
@@ -116,9 +124,11 @@ def classify(
 def run_encoder_batch(
     engine: Engine, key: Hashable, payloads: list[Any], handles: list[RequestHandle]
 ) -> list[Any]:
-    """The batcher's ``run_batch`` for the keys ``FILL_MASK`` and ``CLASSIFY``."""
+    """The batcher's ``run_batch`` for the ``ENCODER_KEYS`` (``TAG``: ``serve.tag_batch``)."""
     if key == FILL_MASK:
         return list(engine.fill_masks(payloads, handles))
     if key == CLASSIFY:
         return list(classify(engine, payloads, handles))
+    if key == TAG:
+        return list(tag(engine, payloads, handles))
     raise ValueError(f"not an encoder-only batch key: {key!r}")

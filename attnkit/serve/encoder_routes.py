@@ -1,6 +1,6 @@
-"""The routes of encoder-only checkpoints: ``/v1/fill-mask`` and ``/v1/classify``.
+"""The routes of encoder-only checkpoints: ``/v1/fill-mask``, ``/v1/classify`` and ``/v1/tag``.
 
-Both queue their request in the dynamic batcher under their own key
+Each queues their request in the dynamic batcher under their own key
 (``attnkit.serve.encoder_batch``): concurrent requests are answered from one
 padded pass, each as it would be alone. Tokenizing and checking stay in the
 event loop (a 422 never waits for the model); the explorer payload of a
@@ -31,6 +31,14 @@ from attnkit.serve.schemas import (
     FillMaskRequest,
     FillMaskResponse,
 )
+from attnkit.serve.tag_batch import (
+    TAG,
+    TagRequest,
+    TagResponse,
+    encode_sentences,
+    is_tagger,
+    tagged,
+)
 
 __all__ = ["add_encoder_routes"]
 
@@ -42,7 +50,7 @@ def add_encoder_routes(
     *,
     needs: Callable[[str, str], Any],
 ) -> None:
-    """Add ``/v1/fill-mask`` and ``/v1/classify``; ``needs(kind, endpoint)``: the
+    """Add ``/v1/fill-mask``, ``/v1/classify`` and ``/v1/tag``; ``needs(kind, endpoint)``: the
     dependency that answers 400 on another kind of model."""
 
     def classifier() -> None:
@@ -97,3 +105,23 @@ def add_encoder_routes(
                 "probabilities": dict(zip(names, probs, strict=True)),
             })  # fmt: skip
         return {"predictions": predictions, "timing": timing(info, started)}
+
+    def tagger() -> None:
+        engine.require("masked_lm", "/v1/tag")
+        if not is_tagger(engine):
+            raise RequestError(
+                "/v1/tag needs a token classifier (task: token_classification), but this "
+                "checkpoint is not one",
+                status=400,
+            )
+
+    @app.post("/v1/tag", response_model=TagResponse, dependencies=[Depends(tagger)])
+    async def tag(req: TagRequest, handle: Handle) -> dict[str, Any]:
+        """Tag the words of each sentence, with its entity spans (batched with others)."""
+        started = time.monotonic()
+        job = encode_sentences(engine, req.text)
+        rows, info = await batcher.submit(
+            TAG, job, cost=job.tokens, sentences=len(job.words), handle=handle
+        )
+        results = [tagged(w, t, req.scheme) for w, t in zip(job.words, rows, strict=True)]
+        return {"results": results, "timing": timing(info, started)}

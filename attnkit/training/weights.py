@@ -35,7 +35,7 @@ from attnkit.checkpoints.files import MODEL_FILE
 from attnkit.checkpoints.loading import load_model_state
 from attnkit.checkpoints.safe_files import tensor_names
 from attnkit.errors import CheckpointError, ConfigError
-from attnkit.models.encoder_only import ClassificationHead
+from attnkit.models.encoder_only import ClassificationHead, TokenClassificationHead
 from attnkit.training.runconfig import RunConfig
 
 
@@ -97,7 +97,7 @@ class LoRAWeights:
         # A classification head trains in full (PEFT's modules_to_save), new or not: an
         # imported BERT brings its pretrained pooler, which the new labels are read through.
         heads = {f"{prefix}.{name}" for prefix, module in model.named_modules()
-                 if isinstance(module, ClassificationHead)
+                 if isinstance(module, ClassificationHead | TokenClassificationHead)
                  for name, _ in module.named_parameters()}  # fmt: skip
         self.fresh = [name for name in params if name not in base_keys or name in heads]
         self.adapted = install_lora(model, self.info.lora)
