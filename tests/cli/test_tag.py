@@ -190,3 +190,13 @@ def test_serve_tags_in_batches_and_refuses_bad_requests(tagger, monkeypatch, cap
             assert r.status_code == status and message in json.dumps(r.json()), r.json()
         r = client.post("/v1/classify", json={"text": ["a"]})
         assert r.status_code == 400 and "classification head" in json.dumps(r.json())
+
+
+def test_attention_and_explore_read_a_tagger(tagger, tmp_path, capsys):
+    png = tmp_path / "a.png"
+    argv = ["--checkpoint", str(tagger), "--text", "john smith went to paris"]
+    assert main(["attention", *argv, "--out", str(png)]) == 0
+    assert png.stat().st_size > 1000
+    page = tmp_path / "e.html"
+    assert main(["explore", *argv, "--out", str(page)]) == 0
+    assert "attnkit.explorer" in page.read_text()
