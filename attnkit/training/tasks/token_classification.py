@@ -110,6 +110,14 @@ class TokenClassificationTask:
             known = ()  # a sentence classifier's labels are not tags
         if known and set(names) <= set(known):
             names = known  # an earlier tagger of these labels: keep its order and head
+        listed = run.model.get("label_names")
+        if isinstance(listed, list | tuple) and all(isinstance(n, str) for n in listed):
+            # the config fixes the labels' order (their output rows): train by it
+            unlisted = [n for n in names if n not in listed]
+            if unlisted:
+                raise ConfigError(f"model.label_names: {train.source} has tags {unlisted} "
+                                  "that it does not list")  # fmt: skip
+            names = tuple(listed)
         if run.model.get("num_labels") not in (None, len(names)):
             raise ConfigError(f"model.num_labels: {run.model['num_labels']}, but "
                               f"{train.source} has {len(names)} BIO labels; leave it out "

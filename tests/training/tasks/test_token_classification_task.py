@@ -117,3 +117,32 @@ def test_head_parity_with_bert_for_token_classification(minilm, tmp_path):
         ours = model(enc.input_ids, mlm=False).token_logits
     real = enc.attention_mask.bool()
     assert (ours - theirs)[real].abs().max().item() <= 1e-5
+
+
+def _task(tmp_path: Path, model: str, train: str = "EU B-ORG\nrejects O\n\nPeter B-PER\n"):
+    from attnkit.training.runconfig import load_run_config
+    from attnkit.training.tasks import task_from_run
+
+    (tmp_path / "train.txt").write_text(train)
+    (tmp_path / "c.yaml").write_text(
+        f"task: token_classification\ndata: {{dir: {tmp_path}, train: train.txt, valid: null, "
+        f"max_len: 16}}\ntokenizer: {{kind: char}}\nmodel: {{d_model: 8, num_heads: 2, d_ff: 16, "
+        f"num_layers: 1, max_len: 16{model}}}\n"
+    )
+    return task_from_run(load_run_config(tmp_path / "c.yaml", []))
+
+
+def test_labels_are_bio_tags_into_the_model_config(tmp_path):
+    from attnkit.errors import ConfigError
+
+    task = _task(tmp_path, "")
+    assert task.label_names == ("O", "B-ORG", "I-ORG", "B-PER", "I-PER")
+    c = task.model_config
+    assert (c.label_level, c.num_labels, c.label_names) == ("token", 5, task.label_names)
+    order = ["B-PER", "I-PER", "O", "B-ORG", "I-ORG"]
+    listed = _task(tmp_path, f", label_names: {order}")
+    assert list(listed.label_names) == order == list(listed.model_config.label_names)
+    with pytest.raises(ConfigError, match=r"has tags \['I-PER'\] that it does not list"):
+        _task(tmp_path, ", label_names: [O, B-ORG, I-ORG, B-PER, X]")
+    with pytest.raises(ConfigError, match="tags no entity"):
+        _task(tmp_path, "", train="a O\nb O\n")
