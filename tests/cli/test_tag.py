@@ -202,3 +202,17 @@ def test_attention_and_explore_read_a_tagger(tagger, tmp_path, capsys):
     page = tmp_path / "e.html"
     assert main(["explore", *argv, "--out", str(page)]) == 0
     assert "attnkit.explorer" in page.read_text()
+
+
+def test_tag_requests_in_one_pass_get_what_they_get_alone(tagger):
+    from attnkit.checkpoints.loading import load_model
+    from attnkit.serve.engine import Engine
+    from attnkit.serve.tag_batch import encode_sentences, tag
+
+    engine = Engine(load_model(tagger))
+    jobs = [encode_sentences(engine, ["john smith went to paris", "rome"]),
+            encode_sentences(engine, ["mary smith met ali smith in oslo and rome"])]  # fmt: skip
+    together = tag(engine, jobs)
+    alone = [tag(engine, [job])[0] for job in jobs]
+    assert together == alone
+    assert together[0][0] == ["B-PER", "I-PER", "O", "O", "B-LOC"]
