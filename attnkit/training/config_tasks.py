@@ -33,6 +33,7 @@ __all__ = [
 # decoder-only LM on JSONL conversations, loss on the answers only; span_corruption:
 # T5's pre-training of an encoder-decoder on one text file; text_to_text: an
 # encoder-decoder on several corpora (pairs, or labelled texts), each with a task prefix.
+# token_classification: an encoder-only model tags every word (named entities).
 Task = Literal[
     "translation", "lm", "mlm", "image_classification", "text_classification", "instruction",
     "span_corruption", "text_to_text", "token_classification",

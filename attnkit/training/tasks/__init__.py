@@ -8,6 +8,8 @@ pre-training of an encoder-decoder on one text file) and ``text_to_text``
 (an encoder-decoder on several prefixed corpora) each implement the protocol in
 ``tasks/base.py``; ``attnkit.training.loop.Trainer`` trains any of them.
 ``mlm`` with ``train.nsp`` adds BERT's next-sentence prediction (``tasks/next_sentence.py``).
+``token_classification`` (``tasks/token_classification.py``) tags every word of a
+sentence (named entities) with an encoder-only model.
 """
 
 from __future__ import annotations
