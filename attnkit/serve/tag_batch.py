@@ -24,7 +24,9 @@ from attnkit.serve.engine import Engine, RequestError
 from attnkit.serve.handles import RequestHandle
 from attnkit.serve.schemas import _STRICT, MAX_SENTENCES, Text, Timing
 
-__all__ = ["TAG", "TagJob", "TagRequest", "TagResponse", "encode_sentences", "is_tagger", "tag"]
+__all__ = [
+    "TAG", "TagJob", "TagRequest", "TagResponse", "encode_sentences", "is_tagger", "tag", "tagged",
+]  # fmt: skip
 
 TAG: Hashable = ("tag",)  # the batcher key
 
