@@ -97,7 +97,8 @@ def run(args: argparse.Namespace) -> int:
             model, tokenizer, args.text, layer=args.layer, head=args.head, beam=args.beam
         )
         what = "cross-attention"
-    elif getattr(config, "num_labels", 0):  # a text classifier: [CLS] text [SEP], its label
+    elif getattr(config, "num_labels", 0) and getattr(config, "label_level", "") == "sequence":
+        # a text classifier: [CLS] text [SEP], its label (a token head: the text's attention)
         from attnkit.cli.common import label_names
         from attnkit.visualize.attention import attention_for_classifier
 

@@ -15,6 +15,10 @@ sentence pairs, as ``task: text_classification`` reads them): accuracy,
 macro-F1, cross-entropy and per-label accuracy; labels are mapped through the
 label names saved in the checkpoint.
 
+Token classifiers (--labelled, a CoNLL or JSONL file of tagged sentences, as
+``task: token_classification`` reads them): seqeval's entity-level precision,
+recall and F1 (micro, 0-1) and the same per entity type.
+
 Image classifiers (--images): accuracy, cross-entropy and per-class accuracy
 on ``digits`` (the 359 held-out digits of the fixed split) or a folder of
 images with a labels CSV (--labels, default FOLDER/labels.csv; labels are
@@ -26,6 +30,7 @@ Examples:
   attnkit evaluate --checkpoint runs/shakespeare --text held_out.txt --context 512
   attnkit evaluate --checkpoint runs/vit_digits --images digits
   attnkit evaluate --checkpoint runs/sst2 --labelled data/sst2/dev.tsv
+  attnkit evaluate --checkpoint runs/ner --labelled data/conll2003/valid.txt --json
 """
 
 from __future__ import annotations
@@ -67,7 +72,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--labels", help="with --images FOLDER: its labels CSV")
     parser.add_argument(
-        "--labelled", help="text classifiers: a TSV or JSONL file of labelled examples"
+        "--labelled",
+        help="text classifiers: a TSV or JSONL file of labelled examples; token classifiers: "
+        "a CoNLL or JSONL file of tagged sentences",
     )
     add_decoding_arguments(parser)
     parser.add_argument(
@@ -335,6 +342,16 @@ def run(args: argparse.Namespace) -> int:
         from attnkit.inference import convert
 
         convert(loaded.model, plan_for(loaded, args, "evaluate"))  # --precision's weights
+        from attnkit.evaluation.token_classification import is_tagger
+
+        if is_tagger(loaded.config):  # named entities: seqeval's entity scores
+            from attnkit.cli.score_tags import score_tagged, summary_line
+
+            result = score_tagged(loaded, args.labelled, args.batch_size)
+            print(
+                jsonio.dumps(result, indent=2) if args.json else summary_line(result, args.labelled)
+            )
+            return 0
         if not getattr(loaded.config, "num_labels", 0):  # no head: sentence embeddings
             result = _score_pairs(loaded, args)
             if args.json:

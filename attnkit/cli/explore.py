@@ -64,8 +64,9 @@ def run(args: argparse.Namespace) -> int:
     inputs = checkpoint_inputs(args.checkpoint)
     check_output_file(args.out, option="--out", inputs=inputs)  # before any work
     loaded = load_for("explore", args.checkpoint, args.device)
-    if getattr(loaded.config, "num_labels", 0):
-        return _explore_classifier(args, loaded, inputs)
+    config = loaded.config
+    if getattr(config, "num_labels", 0) and getattr(config, "label_level", "") == "sequence":
+        return _explore_classifier(args, loaded, inputs)  # a token head: as a masked LM
     # The page shows the last window of the model's context; generating far past it only
     # makes the command run (10**11 tokens: forever) for text nobody sees mapped.
     most = max(MAX_NEW_TOKENS, loaded.config.max_len)

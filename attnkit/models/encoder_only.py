@@ -110,6 +110,10 @@ class TokenClassificationHead(nn.Module):
         self.dropout = nn.Dropout(dropout)
         self.classifier = nn.Linear(d_model, num_labels)
 
+    def roles(self) -> Roles:
+        """A task head: a LoRA run trains it in full (PEFT's ``modules_to_save``)."""
+        return Roles(parameters={name: "head" for name, _ in self.named_parameters()})
+
     def forward(self, hidden: Tensor) -> Tensor:
         scores: Tensor = self.classifier(self.dropout(hidden))
         return scores

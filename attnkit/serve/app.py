@@ -28,13 +28,7 @@ from attnkit.serve.continuous import GENERATE, ContinuousGenerator, GenerationJo
 from attnkit.serve.deps import Handle, timing
 from attnkit.serve.docs_page import CSP as DOCS_CSP
 from attnkit.serve.docs_page import render_docs
-from attnkit.serve.encoder_batch import (
-    CLASSIFY,
-    EMBED,
-    FILL_MASK,
-    is_classifier,
-    run_encoder_batch,
-)
+from attnkit.serve.encoder_batch import ENCODER_KEYS, is_classifier, run_encoder_batch
 from attnkit.serve.encoder_routes import add_encoder_routes
 from attnkit.serve.engine import KIND_ENDPOINTS, Engine, RequestError
 from attnkit.serve.errors import install_error_handlers
@@ -89,7 +83,7 @@ def create_app(engine: Engine, settings: ServeSettings | None = None) -> Request
     settings = settings or ServeSettings()
 
     def run_batch(key: Hashable, payloads: list[Any], handles: list[RequestHandle]) -> list[Any]:
-        if key in (FILL_MASK, CLASSIFY, EMBED):
+        if key in ENCODER_KEYS:
             return run_encoder_batch(engine, key, payloads, handles)
         beam, alpha, nbest = cast(tuple[int, float, int], key)
         flat = [src for sources in payloads for src in sources]

@@ -29,10 +29,12 @@ from attnkit.data.classification import collate_examples, encode_example
 from attnkit.serve.cancellable import live_requests
 from attnkit.serve.engine import Engine, RequestError
 from attnkit.serve.handles import RequestHandle
+from attnkit.serve.tag_batch import TAG, tag
 
 __all__ = [
     "CLASSIFY",
     "EMBED",
+    "ENCODER_KEYS",
     "FILL_MASK",
     "ClassifyJob",
     "EmbedJob",
@@ -48,6 +50,7 @@ __all__ = [
 FILL_MASK: Hashable = ("fill-mask",)  # the batcher keys (translation's are (beam, alpha, nbest))
 CLASSIFY: Hashable = ("classify",)
 EMBED: Hashable = ("embed",)
+ENCODER_KEYS = (FILL_MASK, CLASSIFY, TAG, EMBED)  # the keys run_encoder_batch runs
 
 
 @dataclass(frozen=True)
@@ -64,7 +67,12 @@ class ClassifyJob:
 
 def is_classifier(engine: Engine) -> bool:
     """Whether ``engine`` holds an encoder-only checkpoint with a classification head."""
-    return engine.kind == "masked_lm" and int(getattr(engine.model.config, "num_labels", 0)) > 0
+    config = engine.model.config
+    return (
+        engine.kind == "masked_lm"
+        and int(getattr(config, "num_labels", 0)) > 0
+        and getattr(config, "label_level", "sequence") == "sequence"  # not a token head
+    )
 
 
 def label_names(engine: Engine) -> list[str]:
@@ -179,8 +187,8 @@ def embed(
 def run_encoder_batch(
     engine: Engine, key: Hashable, payloads: list[Any], handles: list[RequestHandle]
 ) -> list[Any]:
-    """The batcher's ``run_batch`` for the keys ``FILL_MASK``, ``CLASSIFY`` and ``EMBED``
-    (an ``EMBED`` payload is ``(EmbedJob, pooling, normalize)``: one checkpoint, one way)."""
+    """The batcher's ``run_batch`` for the ``ENCODER_KEYS`` (``TAG``: ``serve.tag_batch``;
+    an ``EMBED`` payload is ``(EmbedJob, pooling, normalize)``: one checkpoint, one way)."""
     if key == FILL_MASK:
         return list(engine.fill_masks(payloads, handles))
     if key == CLASSIFY:
@@ -189,4 +197,6 @@ def run_encoder_batch(
         _, pooling, normalize = payloads[0]
         jobs = [job for job, _, _ in payloads]
         return list(embed(engine, jobs, handles, pooling=pooling, normalize=normalize))
+    if key == TAG:
+        return list(tag(engine, payloads, handles))
     raise ValueError(f"not an encoder-only batch key: {key!r}")

@@ -1,7 +1,7 @@
-"""The routes of encoder-only checkpoints: ``/v1/fill-mask``, ``/v1/classify`` and
-OpenAI's ``/v1/embeddings``.
+"""The routes of encoder-only checkpoints: ``/v1/fill-mask``, ``/v1/classify``, ``/v1/tag``
+and OpenAI's ``/v1/embeddings``.
 
-Both queue their request in the dynamic batcher under their own key
+Each queues their request in the dynamic batcher under their own key
 (``attnkit.serve.encoder_batch``): concurrent requests are answered from one
 padded pass, each as it would be alone. Tokenizing and checking stay in the
 event loop (a 422 never waits for the model); the explorer payload of a
@@ -35,6 +35,14 @@ from attnkit.serve.schemas import (
     FillMaskRequest,
     FillMaskResponse,
 )
+from attnkit.serve.tag_batch import (
+    TAG,
+    TagRequest,
+    TagResponse,
+    encode_sentences,
+    is_tagger,
+    tagged,
+)
 
 __all__ = ["add_encoder_routes"]
 
@@ -46,8 +54,8 @@ def add_encoder_routes(
     *,
     needs: Callable[[str, str], Any],
 ) -> None:
-    """Add ``/v1/fill-mask``, ``/v1/classify`` and ``/v1/embeddings``; ``needs(kind,
-    endpoint)``: the dependency that answers 400 on another kind of model."""
+    """Add ``/v1/fill-mask``, ``/v1/classify``, ``/v1/tag`` and ``/v1/embeddings``;
+    ``needs(kind, endpoint)``: the dependency that answers 400 on another kind of model."""
     settings = None
     if engine.kind == "masked_lm":
         from attnkit.interop.hf_pooling import embedding_settings
@@ -135,3 +143,23 @@ def add_encoder_routes(
         tokens = job.tokens
         return {"object": "list", "data": data, "model": model_name(engine.loaded.directory),
                 "usage": {"prompt_tokens": tokens, "total_tokens": tokens}}  # fmt: skip
+
+    def tagger() -> None:
+        engine.require("masked_lm", "/v1/tag")
+        if not is_tagger(engine):
+            raise RequestError(
+                "/v1/tag needs a token classifier (task: token_classification), but this "
+                "checkpoint is not one",
+                status=400,
+            )
+
+    @app.post("/v1/tag", response_model=TagResponse, dependencies=[Depends(tagger)])
+    async def tag(req: TagRequest, handle: Handle) -> dict[str, Any]:
+        """Tag the words of each sentence, with its entity spans (batched with others)."""
+        started = time.monotonic()
+        job = encode_sentences(engine, req.text)
+        rows, info = await batcher.submit(
+            TAG, job, cost=job.tokens, sentences=len(job.words), handle=handle
+        )
+        results = [tagged(w, t, req.scheme) for w, t in zip(job.words, rows, strict=True)]
+        return {"results": results, "timing": timing(info, started)}

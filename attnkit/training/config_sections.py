@@ -78,7 +78,9 @@ class DataConfig:
     relative to ``dir``) names its images; a stratified ``valid_fraction``
     (default 0.2, which for the digits is the fixed 1,438 / 359 split) is held out.
     ``text_classification`` reads the labelled TSV or JSONL files ``{dir}/{train}``
-    and ``{dir}/{valid}`` (null: none) and cuts examples to ``max_len`` tokens.
+    and ``{dir}/{valid}`` (null: none) and cuts examples to ``max_len`` tokens;
+    ``token_classification`` reads CoNLL or JSONL tagged sentences the same way
+    (``tag_scheme``: IOB1, IOB2/BIO, BIOES, or ``auto``).
     ``instruction`` reads JSONL records from ``{dir}/{train}`` and ``{dir}/{valid}``
     (``valid: null``: the last ``valid_fraction`` of the training records, default
     0.1).
@@ -126,6 +128,8 @@ class DataConfig:
     documents: Literal["blank_lines", "file"] = "blank_lines"
     # a Hugging Face `datasets` dataset instead of files (translation, lm/mlm, classification)
     hf_dataset: HFDatasetConfig | None = None
+    # token_classification: the files' entity tag scheme (auto: detected; kept as BIO)
+    tag_scheme: Literal["auto", "iob1", "iob2", "bio", "bioes"] = "auto"
 
     def __post_init__(self) -> None:
         if isinstance(self.hf_dataset, dict):

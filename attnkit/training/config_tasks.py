@@ -21,6 +21,7 @@ __all__ = [
     "TASK_KEYS",
     "TEXT_CLASSIFICATION",
     "TEXT_TO_TEXT_CORPUS_KEYS",
+    "TOKEN_CLASSIFICATION",
     "Task",
     "check_task_keys",
 ]
@@ -32,19 +33,21 @@ __all__ = [
 # decoder-only LM on JSONL conversations, loss on the answers only; span_corruption:
 # T5's pre-training of an encoder-decoder on one text file; text_to_text: an
 # encoder-decoder on several corpora (pairs, or labelled texts), each with a task prefix;
-# sentence_similarity: an encoder's pooled vectors on sentence pairs (Sentence-BERT).
+# sentence_similarity: an encoder's pooled vectors on sentence pairs (Sentence-BERT);
+# token_classification: an encoder-only model tags every word (named entities).
 Task = Literal[
     "translation", "lm", "mlm", "image_classification", "text_classification", "instruction",
-    "span_corruption", "text_to_text", "sentence_similarity",
+    "span_corruption", "text_to_text", "sentence_similarity", "token_classification",
 ]  # fmt: skip
 TASKS: tuple[str, ...] = (
     "translation", "lm", "mlm", "image_classification", "text_classification", "instruction",
-    "span_corruption", "text_to_text", "sentence_similarity",
+    "span_corruption", "text_to_text", "sentence_similarity", "token_classification",
 )  # fmt: skip
 SEQ2SEQ_TEXT = ("translation", "text_to_text")  # the tasks on text pairs
 TEXT_CLASSIFICATION = ("text_classification",)
+TOKEN_CLASSIFICATION = ("token_classification",)  # named entities (tasks/token_classification.py)
 # encoder-only tasks on labelled files, batched by examples (train.batch_size)
-EXAMPLE_TASKS = ("text_classification", "sentence_similarity")
+EXAMPLE_TASKS = ("text_classification", "sentence_similarity", *TOKEN_CLASSIFICATION)
 LM_TASKS = ("lm", "mlm", "span_corruption")  # the tasks on one text file
 IMAGE_TASKS = ("image_classification",)
 
@@ -57,6 +60,7 @@ TASK_KEYS: dict[str, tuple[str, ...]] = {
     "data.valid": (*SEQ2SEQ_TEXT, *EXAMPLE_TASKS, "instruction"),
     "data.test": ("translation",),
     "data.max_len": (*SEQ2SEQ_TEXT, *EXAMPLE_TASKS),
+    "data.tag_scheme": TOKEN_CLASSIFICATION,
     "data.block_size": (*LM_TASKS, "instruction"),
     "data.pack": ("instruction",),
     "data.documents": ("mlm",),

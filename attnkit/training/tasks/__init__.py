@@ -33,6 +33,7 @@ from attnkit.training.tasks.sentence_similarity import SentenceSimilarityTask
 from attnkit.training.tasks.span_corruption import SpanCorruptionTask
 from attnkit.training.tasks.text_classification import TextClassificationTask
 from attnkit.training.tasks.text_to_text import TextToTextTask
+from attnkit.training.tasks.token_classification import TokenClassificationTask
 from attnkit.training.tasks.translation import TranslationTask
 from attnkit.training.warm_start import WarmStart
 
@@ -46,6 +47,7 @@ TASK_CLASSES: dict[str, type[Task]] = {
     "instruction": InstructionTask,  # a decoder-only LM on conversations (answers scored)
     "text_to_text": TextToTextTask,  # an encoder-decoder on several prefixed corpora
     "sentence_similarity": SentenceSimilarityTask,  # sentence embeddings on sentence pairs
+    "token_classification": TokenClassificationTask,  # an encoder tags words (named entities)
 }
 
 
@@ -87,6 +89,7 @@ __all__ = [
     "SpanCorruptionTask",
     "TextClassificationTask",
     "TextToTextTask",
+    "TokenClassificationTask",
     "TranslationTask",
     "task_from_run",
 ]
