@@ -23,7 +23,16 @@ if TYPE_CHECKING:
 KIND_COMMANDS: dict[str, tuple[str, ...]] = {
     "seq2seq": ("translate", "evaluate", "attention", "serve", "explore"),
     "causal_lm": ("generate", "evaluate", "attention", "serve", "explore"),
-    "masked_lm": ("fill-mask", "classify", "embed", "evaluate", "attention", "serve", "explore"),
+    "masked_lm": (
+        "fill-mask",
+        "classify",
+        "embed",
+        "answer",
+        "evaluate",
+        "attention",
+        "serve",
+        "explore",
+    ),
     "image_classifier": ("evaluate", "attention"),
 }
 

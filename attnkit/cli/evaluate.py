@@ -15,6 +15,9 @@ sentence pairs, as ``task: text_classification`` reads them): accuracy,
 macro-F1, cross-entropy and per-label accuracy; labels are mapped through the
 label names saved in the checkpoint.
 
+Extractive QA checkpoints (--labelled, a SQuAD JSON or JSONL file, as ``task:
+question_answering`` reads them): SQuAD's exact match and F1, in percent.
+
 Image classifiers (--images): accuracy, cross-entropy and per-class accuracy
 on ``digits`` (the 359 held-out digits of the fixed split) or a folder of
 images with a labels CSV (--labels, default FOLDER/labels.csv; labels are
@@ -26,6 +29,7 @@ Examples:
   attnkit evaluate --checkpoint runs/shakespeare --text held_out.txt --context 512
   attnkit evaluate --checkpoint runs/vit_digits --images digits
   attnkit evaluate --checkpoint runs/sst2 --labelled data/sst2/dev.tsv
+  attnkit evaluate --checkpoint runs/squad --labelled data/squad/valid.json --json
 """
 
 from __future__ import annotations
@@ -52,6 +56,7 @@ from attnkit.cli.translate import (
     engine_options,
 )
 from attnkit.errors import UsageError
+from attnkit.evaluation.question_answering import is_qa_config
 from attnkit.outputs import check_output_file, write_text
 
 
@@ -65,7 +70,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--labels", help="with --images FOLDER: its labels CSV")
     parser.add_argument(
-        "--labelled", help="text classifiers: a TSV or JSONL file of labelled examples"
+        "--labelled",
+        help="text classifiers: a TSV or JSONL file of labelled examples; question "
+        "answering: SQuAD JSON or JSONL",
     )
     add_decoding_arguments(parser)
     parser.add_argument(
@@ -99,7 +106,8 @@ def _check_inputs(args: argparse.Namespace, kind: str, config: Any = None) -> No
         raise UsageError("--images/--labels: for image classifiers")
     if args.labelled:
         if kind != "masked_lm" or not getattr(config, "num_labels", 0):
-            raise UsageError("--labelled: for text classifiers (task: text_classification)")
+            raise UsageError("--labelled: for text classifiers (task: text_classification) "
+                             "and QA checkpoints (task: question_answering)")  # fmt: skip
         if args.text or args.src or args.ref:
             raise UsageError("--text/--src/--ref: not with --labelled")
         return
@@ -192,6 +200,30 @@ def _score_labelled(loaded: Any, args: argparse.Namespace) -> dict[str, Any]:
     return {**metrics, "correct": int(right.sum()), "examples": len(examples),
             "per_label_accuracy": per_label, "truncated": encoded.truncated,
             "seconds": round(time.perf_counter() - start, 2)}  # fmt: skip
+
+
+def _print_qa(loaded: Any, args: argparse.Namespace) -> int:
+    """Score a QA checkpoint on a SQuAD file (the windows ``attnkit answer`` reads)."""
+    from attnkit.data.qa_windows import check_stride, query_limit
+    from attnkit.data.squad import read_squad
+    from attnkit.evaluation.question_answering import predict_answers, qa_scores
+
+    examples = read_squad(args.labelled)
+    window = min(256, loaded.config.max_len)
+    stride = min(128, (window - 3 - query_limit(window)) // 2)
+    check_stride(window, stride)
+    start = time.perf_counter()
+    null = any(x.impossible for x in examples)
+    answers = predict_answers(loaded.model, loaded.tokenizer, examples, max_len=window,
+                              stride=stride, allow_null=null)  # fmt: skip
+    result = {**qa_scores(answers, examples), "questions": len(examples),
+              "seconds": round(time.perf_counter() - start, 2)}  # fmt: skip
+    if args.json:
+        print(json.dumps(result, indent=2))
+    else:
+        print(f"exact match {result['exact_match']:.2f}   F1 {result['f1']:.2f}   "
+              f"({len(examples)} questions of {args.labelled})")  # fmt: skip
+    return 0
 
 
 def with_context(model: Any, context: int) -> Any:
@@ -305,6 +337,8 @@ def run(args: argparse.Namespace) -> int:
         from attnkit.cli.common import apply_precision
 
         apply_precision(loaded.model, args.precision, path=decode_path(args))
+        if is_qa_config(loaded.config):
+            return _print_qa(loaded, args)
         result = _score_labelled(loaded, args)
         if args.json:
             print(json.dumps(result, indent=2))

@@ -31,6 +31,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "fill-mask": ("attnkit.cli.fill_mask", "fill in [MASK] tokens with a masked-LM checkpoint"),
     "classify": ("attnkit.cli.classify", "label texts with a text-classification checkpoint"),
     "embed": ("attnkit.cli.embed", "turn sentences into vectors (sentence embeddings)"),
+    "answer": ("attnkit.cli.answer", "answer questions from a context (extractive QA)"),
     "export": ("attnkit.cli.export", "export a checkpoint to transformers, ONNX or CTranslate2"),
     "import": ("attnkit.cli.import_", "import pretrained weights (Hugging Face, GGUF)"),
     "explore": ("attnkit.cli.explore", "write the attention explorer for one text (HTML)"),

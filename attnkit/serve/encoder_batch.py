@@ -59,7 +59,9 @@ class ClassifyJob:
 
 def is_classifier(engine: Engine) -> bool:
     """Whether ``engine`` holds an encoder-only checkpoint with a classification head."""
-    return engine.kind == "masked_lm" and int(getattr(engine.model.config, "num_labels", 0)) > 0
+    config = engine.model.config
+    return (engine.kind == "masked_lm" and int(getattr(config, "num_labels", 0)) > 0
+            and getattr(config, "label_level", "sequence") == "sequence")  # fmt: skip
 
 
 def label_names(engine: Engine) -> list[str]:

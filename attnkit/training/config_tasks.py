@@ -34,14 +34,15 @@ __all__ = [
 # encoder-decoder on several corpora (pairs, or labelled texts), each with a task prefix.
 Task = Literal[
     "translation", "lm", "mlm", "image_classification", "text_classification", "instruction",
-    "span_corruption", "text_to_text",
+    "span_corruption", "text_to_text", "question_answering",
 ]  # fmt: skip
 TASKS: tuple[str, ...] = (
     "translation", "lm", "mlm", "image_classification", "text_classification", "instruction",
-    "span_corruption", "text_to_text",
+    "span_corruption", "text_to_text", "question_answering",
 )  # fmt: skip
 SEQ2SEQ_TEXT = ("translation", "text_to_text")  # the tasks on text pairs
 TEXT_CLASSIFICATION = ("text_classification",)
+QA = ("question_answering",)  # reads data.train/valid/max_len and train.batch_size as classifiers
 LM_TASKS = ("lm", "mlm", "span_corruption")  # the tasks on one text file
 IMAGE_TASKS = ("image_classification",)
 
@@ -50,10 +51,11 @@ IMAGE_TASKS = ("image_classification",)
 TASK_KEYS: dict[str, tuple[str, ...]] = {
     "data.src_lang": SEQ2SEQ_TEXT,
     "data.tgt_lang": SEQ2SEQ_TEXT,
-    "data.train": (*SEQ2SEQ_TEXT, *TEXT_CLASSIFICATION, "instruction"),
-    "data.valid": (*SEQ2SEQ_TEXT, *TEXT_CLASSIFICATION, "instruction"),
+    "data.train": (*SEQ2SEQ_TEXT, *TEXT_CLASSIFICATION, "instruction", *QA),
+    "data.valid": (*SEQ2SEQ_TEXT, *TEXT_CLASSIFICATION, "instruction", *QA),
     "data.test": ("translation",),
-    "data.max_len": (*SEQ2SEQ_TEXT, *TEXT_CLASSIFICATION),
+    "data.max_len": (*SEQ2SEQ_TEXT, *TEXT_CLASSIFICATION, *QA),
+    "data.doc_stride": QA,
     "data.block_size": (*LM_TASKS, "instruction"),
     "data.pack": ("instruction",),
     "data.documents": ("mlm",),
@@ -74,8 +76,8 @@ TASK_KEYS: dict[str, tuple[str, ...]] = {
     "train.mask_prob": ("mlm", "span_corruption"),  # span_corruption: the noise density
     "train.nsp": ("mlm",),
     "train.nsp_weight": ("mlm",),
-    "train.batch_size": TEXT_CLASSIFICATION,
-    "train.group_by_length": TEXT_CLASSIFICATION,
+    "train.batch_size": (*TEXT_CLASSIFICATION, *QA),
+    "train.group_by_length": (*TEXT_CLASSIFICATION, *QA),
     "decode": SEQ2SEQ_TEXT,
 }
 

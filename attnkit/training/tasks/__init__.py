@@ -23,6 +23,7 @@ from attnkit.training.tasks.image import ImageClassificationTask, load_images
 from attnkit.training.tasks.instruction import InstructionTask, instruction_task
 from attnkit.training.tasks.language_model import CausalLMTask, MaskedLMTask
 from attnkit.training.tasks.next_sentence import NextSentenceTask, next_sentence_task
+from attnkit.training.tasks.question_answering import QuestionAnsweringTask, qa_task
 from attnkit.training.tasks.span_corruption import SpanCorruptionTask
 from attnkit.training.tasks.text_classification import (
     TextClassificationTask,
@@ -45,6 +46,7 @@ TASK_CLASSES: dict[str, type[Task]] = {
     "text_classification": TextClassificationTask,
     "instruction": InstructionTask,
     "text_to_text": TextToTextTask,
+    "question_answering": QuestionAnsweringTask,
 }
 
 
@@ -81,6 +83,8 @@ def task_from_run(
         valid_examples = load_labelled(data, data.one_file("valid", run.task), "data.valid")
         tokenizer = tokenizer or build_classifier_tokenizer(run.tokenizer, examples)
         return TextClassificationTask(run, tokenizer, examples, valid_examples, initial=initial)
+    if run.task == "question_answering":
+        return qa_task(run, tokenizer, initial)
     if run.task == "text_to_text":
         return TextToTextTask(run, tokenizer, initial=initial)
     if run.task == "translation":
