@@ -38,3 +38,11 @@ def squad_file(path: Path, paragraphs: int, seed: int, *, prefix: str = "q") -> 
             n += 1
     path.write_text(json.dumps({"version": "1.1", "data": articles}))
     return path
+
+
+def shared_squad() -> Path | None:
+    """The shared SQuAD folder ($ATTNKIT_DATA/squad), or None when it is not there."""
+    import os
+
+    root = Path(os.environ.get("ATTNKIT_DATA", Path(__file__).parents[2] / "shared" / "data"))
+    return root / "squad" if (root / "squad").is_dir() else None

@@ -75,14 +75,13 @@ def load_reader(command: str, path: str, device: str | None) -> Any:
 
 def windows_for(config: Any, max_len: int | None, stride: int | None) -> tuple[int, int]:
     """``(window, stride)`` from the options, checked against the model (UsageError)."""
-    from attnkit.data.qa_windows import check_stride, query_limit
+    from attnkit.data.qa_windows import check_stride, default_stride
     from attnkit.errors import ConfigError
 
     window = min(WINDOW, config.max_len) if max_len is None else max_len
     if not 8 <= window <= config.max_len:
         raise UsageError(f"--max-len must be in [8, {config.max_len}], got {window}")
-    room = window - 3 - query_limit(window)
-    stride = min(STRIDE, room // 2) if stride is None else stride
+    stride = default_stride(window, STRIDE) if stride is None else stride
     try:
         check_stride(window, stride)
     except ConfigError as e:

@@ -203,15 +203,15 @@ def _score_labelled(loaded: Any, args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _print_qa(loaded: Any, args: argparse.Namespace) -> int:
-    """Score a QA checkpoint on a SQuAD file (the windows ``attnkit answer`` reads)."""
-    from attnkit.data.qa_windows import check_stride, query_limit
+    """Score a QA checkpoint on a SQuAD file: windows of 256 tokens (the recipe's) or the
+    model's positions, sharing 128 tokens (or half a short window's room)."""
+    from attnkit.data.qa_windows import default_stride
     from attnkit.data.squad import read_squad
     from attnkit.evaluation.question_answering import predict_answers, qa_scores
 
     examples = read_squad(args.labelled)
     window = min(256, loaded.config.max_len)
-    stride = min(128, (window - 3 - query_limit(window)) // 2)
-    check_stride(window, stride)
+    stride = default_stride(window)
     start = time.perf_counter()
     null = any(x.impossible for x in examples)
     answers = predict_answers(loaded.model, loaded.tokenizer, examples, max_len=window,

@@ -75,6 +75,11 @@ def query_limit(max_len: int) -> int:
     return min(MAX_QUERY_TOKENS, (max_len - 3) // 2)
 
 
+def default_stride(max_len: int, stride: int = 128) -> int:
+    """``stride`` (transformers' 128), or half a window's room for short windows."""
+    return min(stride, (max_len - 3 - query_limit(max_len)) // 2)
+
+
 def check_stride(max_len: int, stride: int) -> None:
     """Refuse a stride that leaves a window no new context tokens (errors name the keys)."""
     room = max_len - 3 - query_limit(max_len)

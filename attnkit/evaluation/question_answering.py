@@ -110,10 +110,10 @@ def window_logits(
         for rows in sorted_batches(windows.lengths.tolist(), batch_size):
             batch = collate_windows(windows, rows, tokenizer).to(device)
             start, end = span_logits(model, batch.ids, batch.token_types)
-            start, end = start.float().cpu().numpy(), end.float().cpu().numpy()
+            starts, ends = start.float().cpu().numpy(), end.float().cpu().numpy()
             for r, w in enumerate(rows):
                 n = int(windows.lengths[w])
-                out[w] = (start[r, :n], end[r, :n])
+                out[w] = (starts[r, :n], ends[r, :n])
     finally:
         model.train(was_training)
     return out

@@ -17,7 +17,7 @@ from typing import Any
 import torch
 from pydantic import BaseModel, Field, model_validator
 
-from attnkit.data.qa_windows import query_limit
+from attnkit.data.qa_windows import default_stride
 from attnkit.data.squad import QAExample
 from attnkit.serve.cancellable import live_requests
 from attnkit.serve.engine import Engine
@@ -79,7 +79,7 @@ def answer(
     if not live:
         return results
     window = min(WINDOW, engine.max_len)
-    stride = min(STRIDE, (window - 3 - query_limit(window)) // 2)
+    stride = default_stride(window, STRIDE)
     examples = [QAExample(str(i), jobs[i].question, jobs[i].context, (), (), "request")
                 for i in live]  # fmt: skip
     windows = make_windows(engine.tokenizer, examples, max_len=window, stride=stride)

@@ -31,6 +31,7 @@ import dataclasses
 from pathlib import Path
 from typing import Any, ClassVar
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -169,7 +170,7 @@ class QuestionAnsweringTask:
             f"{len(self.train_data)} training questions{none} in {len(windows)} windows of at "
             f"most {self.max_len} tokens (stride {self.stride}{cut_note}){held_out}, "
             f"{self.batch_size} windows per batch, vocabulary {self.tokenizer.vocab_size}"
-            + unknown_note(self.tokenizer, {"the contexts": windows.contexts})
+            + unknown_note(self.tokenizer, {"the contexts": np.concatenate(windows.contexts)})
         )
 
     # -- batches -------------------------------------------------------------------
