@@ -37,6 +37,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import tempfile
 import time
 from pathlib import Path
@@ -165,9 +166,10 @@ def run_hf(args: argparse.Namespace, work: Path) -> dict[str, Any]:
             for group in optimizer.param_groups:
                 group["lr"] = lr
             batch = collate_windows(windows, rows, tokenizer)
+            targets = batch.targets
             out = model(input_ids=batch.ids, token_type_ids=batch.token_types,
                         attention_mask=batch.ids != tokenizer.pad_id,
-                        start_positions=batch.targets[:, 0], end_positions=batch.targets[:, 1])  # fmt: skip
+                        start_positions=targets[:, 0], end_positions=targets[:, 1])  # fmt: skip
             out.loss.backward()
             clock.times.append(time.perf_counter())
             clock.examples.append(len(rows))
@@ -200,7 +202,8 @@ def run_hf(args: argparse.Namespace, work: Path) -> dict[str, Any]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--data", default=str(REPO.parent / "shared" / "data" / "squad"))
+    shared = os.environ.get("ATTNKIT_DATA", str(REPO.parent / "shared" / "data"))
+    parser.add_argument("--data", default=str(Path(shared) / "squad"), help="a SQuAD folder")
     parser.add_argument("--minutes", type=float, default=60.0)
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--max-len", type=int, default=256)

@@ -91,7 +91,7 @@ def run(args: argparse.Namespace) -> int:
             model, tokenizer, args.text, layer=args.layer, head=args.head, beam=args.beam
         )
         what = "cross-attention"
-    elif getattr(config, "num_labels", 0):  # a text classifier: [CLS] text [SEP], its label
+    elif getattr(config, "num_labels", 0) and config.label_level == "sequence":  # a classifier
         from attnkit.cli.classify import label_names
         from attnkit.visualize.attention import attention_for_classifier
 

@@ -57,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
     inputs = checkpoint_inputs(args.checkpoint)
     check_output_file(args.out, option="--out", inputs=inputs)  # before any work
     loaded = load_for("explore", args.checkpoint, args.device)
-    if getattr(loaded.config, "num_labels", 0):
+    if getattr(loaded.config, "num_labels", 0) and loaded.config.label_level == "sequence":
         return _explore_classifier(args, loaded, inputs)
     # The page shows the last window of the model's context; generating far past it only
     # makes the command run (10**11 tokens: forever) for text nobody sees mapped.

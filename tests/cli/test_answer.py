@@ -84,3 +84,14 @@ def test_bad_input_is_one_line(reader, tmp_path, monkeypatch, capsys):
     err = capsys.readouterr().err
     assert f"{bad}: question 'z': answer 'q' does not occur in the context" in err
     assert len(err.strip().splitlines()) == 1
+
+
+def test_attention_and_explore_read_a_qa_checkpoint(reader, tmp_path, capsys):
+    png, page = tmp_path / "a.png", tmp_path / "e.html"
+    text = "what colour is the cow?\tthe cow is pink."
+    assert main(["attention", "--checkpoint", str(reader), "--text", text,
+                 "--out", str(png)]) == 0  # fmt: skip
+    assert png.stat().st_size > 1000
+    assert main(["explore", "--checkpoint", str(reader), "--text", text,
+                 "--out", str(page)]) == 0  # fmt: skip
+    assert "attnkit.explorer" in page.read_text()
