@@ -29,8 +29,6 @@ from attnkit.cli.common import (
 )
 from attnkit.errors import DataError, UsageError
 
-WINDOW, STRIDE = 384, 128  # transformers' question-answering pipeline's defaults
-
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--checkpoint", required=True, help="checkpoint or run directory")
@@ -42,10 +40,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="JSON objects, not plain answers")
     parser.add_argument("--batch-size", type=integer, default=32, help="windows per batch")
     parser.add_argument(
-        "--max-len", type=integer, help=f"tokens per window (default: {WINDOW} or the model's)"
+        "--max-len", type=integer, help="tokens per window (default: 256 or the model's)"
     )
     parser.add_argument(
-        "--doc-stride", type=integer, help=f"tokens shared by consecutive windows ({STRIDE})"
+        "--doc-stride", type=integer, help="tokens shared by consecutive windows (128)"
     )
     parser.add_argument(
         "--max-answer-len", type=integer, default=30, help="longest answer, in tokens"
@@ -75,13 +73,13 @@ def load_reader(command: str, path: str, device: str | None) -> Any:
 
 def windows_for(config: Any, max_len: int | None, stride: int | None) -> tuple[int, int]:
     """``(window, stride)`` from the options, checked against the model (UsageError)."""
-    from attnkit.data.qa_windows import check_stride, default_stride
+    from attnkit.data.qa_windows import check_stride, default_stride, default_windows
     from attnkit.errors import ConfigError
 
-    window = min(WINDOW, config.max_len) if max_len is None else max_len
+    window = default_windows(config.max_len)[0] if max_len is None else max_len
     if not 8 <= window <= config.max_len:
         raise UsageError(f"--max-len must be in [8, {config.max_len}], got {window}")
-    stride = default_stride(window, STRIDE) if stride is None else stride
+    stride = default_stride(window) if stride is None else stride
     try:
         check_stride(window, stride)
     except ConfigError as e:

@@ -203,15 +203,13 @@ def _score_labelled(loaded: Any, args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _print_qa(loaded: Any, args: argparse.Namespace) -> int:
-    """Score a QA checkpoint on a SQuAD file: windows of 256 tokens (the recipe's) or the
-    model's positions, sharing 128 tokens (or half a short window's room)."""
-    from attnkit.data.qa_windows import default_stride
+    """Score a QA checkpoint on a SQuAD file, in ``attnkit answer``'s default windows."""
+    from attnkit.data.qa_windows import default_windows
     from attnkit.data.squad import read_squad
     from attnkit.evaluation.question_answering import predict_answers, qa_scores
 
     examples = read_squad(args.labelled)
-    window = min(256, loaded.config.max_len)
-    stride = default_stride(window)
+    window, stride = default_windows(loaded.config.max_len)
     start = time.perf_counter()
     null = any(x.impossible for x in examples)
     answers = predict_answers(loaded.model, loaded.tokenizer, examples, max_len=window,

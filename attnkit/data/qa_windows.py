@@ -35,6 +35,9 @@ from attnkit.data.tokenizers import Tokenizer
 from attnkit.errors import ConfigError
 
 MAX_QUERY_TOKENS = 64
+# What answer, evaluate and the server read by default: configs/squad_minilm.yaml's windows
+# (transformers' pipeline reads 384; 256 costs about half, and most paragraphs fit).
+WINDOW, STRIDE = 256, 128
 
 
 @dataclass
@@ -75,9 +78,16 @@ def query_limit(max_len: int) -> int:
     return min(MAX_QUERY_TOKENS, (max_len - 3) // 2)
 
 
-def default_stride(max_len: int, stride: int = 128) -> int:
-    """``stride`` (transformers' 128), or half a window's room for short windows."""
-    return min(stride, (max_len - 3 - query_limit(max_len)) // 2)
+def default_windows(model_max_len: int) -> tuple[int, int]:
+    """``(window, stride)`` for a model of ``model_max_len`` positions: ``WINDOW`` (or the
+    model's positions), sharing ``STRIDE`` tokens (or half of a short window's room)."""
+    window = min(WINDOW, model_max_len)
+    return window, default_stride(window)
+
+
+def default_stride(max_len: int) -> int:
+    """``STRIDE``, or half a window's room for short windows."""
+    return min(STRIDE, (max_len - 3 - query_limit(max_len)) // 2)
 
 
 def check_stride(max_len: int, stride: int) -> None:

@@ -4,9 +4,8 @@ Concurrent requests are grouped by the batcher under the key ``ANSWER`` (the
 token budget counts each request's question and context characters) and run
 as one pass over all their windows (``attnkit.evaluation.question_answering``):
 a window is padded like any other row, which the encoder masks out, so each
-request gets the answer it gets alone. Windows of up to ``WINDOW`` tokens
-(or the model's positions) share ``STRIDE`` tokens, as ``attnkit answer``'s
-defaults. Requests cancelled before the pass are left out of it.
+request gets the answer it gets alone. The windows are ``attnkit answer``'s
+defaults (``qa_windows.default_windows``). Requests cancelled before the pass are left out of it.
 """
 
 from __future__ import annotations
@@ -17,7 +16,7 @@ from typing import Any
 import torch
 from pydantic import BaseModel, Field, model_validator
 
-from attnkit.data.qa_windows import default_stride
+from attnkit.data.qa_windows import default_windows
 from attnkit.data.squad import QAExample
 from attnkit.serve.cancellable import live_requests
 from attnkit.serve.engine import Engine
@@ -27,7 +26,6 @@ from attnkit.serve.schemas import _STRICT, MAX_CHARS, Text, Timing
 __all__ = ["ANSWER", "AnswerRequest", "AnswerResponse", "answer", "is_reader"]
 
 ANSWER: Hashable = ("answer",)
-WINDOW, STRIDE = 384, 128
 MAX_CONTEXT_CHARS = 20 * MAX_CHARS  # a context is longer than a sentence: ~40 KB
 
 
@@ -78,8 +76,7 @@ def answer(
     results: list[dict[str, Any] | None] = [None] * len(jobs)
     if not live:
         return results
-    window = min(WINDOW, engine.max_len)
-    stride = default_stride(window, STRIDE)
+    window, stride = default_windows(engine.max_len)
     examples = [QAExample(str(i), jobs[i].question, jobs[i].context, (), (), "request")
                 for i in live]  # fmt: skip
     windows = make_windows(engine.tokenizer, examples, max_len=window, stride=stride)
