@@ -38,6 +38,7 @@ MAX_QUERY_TOKENS = 64
 # What answer, evaluate and the server read by default: configs/squad_minilm.yaml's windows
 # (transformers' pipeline reads 384; 256 costs about half, and most paragraphs fit).
 WINDOW, STRIDE = 256, 128
+CHUNK = 1024  # contexts tokenized at a time
 
 
 @dataclass
@@ -116,13 +117,15 @@ def make_windows(
     check_stride(max_len, stride)
     index: dict[str, int] = {}
     context_of = np.array([index.setdefault(x.context, len(index)) for x in examples], np.int64)
-    encoded = tokenizer.encode_offsets(list(index))
-    contexts = [np.asarray(ids, dtype=np.int64) for ids, _ in encoded]
-    offsets = [np.asarray(o, dtype=np.int64).reshape(-1, 2) for _, o in encoded]
+    texts, contexts, offsets = list(index), [], []
+    for at in range(0, len(texts), CHUNK):  # in chunks: tokenizers' objects are large
+        for ids, spans in tokenizer.encode_offsets(texts[at : at + CHUNK]):
+            contexts.append(np.asarray(ids, dtype=np.int32))
+            offsets.append(np.asarray(spans, dtype=np.int32).reshape(-1, 2))
     questions, cut, limit = [], 0, query_limit(max_len)
     for ids in tokenizer.encode_batch([x.question for x in examples]):
         cut += len(ids) > limit
-        questions.append(np.asarray(ids[:limit], dtype=np.int64))
+        questions.append(np.asarray(ids[:limit], dtype=np.int32))
     rows: list[tuple[int, int, int, int, int]] = []
     for e, x in enumerate(examples):
         c = int(context_of[e])
