@@ -11,11 +11,14 @@ from pathlib import Path
 
 import pytest
 import torch
-from qa_helpers import shared_squad
+from qa_helpers import shared_squad, squad_file
 
 from attnkit.cli.main import main
+from attnkit.errors import ConfigError
+from attnkit.training.runconfig import RunConfig
+from attnkit.training.tasks import task_from_run
 
-pytestmark = pytest.mark.slow  # the real 22.7M-parameter encoder, a few steps
+SLOW = pytest.mark.slow  # the real 22.7M-parameter encoder, a few steps
 
 
 @pytest.fixture(scope="module")
@@ -57,6 +60,7 @@ train: {{max_steps: 4, batch_size: 8, schedule: constant, lr: 1.0e-4, warmup_ste
     return out
 
 
+@SLOW
 def test_targets_point_at_every_answer(trained, squad30):
     from attnkit.checkpoints.loading import load_model
     from attnkit.data.qa_windows import make_windows
@@ -80,6 +84,7 @@ def test_targets_point_at_every_answer(trained, squad30):
     assert len(found) == 30
 
 
+@SLOW
 def test_a_few_steps_from_minilm_and_the_head_is_berts_qa_outputs(trained, minilm, squad30):
     from transformers import AutoTokenizer, BertForQuestionAnswering
 
@@ -111,3 +116,44 @@ def test_a_few_steps_from_minilm_and_the_head_is_berts_qa_outputs(trained, minil
         start, end = span_logits(base, enc["input_ids"], enc["token_type_ids"])
     torch.testing.assert_close(start, want.start_logits, atol=1e-4, rtol=1e-4)
     torch.testing.assert_close(end, want.end_logits, atol=1e-4, rtol=1e-4)
+
+
+def _tiny_run(tmp_path, **data) -> RunConfig:
+    squad_file(tmp_path / "train.json", 40, 0)
+    squad_file(tmp_path / "valid.json", 5, 1, prefix="v")
+    return RunConfig.from_dict({
+        "task": "question_answering",
+        "data": {"dir": str(tmp_path), "train": "train.json", "valid": "valid.json",
+                 "max_len": 48, "doc_stride": 8, **data},
+        "tokenizer": {"kind": "char"},
+        "model": {"d_model": 16, "num_heads": 2, "d_ff": 32, "num_layers": 1, "max_len": 48},
+        "train": {"batch_size": 8, "max_steps": 10},
+    })  # fmt: skip
+
+
+def test_the_window_stream_resumes_exactly_across_an_epoch(tmp_path):
+    run = _tiny_run(tmp_path)
+    task = task_from_run(run)
+    per_epoch = len(task.order)
+    for _ in range(per_epoch + 2):
+        task.next_batch()
+    state = task.state_dict()
+    expected = [task.next_batch()[0].ids for _ in range(4)]
+    again = task_from_run(run)
+    again.load_state_dict(state)
+    got = [again.next_batch()[0].ids for _ in range(4)]
+    assert all(torch.equal(a, b) for a, b in zip(expected, got))
+    assert task.epoch == 1
+
+
+def test_keys_and_mismatches_are_named(tmp_path):
+    with pytest.raises(ConfigError, match=r"^data.doc_stride: applies to task question_answ"):
+        RunConfig.from_dict({"task": "text_classification", "data": {"doc_stride": 64}})
+    with pytest.raises(ConfigError, match=r"^data.doc_stride: 30; must be in \[0, 23\)"):
+        task_from_run(_tiny_run(tmp_path, doc_stride=30))
+    with pytest.raises(ConfigError, match=r"^data.train: .*missing.json is not a file"):
+        task_from_run(_tiny_run(tmp_path, train="missing.json"))
+    run = _tiny_run(tmp_path)
+    run.model["label_level"] = "sequence"
+    with pytest.raises(ConfigError, match=r"^model.label_level: question answering has a start"):
+        task_from_run(run)
