@@ -91,7 +91,7 @@ def _answer(context: str, text: Any, start: Any, where: str) -> tuple[str, int]:
         raise DataError(f"{where}: answer_start must be an integer, got {start!r}")
     if context[start : start + len(text)] == text and start >= 0:
         return text, start
-    found = [i for i in _occurrences(context, text)]
+    found = _occurrences(context, text)
     if not found:
         raise DataError(f"{where}: answer {text[:40]!r} does not occur in the context")
     return text, min(found, key=lambda i: abs(i - start))

@@ -60,3 +60,10 @@ def test_bert_offsets_map_back_exactly_to_the_answer():
             offsets = windows.offsets[0]
             lo, hi = offsets[a + s - first, 0], offsets[a + e - first, 1]
             assert context[lo:hi] == answer
+
+
+def test_an_unanswerable_question_points_every_window_at_cls():
+    tok = CharTokenizer.train([CONTEXT + "?"])
+    example = QAExample("v2", "ab?", CONTEXT, (), (), "test")  # SQuAD v2.0: no answer
+    windows = make_windows(tok, [example], max_len=20, stride=6)
+    assert len(windows) == 5 and (windows.targets == 0).all()
