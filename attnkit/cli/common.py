@@ -20,21 +20,15 @@ if TYPE_CHECKING:
 
 # Which commands read a checkpoint of each kind of model (attnkit.models.FAMILIES's
 # `kind`): the loader refuses other kinds, and its error names the right commands.
+# fmt: off
 KIND_COMMANDS: dict[str, tuple[str, ...]] = {
     "seq2seq": ("translate", "evaluate", "attention", "serve", "explore"),
     "causal_lm": ("generate", "evaluate", "attention", "serve", "explore"),
-    "masked_lm": (
-        "fill-mask",
-        "classify",
-        "embed",
-        "answer",
-        "evaluate",
-        "attention",
-        "serve",
-        "explore",
-    ),
+    "masked_lm": ("fill-mask", "classify", "embed", "answer", "evaluate", "attention", "serve",
+                  "explore"),
     "image_classifier": ("evaluate", "attention"),
 }
+# fmt: on
 
 
 def load_for(command: str, path: str | Path, device: str | None = None) -> LoadedModel:
