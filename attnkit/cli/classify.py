@@ -47,6 +47,11 @@ def load_classifier(command: str, path: str, device: str | None) -> Any:
             f"{path}: this encoder-only checkpoint has no classification head (num_labels=0); "
             "fine-tune one with attnkit train --init CKPT and task: text_classification"
         )
+    if getattr(loaded.config, "label_level", "sequence") != "sequence":
+        raise UsageError(
+            f"{path}: this checkpoint labels tokens, not texts (label_level: "
+            f"{loaded.config.label_level}); attnkit {command} reads text classifiers"
+        )
     return loaded
 
 
