@@ -84,6 +84,9 @@ def test_bad_input_is_one_line(reader, tmp_path, monkeypatch, capsys):
     err = capsys.readouterr().err
     assert f"{bad}: question 'z': answer 'q' does not occur in the context" in err
     assert len(err.strip().splitlines()) == 1
+    monkeypatch.setattr("sys.stdin", io.StringIO("the cow\n"))
+    assert main(["classify", "--checkpoint", str(reader)]) == 2
+    assert "labels tokens, not texts (label_level: token)" in capsys.readouterr().err
 
 
 def test_attention_and_explore_read_a_qa_checkpoint(reader, tmp_path, capsys):
