@@ -157,6 +157,8 @@ def decode_answers(
             lo, hi = int(offsets[a + s - first][0]), int(offsets[a + t - first][1])
             while lo < hi and text[lo].isspace():  # a word-start marker's space (BPE)
                 lo += 1
+            if lo == hi:  # only a space: no answer text
+                continue
             key = (lo, hi)
             if key not in found[e] or found[e][key].logit < score:
                 found[e][key] = Answer(text[lo:hi], p, lo, hi, score)

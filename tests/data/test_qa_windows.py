@@ -67,3 +67,19 @@ def test_an_unanswerable_question_points_every_window_at_cls():
     example = QAExample("v2", "ab?", CONTEXT, (), (), "test")  # SQuAD v2.0: no answer
     windows = make_windows(tok, [example], max_len=20, stride=6)
     assert len(windows) == 5 and (windows.targets == 0).all()
+
+
+def test_offsets_of_the_trained_tokenizers():
+    from attnkit.data.tokenizers import BPETokenizer, WordTokenizer
+    from attnkit.errors import DataError
+
+    bpe = BPETokenizer.train(["the cat sat on the mat", "a dog on a log"] * 20, vocab_size=60)
+    text = "the cat  sat"
+    ids, offsets = bpe.encode_offsets([text])[0]
+    assert ids == bpe.encode(text)
+    # Metaspace pieces carry their leading space: the span decoder strips it
+    assert [text[a:b].strip() for a, b in offsets if text[a:b].strip()] == ["the", "cat", "sat"]
+    ids, offsets = CharTokenizer.train([text]).encode_offsets([text])[0]
+    assert len(ids) == len(text) and offsets[4] == (4, 5)
+    with pytest.raises(DataError, match="a word tokenizer gives no character offsets"):
+        WordTokenizer.train(["a b"]).encode_offsets(["a"])
