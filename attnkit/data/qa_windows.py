@@ -3,11 +3,11 @@
 Each window is ``[CLS] question [SEP] context piece [SEP]`` (the tokenizer's
 BOS and EOS ids), token types 0 up to the first ``[SEP]`` and 1 after. The
 question is cut to ``MAX_QUERY_TOKENS`` (64, BERT's ``max_query_length``; half
-the window for windows under 131 tokens). A
-context longer than what is left of ``max_len`` is read in several windows,
-each starting ``room - stride`` tokens after the last, so that consecutive
-windows share ``stride`` context tokens (transformers' ``run_qa.py``
-``--doc_stride``): an answer cut by one window's edge is whole in the next.
+the window for windows under 131 tokens). A context longer than what is left
+of ``max_len`` (its ``room``) is read in several windows, each starting
+``room - stride`` tokens after the last, so that consecutive windows share
+``stride`` context tokens (transformers' ``run_qa.py`` ``--doc_stride``): an
+answer cut by one window's edge is whole in the next.
 
 Every context token keeps its character span in the context (the
 tokenizer's offsets, ``Tokenizer.encode_offsets``), so a predicted span of
