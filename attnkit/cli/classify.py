@@ -51,8 +51,8 @@ def load_classifier(command: str, path: str, device: str | None) -> Any:
         )
     if getattr(loaded.config, "label_level", "sequence") != "sequence":
         raise UsageError(
-            f"{path}: this checkpoint labels tokens, not sentences (label_level: token); "
-            "use attnkit tag for a token-classification checkpoint"
+            f"{path}: this checkpoint labels tokens, not texts (label_level: token); use "
+            "attnkit tag (named entities) or attnkit answer (extractive QA) for it"
         )
     return loaded
 

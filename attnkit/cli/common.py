@@ -19,6 +19,7 @@ if TYPE_CHECKING:
 
 # Which commands read a checkpoint of each kind of model (attnkit.models.FAMILIES's
 # `kind`): the loader refuses other kinds, and its error names the right commands.
+# fmt: off
 KIND_COMMANDS: dict[str, tuple[str, ...]] = {
     "seq2seq": ("translate", "evaluate", "attention", "serve", "explore"),
     "causal_lm": ("generate", "evaluate", "attention", "serve", "explore"),
@@ -27,6 +28,7 @@ KIND_COMMANDS: dict[str, tuple[str, ...]] = {
         "classify",
         "embed",
         "tag",
+        "answer",
         "evaluate",
         "attention",
         "serve",
@@ -34,6 +36,7 @@ KIND_COMMANDS: dict[str, tuple[str, ...]] = {
     ),  # fmt: skip
     "image_classifier": ("evaluate", "attention"),
 }
+# fmt: on
 
 
 CHECKPOINT_HELP = (

@@ -18,6 +18,8 @@ label names saved in the checkpoint.
 Token classifiers (--labelled, a CoNLL or JSONL file of tagged sentences, as
 ``task: token_classification`` reads them): seqeval's entity-level precision,
 recall and F1 (micro, 0-1) and the same per entity type.
+Extractive QA checkpoints (--labelled, a SQuAD JSON or JSONL file, as ``task:
+question_answering`` reads them): SQuAD's exact match and F1, in percent.
 
 Image classifiers (--images): accuracy, cross-entropy and per-class accuracy
 on ``digits`` (the 359 held-out digits of the fixed split) or a folder of
@@ -31,6 +33,7 @@ Examples:
   attnkit evaluate --checkpoint runs/vit_digits --images digits
   attnkit evaluate --checkpoint runs/sst2 --labelled data/sst2/dev.tsv
   attnkit evaluate --checkpoint runs/ner --labelled data/conll2003/valid.txt --json
+  attnkit evaluate --checkpoint runs/squad --labelled data/squad/valid.json --json
 """
 
 from __future__ import annotations
@@ -59,6 +62,7 @@ from attnkit.cli.inference_args import (
     engine_options,
 )
 from attnkit.errors import UsageError
+from attnkit.evaluation.question_answering import is_qa_config
 from attnkit.outputs import check_output_file, write_text
 
 
@@ -74,7 +78,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--labelled",
         help="text classifiers: a TSV or JSONL file of labelled examples; token classifiers: "
-        "a CoNLL or JSONL file of tagged sentences",
+        "a CoNLL or JSONL file of tagged sentences; question answering: SQuAD JSON or JSONL; "
+        "sentence embeddings: scored sentence pairs",
     )
     add_decoding_arguments(parser)
     parser.add_argument(
@@ -229,6 +234,28 @@ def _score_pairs(loaded: Any, args: argparse.Namespace) -> dict[str, Any]:
             "data": str(args.labelled), "seconds": seconds}  # fmt: skip
 
 
+def _print_qa(loaded: Any, args: argparse.Namespace) -> int:
+    """Score a QA checkpoint on a SQuAD file, in ``attnkit answer``'s default windows."""
+    from attnkit.data.qa_windows import default_windows
+    from attnkit.data.squad import read_squad
+    from attnkit.evaluation.question_answering import predict_answers, qa_scores
+
+    examples = read_squad(args.labelled)
+    window, stride = default_windows(loaded.config.max_len)
+    start = time.perf_counter()
+    null = any(x.impossible for x in examples)
+    answers = predict_answers(loaded.model, loaded.tokenizer, examples, max_len=window,
+                              stride=stride, allow_null=null)  # fmt: skip
+    result = {**qa_scores(answers, examples), "questions": len(examples),
+              "seconds": round(time.perf_counter() - start, 2)}  # fmt: skip
+    if args.json:
+        print(jsonio.dumps(result, indent=2))
+    else:
+        print(f"exact match {result['exact_match']:.2f}   F1 {result['f1']:.2f}   "
+              f"({len(examples)} questions of {args.labelled})")  # fmt: skip
+    return 0
+
+
 def with_context(model: Any, context: int) -> Any:
     """``model``, rebuilt with ``max_len=context`` when that is longer than it was trained for.
 
@@ -352,6 +379,8 @@ def run(args: argparse.Namespace) -> int:
                 jsonio.dumps(result, indent=2) if args.json else summary_line(result, args.labelled)
             )
             return 0
+        if is_qa_config(loaded.config):
+            return _print_qa(loaded, args)
         if not getattr(loaded.config, "num_labels", 0):  # no head: sentence embeddings
             result = _score_pairs(loaded, args)
             if args.json:

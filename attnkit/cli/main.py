@@ -32,6 +32,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "classify": ("attnkit.cli.classify", "label texts with a text-classification checkpoint"),
     "embed": ("attnkit.cli.embed", "turn sentences into vectors (sentence embeddings)"),
     "tag": ("attnkit.cli.tag", "tag the words of sentences (named entities)"),
+    "answer": ("attnkit.cli.answer", "answer questions from a context (extractive QA)"),
     "export": ("attnkit.cli.export", "export a checkpoint to transformers, ONNX or CTranslate2"),
     "import": ("attnkit.cli.import_", "import pretrained weights (Hugging Face, GGUF)"),
     "explore": ("attnkit.cli.explore", "write the attention explorer for one text (HTML)"),

@@ -36,7 +36,13 @@ import json
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Self
 
-from attnkit.data.tokenizers import Tokenizer, hf_batch_ids, hf_tokenizer_from_json
+from attnkit.data.tokenizers import (
+    Offsets,
+    Tokenizer,
+    hf_batch_ids,
+    hf_batch_offsets,
+    hf_tokenizer_from_json,
+)
 from attnkit.errors import DataError
 
 if TYPE_CHECKING:
@@ -95,6 +101,9 @@ class PretrainedTokenizer(Tokenizer):
 
     def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
         return hf_batch_ids(self._hf, texts)
+
+    def encode_offsets(self, texts: Sequence[str]) -> list[tuple[list[int], Offsets]]:
+        return hf_batch_offsets(self._hf, texts)
 
     def decode(self, ids: Sequence[int]) -> str:
         kept = [int(i) for i in ids if int(i) not in self.skip_ids]

@@ -71,6 +71,19 @@ def hf_batch_ids(hf: hf_tokenizers.Tokenizer, texts: Sequence[str]) -> list[list
     return [e.ids for e in encode(list(texts), add_special_tokens=False)]
 
 
+# Token ids with each token's character span ``(start, end)`` in its text.
+Offsets = list[tuple[int, int]]
+
+
+def hf_batch_offsets(
+    hf: hf_tokenizers.Tokenizer, texts: Sequence[str]
+) -> list[tuple[list[int], Offsets]]:
+    """The ids of ``texts`` and each token's character span in its text (HF's offsets,
+    which point into the text as given, before normalisation), no special tokens."""
+    encoded = hf.encode_batch(list(texts), add_special_tokens=False)
+    return [(list(e.ids), [(int(a), int(b)) for a, b in e.offsets]) for e in encoded]
+
+
 class Tokenizer(ABC):
     """Text <-> token ids, with the special ids this tokenizer uses.
 
@@ -137,6 +150,15 @@ class Tokenizer(ABC):
     def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
         """``encode`` for many texts (BPE overrides it with HF's parallel encoder)."""
         return [self.encode(t) for t in texts]
+
+    def encode_offsets(self, texts: Sequence[str]) -> list[tuple[list[int], Offsets]]:
+        """Each text's ids and every token's character span ``(start, end)`` in it
+        (extractive question answering maps a predicted span of tokens back to text).
+        Tokenizers that cannot say where a token came from raise ``DataError``."""
+        raise DataError(
+            f"a {self.kind} tokenizer gives no character offsets; extractive question "
+            "answering needs a char, BPE or pretrained (Hugging Face) tokenizer"
+        )
 
     def to_json(self) -> str:
         return jsonio.dumps(
@@ -223,6 +245,9 @@ class CharTokenizer(_PieceVocab):
 
     def encode(self, text: str) -> list[int]:
         return [self._index.get(ch, UNK_ID) for ch in text]
+
+    def encode_offsets(self, texts: Sequence[str]) -> list[tuple[list[int], Offsets]]:
+        return [(self.encode(t), [(i, i + 1) for i in range(len(t))]) for t in texts]
 
     def decode(self, ids: Sequence[int]) -> str:
         return "".join(self.pieces[i] for i in self._drop_special(ids))
@@ -311,6 +336,9 @@ class BPETokenizer(_OwnSpecials):
 
     def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
         return hf_batch_ids(self._hf, texts)
+
+    def encode_offsets(self, texts: Sequence[str]) -> list[tuple[list[int], Offsets]]:
+        return hf_batch_offsets(self._hf, texts)
 
     def decode(self, ids: Sequence[int]) -> str:
         return self._hf.decode(self._drop_special(ids), skip_special_tokens=False)

@@ -23,6 +23,7 @@ from typing import Any, cast
 from fastapi import Depends, FastAPI
 from fastapi.responses import HTMLResponse
 
+from attnkit.serve.answer_batch import ANSWER, answer, is_reader
 from attnkit.serve.batcher import DynamicBatcher
 from attnkit.serve.continuous import GENERATE, ContinuousGenerator, GenerationJob, supports
 from attnkit.serve.deps import Handle, timing
@@ -85,6 +86,8 @@ def create_app(engine: Engine, settings: ServeSettings | None = None) -> Request
     def run_batch(key: Hashable, payloads: list[Any], handles: list[RequestHandle]) -> list[Any]:
         if key in ENCODER_KEYS:
             return run_encoder_batch(engine, key, payloads, handles)
+        if key == ANSWER:
+            return answer(engine, payloads, handles)
         beam, alpha, nbest = cast(tuple[int, float, int], key)
         flat = [src for sources in payloads for src in sources]
         owners = [h for sources, h in zip(payloads, handles) for _ in sources]
@@ -319,6 +322,7 @@ def create_app(engine: Engine, settings: ServeSettings | None = None) -> Request
         | {f"POST {KIND_ENDPOINTS[engine.kind]}"}
         | ({"POST /v1/classify"} if is_classifier(engine) else set())
         | ({"POST /v1/embeddings"} if engine.kind == "masked_lm" else set())
+        | ({"POST /v1/answer"} if is_reader(engine) else set())
         | (set(OPENAI_ENDPOINTS) if engine.kind == "causal_lm" else {"GET /v1/models"})
     )
     return RequestGuard(app, max_bytes=settings.max_body_bytes, read_timeout=settings.read_timeout)

@@ -1,5 +1,5 @@
-"""The routes of encoder-only checkpoints: ``/v1/fill-mask``, ``/v1/classify``, ``/v1/tag``
-and OpenAI's ``/v1/embeddings``.
+"""The routes of encoder-only checkpoints: ``/v1/fill-mask``, ``/v1/classify``, ``/v1/tag``,
+``/v1/answer`` and OpenAI's ``/v1/embeddings``.
 
 Each queues their request in the dynamic batcher under their own key
 (``attnkit.serve.encoder_batch``): concurrent requests are answered from one
@@ -16,6 +16,7 @@ from typing import Any
 
 from fastapi import Depends, FastAPI
 
+from attnkit.serve.answer_batch import ANSWER, AnswerRequest, AnswerResponse, is_reader
 from attnkit.serve.batcher import DynamicBatcher
 from attnkit.serve.deps import Handle, timing
 from attnkit.serve.encoder_batch import (
@@ -72,6 +73,23 @@ def add_encoder_routes(
                 "use POST /v1/fill-mask",
                 status=400,
             )
+
+    def reader() -> None:
+        engine.require("masked_lm", "/v1/answer")
+        if not is_reader(engine):
+            raise RequestError(
+                "/v1/answer needs an extractive question-answering checkpoint (task: "
+                "question_answering, a start/end token head), but this checkpoint has none",
+                status=400,
+            )
+
+    @app.post("/v1/answer", response_model=AnswerResponse, dependencies=[Depends(reader)])
+    async def answer(req: AnswerRequest, handle: Handle) -> dict[str, Any]:
+        """The span of the context that answers the question (batched with others)."""
+        started = time.monotonic()
+        cost = (len(req.question) + len(req.context)) // 4 + 1  # ~tokens; tokenized in the worker
+        found, info = await batcher.submit(ANSWER, req, cost=cost, handle=handle)
+        return {**found, "timing": timing(info, started)}
 
     @app.post(
         "/v1/fill-mask",

@@ -106,6 +106,7 @@ class DataConfig:
     # tokens; translation: longer training pairs are dropped (and counted);
     # text_classification: longer examples are cut to it (and counted)
     max_len: int = 256
+    doc_stride: int = 128  # question_answering: context tokens consecutive windows share
     skip_empty: bool = False
     corpora: tuple[CorpusConfig, ...] | None = None  # translation: weighted training folders
     loading: Literal["prepared", "memory", "streaming"] = "prepared"
@@ -141,7 +142,7 @@ class DataConfig:
             )
         check_fields(self)
         at_least(self, ("max_len", "shuffle_buffer"), 1)
-        at_least(self, ("max_shift",), 0)
+        at_least(self, ("max_shift", "doc_stride"), 0)
         if self.block_size is not None:
             at_least(self, ("block_size",), 1)
         if self.valid_fraction is not None:

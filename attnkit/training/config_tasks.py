@@ -38,16 +38,19 @@ __all__ = [
 Task = Literal[
     "translation", "lm", "mlm", "image_classification", "text_classification", "instruction",
     "span_corruption", "text_to_text", "sentence_similarity", "token_classification",
+    "question_answering",
 ]  # fmt: skip
 TASKS: tuple[str, ...] = (
     "translation", "lm", "mlm", "image_classification", "text_classification", "instruction",
     "span_corruption", "text_to_text", "sentence_similarity", "token_classification",
+    "question_answering",
 )  # fmt: skip
 SEQ2SEQ_TEXT = ("translation", "text_to_text")  # the tasks on text pairs
 TEXT_CLASSIFICATION = ("text_classification",)
 TOKEN_CLASSIFICATION = ("token_classification",)  # named entities (tasks/token_classification.py)
+QA = ("question_answering",)  # extractive QA (tasks/question_answering.py)
 # encoder-only tasks on labelled files, batched by examples (train.batch_size)
-EXAMPLE_TASKS = ("text_classification", "sentence_similarity", *TOKEN_CLASSIFICATION)
+EXAMPLE_TASKS = ("text_classification", "sentence_similarity", *TOKEN_CLASSIFICATION, *QA)
 LM_TASKS = ("lm", "mlm", "span_corruption")  # the tasks on one text file
 IMAGE_TASKS = ("image_classification",)
 
@@ -61,6 +64,7 @@ TASK_KEYS: dict[str, tuple[str, ...]] = {
     "data.test": ("translation",),
     "data.max_len": (*SEQ2SEQ_TEXT, *EXAMPLE_TASKS),
     "data.tag_scheme": TOKEN_CLASSIFICATION,
+    "data.doc_stride": QA,
     "data.block_size": (*LM_TASKS, "instruction"),
     "data.pack": ("instruction",),
     "data.documents": ("mlm",),

@@ -132,7 +132,7 @@ def test_bad_input_is_one_line(tagger, tmp_path, monkeypatch, capsys):
     assert code == 1 and f"{bad}:4: tag 'B-ORG' is not one of the model's labels" in err
     assert len(err.strip().splitlines()) == 1
     code = main(["classify", "--checkpoint", str(tagger), "--input", str(bad)])
-    assert code == 2 and "labels tokens, not sentences" in capsys.readouterr().err
+    assert code == 2 and "labels tokens, not texts" in capsys.readouterr().err
     (tmp_path / "c.yaml").write_text(
         CONFIG.format(dir=tmp_path).replace("train.txt", "bad.txt").replace("valid.jsonl", "v.txt")
     )

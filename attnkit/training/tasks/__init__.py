@@ -29,6 +29,7 @@ from attnkit.training.tasks.image import ImageClassificationTask
 from attnkit.training.tasks.instruction import InstructionTask
 from attnkit.training.tasks.language_model import CausalLMTask, MaskedLMTask
 from attnkit.training.tasks.next_sentence import NextSentenceTask
+from attnkit.training.tasks.question_answering import QuestionAnsweringTask
 from attnkit.training.tasks.sentence_similarity import SentenceSimilarityTask
 from attnkit.training.tasks.span_corruption import SpanCorruptionTask
 from attnkit.training.tasks.text_classification import TextClassificationTask
@@ -48,6 +49,7 @@ TASK_CLASSES: dict[str, type[Task]] = {
     "text_to_text": TextToTextTask,  # an encoder-decoder on several prefixed corpora
     "sentence_similarity": SentenceSimilarityTask,  # sentence embeddings on sentence pairs
     "token_classification": TokenClassificationTask,  # an encoder tags words (named entities)
+    "question_answering": QuestionAnsweringTask,  # an encoder finds answers in a context
 }
 
 
