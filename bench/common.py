@@ -189,7 +189,7 @@ def median(xs: list[float]) -> float:
 
 
 def format_table(headers: list[str], rows: list[list[str]]) -> str:
-    """A Markdown table, so the printed output can be pasted into docs/results.md."""
+    """A Markdown table, so the printed output can be pasted into docs/lab/results-history.md."""
     widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(headers)]
     line = lambda cells: "| " + " | ".join(c.ljust(w) for c, w in zip(cells, widths)) + " |"  # noqa: E731
     sep = "|" + "|".join("-" * (w + 2) for w in widths) + "|"

@@ -8,7 +8,7 @@
 # Each benchmark runs under its own `timeout`, so a slow compile costs that
 # benchmark, not the whole call; each part's budgets add up to <= 540 s. Outputs
 # (the printed table, the JSON, stderr) go to $OUT (default /tmp/attnkit-gpu-out), one
-# file per benchmark, plus env.txt. Paste the .txt tables into docs/results.md
+# file per benchmark, plus env.txt. Paste the .txt tables into docs/lab/results-history.md
 # and the measured column of bench/NOTES.md.
 set -uo pipefail
 cd "$(dirname "$0")/.."

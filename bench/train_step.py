@@ -14,7 +14,7 @@ dropout 0.1, random init):
   ``nn.Transformer`` also applies to attention weights and inside the FFN.
 
 Precision: bf16 autocast on CUDA, fp32 on CPU. Prints a Markdown table ready
-for docs/results.md; ``--json`` also writes the figures.
+for docs/lab/results-history.md; ``--json`` also writes the figures.
 """
 
 from __future__ import annotations

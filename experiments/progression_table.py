@@ -1,5 +1,5 @@
 """Turn experiments/multi30k_progression.sh's results into the Markdown tables of
-docs/results.md: the progression (against its published anchors) and the small Table 3
+docs/lab/results-history.md: the progression (against its published anchors) and the small Table 3
 (against the paper's values and direction of change).
 
     python experiments/progression_table.py runs/progression/results.jsonl

@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from attnkit.outputs import RunLock
     from attnkit.training.runconfig import RunConfig
 
-# The model and recipe, sized for 2 CPU cores (see docs/results.md for figures).
+# The model and recipe, sized for 2 CPU cores (see docs/lab/results-history.md for figures).
 QUICKSTART_RUN: dict[str, Any] = {
     "task": "translation",
     "tokenizer": {"kind": "bpe", "vocab_size": 200},

@@ -29,7 +29,7 @@ How attnkit's options map onto ``translate_batch``:
   to one decoder; a call alone is split over all of them), which single
   decoders take in parallel. Single-threaded workers never wait at an OpenMP
   barrier, which on a server whose HTTP side shares the cores is what costs
-  (docs/results.md, round 10).
+  (docs/lab/results-history.md, round 10).
 * ``min_decoding_length=0`` (attnkit may answer with EOS at once),
   ``max_input_length=0`` (sources are cut as attnkit cuts them, before).
 

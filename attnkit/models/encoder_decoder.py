@@ -69,7 +69,7 @@ class EncoderDecoder(nn.Module):
             # T5 draws that matrix from N(0, 1) (its `shared` init), so that after the
             # d_model**-0.5 rescale the first logits have unit scale. N(0, D**-0.5), right
             # for scaled embeddings, left them D**0.5 (16x at d_model 256) too small, and a
-            # 30-minute run spent itself growing the output layer (docs/results.md, T5).
+            # 30-minute run spent itself growing the output layer (docs/lab/results-history.md, T5).
             for tokens in {id(t): t for t in (src_tokens, tgt_tokens)}.values():
                 nn.init.normal_(tokens.weight, std=1.0)
 

@@ -15,7 +15,7 @@ Precisions (``PRECISIONS``):
   gets int8 weights with bf16 activations (``int8w``) instead: int8 made
   accurate on Llama-type models (on SmolLM2, fp32's top-1 at 120 -> 122 of 128
   positions, median logit error 6.0% -> 4.8%, for 3% of the decode rate:
-  docs/results.md, round 11);
+  docs/lab/results-history.md, round 11);
 * ``"int8w"``: ``Int8WeightOnlyLinear`` (the same int8 weights, bf16
   activations: accurate where activations have outliers, as in Llama-type
   models); token embeddings int8 per row.

@@ -12,7 +12,7 @@ Measured at SmolLM2's decode shapes (one row; ``bench/NOTES.md``):
 ``_weight_int8pack_mm`` with bf16 input ran 1.5x as fast as the oneDNN bf16
 GEMM and 0.3-0.7x as fast as fbgemm's dynamic int8; with fp32 input it was
 several times slower than either, hence bf16 activations. It does not scale
-with rows: on batched translation int8w is slower than fp32 (docs/results.md).
+with rows: on batched translation int8w is slower than fp32 (docs/lab/results-history.md).
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ bias table, whose single entries *are* score offsets, needs hundreds of steps
 to reach the few units of bias that make attention local, while a projection
 gets there through a d-wide dot product. On a copy task T5's bias alone took
 ~810 steps to reach a loss sinusoidal positions reach in ~270; at 10-30x, ~470
-(docs/results.md, the T5 section).
+(docs/lab/results-history.md, the T5 section).
 """
 
 from __future__ import annotations

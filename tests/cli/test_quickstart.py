@@ -6,7 +6,7 @@ import json
 def test_quickstart_learns_number_translation(quickstart_run):
     out = quickstart_run.out
     metrics = json.loads((out / "metrics.json").read_text())
-    # The full quickstart reaches >= 0.97 (docs/results.md); a third of its budget
+    # The full quickstart reaches >= 0.97 (docs/lab/results-history.md); a third of its budget
     # must already get most held-out numbers exactly right.
     assert metrics["exact_match"] >= 0.6, metrics
     assert metrics["bleu"] >= 50, metrics

@@ -109,7 +109,7 @@ def test_every_row_of_the_script_is_a_valid_config():
 
 
 def test_the_projects_own_results_name_their_rows_machines_and_budgets():
-    # experiments/table3_results.jsonl is the table docs/results.md shows: every record a
+    # experiments/table3_results.jsonl is the table the results history shows: every record a
     # known row and seed, with its CPU and budget (a row from another machine must say so).
     table3 = _module()
     path = SCRIPT.parent / "table3_results.jsonl"

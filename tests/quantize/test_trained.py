@@ -2,7 +2,7 @@
 
 The stated rates (``AGREEMENT``) are what the README promises for
 ``--precision``; the measured ones on the full quickstart and on Multi30k
-are in docs/results.md.
+are in docs/lab/results-history.md.
 """
 
 from __future__ import annotations
