@@ -93,6 +93,22 @@ class NgramIndex:
         return []
 
 
+def _plain(
+    model: CausalStepper[Any],
+    ids: Tensor,
+    max_new_tokens: int,
+    eos_id: int | None,
+    stepper: AnyStepper | None,
+    stats: LookupStats,
+) -> Iterator[Tensor]:
+    """Plain greedy ``stream`` from ``ids`` on, counted (one model pass per token)."""
+    for token in stream(model, ids, max_new_tokens, temperature=0.0, eos_id=eos_id,
+                        stepper=stepper):  # fmt: skip
+        stats.forwards += 1
+        stats.tokens += 1
+        yield token
+
+
 @torch.no_grad()
 def lookup_stream(
     model: CausalStepper[Any],
@@ -128,16 +144,14 @@ def lookup_stream(
     steps: AnyStepper = model if stepper is None else stepper
     context = model.context_length
     if prompt_ids.size(1) > context:  # the window slides from the start: nothing to keep
-        yield from stream(model, prompt_ids, max_new_tokens, temperature=0.0, eos_id=eos_id,
-                          stepper=stepper)  # fmt: skip
+        yield from _plain(model, prompt_ids, max_new_tokens, eos_id, stepper, stats)
         return
     device = prompt_ids.device
     ids: list[int] = prompt_ids[0].tolist()
     index = NgramIndex(ids, max_ngram)
     state = steps.start(prompt_ids, max_steps=min(max_new_tokens, context - len(ids) + 1))
     if not isinstance(state, RewindableState) or not state.rewindable:
-        yield from stream(model, prompt_ids, max_new_tokens, temperature=0.0, eos_id=eos_id,
-                          stepper=stepper)  # fmt: skip
+        yield from _plain(model, prompt_ids, max_new_tokens, eos_id, stepper, stats)
         return
     logits, state = steps.step(prompt_ids[:, -1], state)  # (1, V): the prompt's last token
     stats.forwards += 1
@@ -154,8 +168,7 @@ def lookup_stream(
             return
         if len(ids) > context:  # the window slides: re-encoded from scratch, as stream does
             window = torch.tensor([ids], device=device)
-            yield from stream(model, window, left, temperature=0.0, eos_id=eos_id,
-                              stepper=stepper)  # fmt: skip
+            yield from _plain(model, window, left, eos_id, stepper, stats)
             return
         # Fed: the token and the draft, at positions len(ids) - 1 ...; the draft stays
         # inside the context and leaves the last token to come out of a forward pass.
