@@ -83,6 +83,18 @@ class DecoderCache(Protocol):
         ...
 
 
+@runtime_checkable
+class RewindableCache(Protocol):
+    """A cache that can forget its newest positions (speculative decoding's rollback)."""
+
+    length: int
+
+    def truncate(self, length: int) -> None:
+        """Keep the first ``length`` target positions (``<= self.length``); later ones
+        are overwritten by the next update."""
+        ...
+
+
 class LayeredCache(Protocol):
     """A cache that keeps every layer (``KVCache``, ``StaticKVCache``,
     ``RecurrentStateCache``): what its ``LayerView`` reads."""
@@ -98,6 +110,11 @@ class LayeredCache(Protocol):
     def update_layer(self, layer: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
         """Store layer ``layer``'s new keys/values; return every visible key/value."""
         ...
+
+
+def _check_truncate(length: int, current: int) -> None:
+    if not 0 <= length <= current:
+        raise ValueError(f"truncate: length must be in [0, {current}], got {length}")
 
 
 def cross_rows(indices: Tensor, cross: bool | Tensor) -> Tensor | None:
@@ -205,6 +222,12 @@ class KVCache:
 
     def advance(self, steps: int = 1) -> None:
         self.length += steps
+
+    def truncate(self, length: int) -> None:
+        # Keys/values past ``length`` stay in the buffer but are never read again:
+        # every read is the ``[:length + t]`` prefix, and the next update overwrites them.
+        _check_truncate(length, self.length)
+        self.length = length
 
     def reorder(self, indices: Tensor, *, cross: bool | Tensor = True) -> Self:
         # Only the filled prefix moves, gathered in one pass into a spare buffer

@@ -26,7 +26,7 @@ from typing import Self
 import torch
 from torch import Tensor
 
-from attnkit.attention.cache import LayerCache, LayerView, cross_rows
+from attnkit.attention.cache import LayerCache, LayerView, _check_truncate, cross_rows
 
 PoolKey = tuple[str, tuple[int, ...], torch.dtype, torch.device, bool]
 """A pooled buffer's name, shape, dtype, device and whether it was made in inference mode."""
@@ -193,6 +193,12 @@ class StaticKVCache:
     def advance(self, steps: int = 1) -> None:
         self.pos.add_(steps)  # on the device, no sync
         self.length += steps
+
+    def truncate(self, length: int) -> None:
+        """Keep the first ``length`` positions; the rest is hidden by ``self_mask``."""
+        _check_truncate(length, self.length)
+        self.pos.fill_(length)  # in place: the address stays (CUDA graphs)
+        self.length = length
 
     def reorder(self, indices: Tensor, *, cross: bool | Tensor = True) -> Self:
         """Keep batch rows ``indices`` ``(B',)`` (in that order); returns self.

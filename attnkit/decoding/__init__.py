@@ -16,6 +16,7 @@ from attnkit.decoding.common import (
 from attnkit.decoding.constraints import MinLength
 from attnkit.decoding.generate import generate, stream
 from attnkit.decoding.greedy import greedy_search
+from attnkit.decoding.lookup import LookupStats, lookup_stream
 from attnkit.decoding.protocol import CausalStepper, DecodingState, Stepper
 from attnkit.decoding.sampling import filter_logits, sample
 from attnkit.decoding.static import StaticCacheStepper, SupportsStaticCache, build_stepper
@@ -25,6 +26,7 @@ __all__ = [
     "DecodeResult",
     "DecodingState",
     "Hypothesis",
+    "LookupStats",
     "SearchSettings",
     "MinLength",
     "StaticCacheStepper",
@@ -36,6 +38,7 @@ __all__ = [
     "generate",
     "greedy_search",
     "length_penalty",
+    "lookup_stream",
     "output_limits",
     "sample",
     "stream",

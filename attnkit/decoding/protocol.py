@@ -23,8 +23,10 @@ change how a model steps without touching the searches.
 
 Capabilities beyond it are declared by protocols too, never probed:
 ``CausalStepper`` (a language model with a context length, for ``stream``),
-``SupportsStaticCache`` (``attnkit.decoding.static``) and ``FixedBatch`` (a
-stepper that wants the batch size to stay put).
+``SupportsStaticCache`` (``attnkit.decoding.static``), ``FixedBatch`` (a
+stepper that wants the batch size to stay put), and ``Verifier`` with
+``RewindableState`` (several tokens per step and a rollback: prompt-lookup
+decoding, ``attnkit.decoding.lookup``).
 
 Beam search also reorders to fewer rows (``indices`` shorter than the batch):
 the done sentences leave the batch, each kept sentence's ``K`` rows staying
@@ -85,6 +87,27 @@ class FixedBatch(Protocol):
     rows would change what the rest decode."""
 
     fixed_batch: bool
+
+
+@runtime_checkable
+class RewindableState(DecodingState, Protocol):
+    """A state whose cache can forget its newest positions (``rewindable`` says if it can)."""
+
+    @property
+    def rewindable(self) -> bool: ...
+
+    def truncate(self, length: int) -> Self:
+        """Keep the first ``length`` cached target positions."""
+        ...
+
+
+@runtime_checkable
+class Verifier(Protocol[S]):
+    """A model that scores several fed tokens in one pass (speculative decoding's check)."""
+
+    def verify(self, tokens: Tensor, state: S) -> tuple[Tensor, S]:
+        """Feed ``tokens`` ``(B, t)``; return the logits after each ``(B, t, V)``."""
+        ...
 
 
 AnyStepper = Stepper[Any]

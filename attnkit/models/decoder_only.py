@@ -152,6 +152,17 @@ class DecoderOnlyLM(nn.Module):
         state.pending = prompt_ids[:, -1]
         return state
 
+    def verify(self, tokens: Tensor, state: DecoderState) -> tuple[Tensor, DecoderState]:
+        """Feed ``tokens`` ``(B, t)`` at once (a token and its draft); the logits after each
+        ``(B, t, V)``. The cache advances by ``t``: ``state.truncate`` rolls it back."""
+        if state.pending is not None:
+            raise ValueError("verify: feed the prompt's last token with step first")
+        x = self.embed(tokens, offset=state.cache.position_offset())
+        out = run_causal_layers(self.layers, x, final_norm=self.final_norm, cache=state.cache)
+        logits: Tensor = self.lm_head(out.hidden)
+        state.cache.advance(tokens.size(1))
+        return logits, state
+
     def step(self, tokens: Tensor, state: DecoderState) -> tuple[Tensor, DecoderState]:
         """Feed ``tokens`` ``(B,)`` (or the pending prompt token); next-token logits ``(B, V)``."""
         tokens = state.take_input(tokens)

@@ -21,7 +21,7 @@ from typing import Protocol
 import torch
 from torch import Tensor
 
-from attnkit.attention.cache import DecoderCache, KVCache
+from attnkit.attention.cache import DecoderCache, KVCache, RewindableCache
 from attnkit.attention.masks import PreparedMask
 from attnkit.attention.recurrent_cache import RecurrentStateCache
 
@@ -157,6 +157,19 @@ class DecoderState:
             self.group = 1
         if self.pending is not None:
             self.pending = self.pending.index_select(0, indices)
+        return self
+
+    @property
+    def rewindable(self) -> bool:
+        """Whether ``truncate`` works: a key/value cache can forget positions, linear
+        attention's running state cannot."""
+        return isinstance(self.cache, RewindableCache)
+
+    def truncate(self, length: int) -> DecoderState:
+        """Keep the first ``length`` cached target positions (a rejected draft's rollback)."""
+        if not isinstance(self.cache, RewindableCache):
+            raise ValueError(f"truncate: {type(self.cache).__name__} cannot be rolled back")
+        self.cache.truncate(length)
         return self
 
     def take_input(self, tokens: Tensor) -> Tensor:
