@@ -36,11 +36,11 @@ CHECKPOINT_HELP = (
 def named_checkpoint(path: str) -> str:
     """A checkpoint option's value as a local path: ``hf:ORG/NAME[@REVISION]`` (a model on
     the Hugging Face Hub) is imported once into attnkit's cache and its run directory
-    returned (``attnkit.interop.hub_imports``); any other value comes back as given.
+    returned (``attnkit.interop.hub.imports``); any other value comes back as given.
     Every command that takes a checkpoint calls this first (tests/cli/test_named_checkpoints)."""
     if not path.startswith("hf:"):
         return path
-    from attnkit.interop.hub_imports import local_checkpoint
+    from attnkit.interop.hub.imports import local_checkpoint
 
     return local_checkpoint(path)
 
@@ -48,7 +48,7 @@ def named_checkpoint(path: str) -> str:
 def pinned_checkpoint(directory: str) -> str:
     """How a run records a checkpoint that ``named_checkpoint`` imported from the Hub:
     ``hf:ORG/NAME@COMMIT``, the commit it was imported at."""
-    from attnkit.interop.hub_imports import pinned_name
+    from attnkit.interop.hub.imports import pinned_name
 
     return pinned_name(directory)
 

@@ -88,7 +88,7 @@ def run(args: argparse.Namespace) -> int:
     from attnkit.data.readers import read_input_lines
     from attnkit.evaluation.embeddings import embed_texts
     from attnkit.inference import prepare
-    from attnkit.interop.hf_pooling import embedding_settings
+    from attnkit.interop.hf.pooling import embedding_settings
 
     args.checkpoint = named_checkpoint(args.checkpoint)  # hf:ORG/NAME: imported once
     if args.batch_size < 1:

@@ -50,7 +50,7 @@ def add_encoder_routes(
     endpoint)``: the dependency that answers 400 on another kind of model."""
     settings = None
     if engine.kind == "masked_lm":
-        from attnkit.interop.hf_pooling import embedding_settings
+        from attnkit.interop.hf.pooling import embedding_settings
 
         # An imported sentence-transformers model's own pooling, normalisation and length.
         settings = embedding_settings(engine.loaded.directory, engine.model.config)

@@ -14,9 +14,9 @@ from interop_helpers import BPE_TEXT, save_random_model
 from attnkit.checkpoints import safe_files, save_checkpoint
 from attnkit.cli.inference_args import ENGINES as CLI_ENGINES
 from attnkit.cli.main import main
+from attnkit.engines import registry as engines
+from attnkit.engines.ctranslate2 import CTranslate2Engine
 from attnkit.errors import UsageError
-from attnkit.interop import engines
-from attnkit.interop.engines_ct2 import CTranslate2Engine
 
 TEXTS = ["ein Haus am See", "zwei Hunde", "a dog runs fast by the lake", "Kinder <s> ß",
          "the house", "spielen im Garten schnell", "", "  ",

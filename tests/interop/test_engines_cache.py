@@ -24,9 +24,9 @@ from cache_damage import DAMAGE, watchdog
 
 from attnkit.checkpoints.loading import load_model
 from attnkit.cli.main import main
-from attnkit.interop import engines_cache
-from attnkit.interop.engines import RunOptions
-from attnkit.interop.engines_onnx import OnnxRuntimeEngine
+from attnkit.engines import cache as engines_cache
+from attnkit.engines.onnxruntime import OnnxRuntimeEngine
+from attnkit.engines.registry import RunOptions
 
 TEXTS = ["ein Haus am See", "zwei Hunde", "the house", "spielen im Garten schnell", ""]
 GREEDY = ["--greedy", "--alpha", "0", "--max-len-b", "6"]
@@ -200,10 +200,10 @@ def test_engines_loading_garbage_raise_one_line_engine_errors(tmp_path, bpe_chec
     """Outside the cache (``onnx_runner DIR``) or should a file change after the check:
     the engine's own failure is an ``EngineError`` naming the file, not the catch-all."""
     from attnkit.data.tokenizer_kinds import load_tokenizer
+    from attnkit.engines.base import SourceSide
+    from attnkit.engines.ctranslate2 import CTranslate2Engine
+    from attnkit.engines.onnx_runner import OnnxStepper
     from attnkit.errors import EngineError, UsageError
-    from attnkit.interop.engines_base import SourceSide
-    from attnkit.interop.engines_ct2 import CTranslate2Engine
-    from attnkit.interop.onnx_runner import OnnxStepper
 
     (tmp_path / "model.bin").write_bytes(bytes(range(256)) * 4)
     source = SourceSide(load_tokenizer(bpe_checkpoint / "tokenizer.json"), 10)

@@ -30,9 +30,9 @@ from interop_helpers import save_random_model
 
 from attnkit.cli.main import main
 from attnkit.data.tokenizers import CharTokenizer
+from attnkit.engines.llama_cpp import PROBE_FILE, LlamaCppEngine, gguf_file, probe
+from attnkit.engines.registry import RunOptions, SampleOptions, open_generator
 from attnkit.errors import EngineError, UsageError
-from attnkit.interop.engines import RunOptions, SampleOptions, open_generator
-from attnkit.interop.engines_llama import PROBE_FILE, LlamaCppEngine, gguf_file, probe
 from attnkit.kernels.machine_choice import cpu_name
 
 llama_cpp = pytest.importorskip("llama_cpp")

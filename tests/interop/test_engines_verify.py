@@ -19,9 +19,10 @@ import torch
 from cache_damage import DAMAGE, watchdog
 
 from attnkit.checkpoints import safe_files
+from attnkit.engines import cache as engines_cache
+from attnkit.engines import verify as engines_verify
+from attnkit.engines.cache import FORMAT, cache_key, converted_model, fingerprint
 from attnkit.errors import EngineError
-from attnkit.interop import engines_cache, engines_verify
-from attnkit.interop.engines_cache import FORMAT, cache_key, converted_model, fingerprint
 
 FILE = "model/model.bin"
 

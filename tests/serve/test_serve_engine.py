@@ -18,7 +18,7 @@ from fastapi.testclient import TestClient
 from attnkit.checkpoints import safe_files
 from attnkit.checkpoints.loading import LoadedModel, load_model
 from attnkit.cli.main import main
-from attnkit.interop.engines import RunOptions
+from attnkit.engines.registry import RunOptions
 from attnkit.serve.app import ServeSettings, create_app
 from attnkit.serve.engine import Engine
 from attnkit.serve.engine_translator import open_translator

@@ -1,7 +1,7 @@
 """``attnkit generate --engine llama.cpp``: llama.cpp (llama-cpp-python) on the GGUF export.
 
 The first use converts the checkpoint with ``attnkit export --to gguf`` into
-the engine cache beside it (``attnkit.interop.engines_cache``: keyed by the
+the engine cache beside it (``attnkit.engines.cache``: keyed by the
 weights, llama-cpp-python's and gguf's versions), one file per precision:
 ``--precision fp32`` runs the f32 file, ``int8`` the q8_0 one (llama.cpp's
 32-weight blocks with one scale; llama.cpp's own int8 kernels). Only what the
@@ -50,9 +50,9 @@ from typing import Any, ClassVar
 from attnkit import jsonio
 from attnkit.checkpoints.loading import LoadedModel
 from attnkit.checkpoints.safe_files import read_text
+from attnkit.engines.base import RunOptions, cpu_only, refuse_attnkit_paths
+from attnkit.engines.verify import MAX_UNRECORDED_BYTES
 from attnkit.errors import CheckpointError, EngineError, UsageError
-from attnkit.interop.engines_base import RunOptions, cpu_only, refuse_attnkit_paths
-from attnkit.interop.engines_verify import MAX_UNRECORDED_BYTES
 from attnkit.kernels.machine_choice import cpu_name
 from attnkit.outputs.atomic import write_text
 
@@ -132,7 +132,7 @@ class LlamaCppEngine:
     @staticmethod
     def convert(loaded: LoadedModel, out: Path) -> None:
         """Both files (f32 and q8_0) into the new directory ``out``."""
-        from attnkit.interop.gguf_export import export_gguf
+        from attnkit.interop.gguf.export import export_gguf
 
         out.mkdir(parents=True)
         for precision, gguf_type in GGUF_TYPES.items():

@@ -1,6 +1,6 @@
 """``attnkit export --to ctranslate2``: CTranslate2's own converter, run on the HF export.
 
-The model goes through ``attnkit.interop.hf_export`` (a ``MarianMTModel``
+The model goes through ``attnkit.interop.hf.export`` (a ``MarianMTModel``
 directory) and then ``ctranslate2.converters.TransformersConverter``.
 CTranslate2's Marian loader was written for OPUS-MT models, whose
 conventions differ from attnkit's in three ways; each is fixed so that the
@@ -37,7 +37,7 @@ from attnkit import jsonio
 from attnkit.checkpoints import safe_files
 from attnkit.checkpoints.loading import LoadedModel
 from attnkit.errors import UsageError
-from attnkit.interop.hf_export import build_hf_marian, quiet_transformers, write_hf_directory
+from attnkit.interop.hf.export import build_hf_marian, quiet_transformers, write_hf_directory
 from attnkit.interop.outdir import staged_directory
 
 _USAGE = """# attnkit Transformer for CTranslate2

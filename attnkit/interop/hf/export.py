@@ -2,10 +2,10 @@
 
 The directory holds::
 
-    config.json, model.safetensors     MarianMTModel (``attnkit.interop.hf_marian``)
+    config.json, model.safetensors     MarianMTModel (``attnkit.interop.hf.marian``)
     generation_config.json             the search ``attnkit translate`` runs by default
     tokenizer.json, tokenizer_config.json, special_tokens_map.json
-                                       PreTrainedTokenizerFast (``attnkit.interop.hf_tokenizer``)
+                                       PreTrainedTokenizerFast (``attnkit.interop.hf.tokenizer``)
     README.md                          the model card (``attnkit.interop.model_card``)
 
 so that ``AutoModelForSeq2SeqLM.from_pretrained(DIR)``,
@@ -49,8 +49,8 @@ from attnkit import jsonio
 from attnkit.checkpoints import safe_files
 from attnkit.checkpoints.loading import LoadedModel
 from attnkit.errors import ConfigError, UsageError
-from attnkit.interop.hf_marian import check_marian_expressible, to_hf_marian
-from attnkit.interop.hf_tokenizer import hf_tokenizer_config, hf_tokenizer_json, remap_ids
+from attnkit.interop.hf.marian import check_marian_expressible, to_hf_marian
+from attnkit.interop.hf.tokenizer import hf_tokenizer_config, hf_tokenizer_json, remap_ids
 from attnkit.interop.model_card import RUN_FILE, model_card, run_config
 from attnkit.interop.outdir import staged_directory
 

@@ -44,7 +44,7 @@ from torch import Tensor
 
 from attnkit.data.pretrained_tokenizer import PretrainedTokenizer
 from attnkit.interop.conventions import activation_from_hf
-from attnkit.interop.hf_files import (
+from attnkit.interop.hf.files import (
     CONFIG,
     HFDirectory,
     map_weights,
@@ -54,7 +54,7 @@ from attnkit.interop.hf_files import (
     special_token,
     token_id,
 )
-from attnkit.interop.hf_pooling import sentence_embedding_details
+from attnkit.interop.hf.pooling import sentence_embedding_details
 from attnkit.interop.import_writer import Imported
 from attnkit.interop.keytable import Rule, Table, fuse
 from attnkit.models.lm_config import EncoderOnlyConfig

@@ -12,7 +12,7 @@ tensors, often quantized in blocks. ``read_gguf`` returns a ``GGUFCheckpoint``:
   makes, so the values agree bit for bit), with llama.cpp's q/k row
   permutation undone (``unpermute_rope_rows``);
 * ``tokenizer``: a ``tokenizers.Tokenizer`` rebuilt from the metadata
-  (``attnkit.interop.gguf_tokenizer``), plus the special ids and the chat template.
+  (``attnkit.interop.gguf.tokenizer``), plus the special ids and the chat template.
 
 Anything this reader cannot honour exactly (another architecture, a tensor
 type outside ``SUPPORTED_TYPES``, RoPE scaling, experts, extra tensors) is a
@@ -38,7 +38,7 @@ import torch
 from torch import Tensor
 
 from attnkit.errors import CheckpointError
-from attnkit.interop.gguf_file import metadata_values, open_gguf
+from attnkit.interop.gguf.file import metadata_values, open_gguf
 from attnkit.interop.keymap import plan_load
 from attnkit.interop.keytable import Rule, Step, Table
 from attnkit.interop.llama import LlamaHParams, llama_dims
@@ -243,7 +243,7 @@ def read_gguf(
         tensors: dequantize the tensors (skip for metadata only).
         tokenizer: build the tokenizer from the metadata.
         pre_tokenizer: override ``tokenizer.ggml.pre`` (see
-            ``attnkit.interop.gguf_tokenizer.PRE_TOKENIZERS``).
+            ``attnkit.interop.gguf.tokenizer.PRE_TOKENIZERS``).
     """
     path = Path(path)
     reader = open_gguf(path)
@@ -272,7 +272,7 @@ def read_gguf(
 
     tok = None
     if tokenizer:
-        from attnkit.interop.gguf_tokenizer import build_tokenizer
+        from attnkit.interop.gguf.tokenizer import build_tokenizer
 
         tok = build_tokenizer(path, values, pre_tokenizer=pre_tokenizer)
     specials = {}

@@ -1,6 +1,6 @@
 """``T5ForConditionalGeneration`` directories -> attnkit ``EncoderDecoder`` with T5's options.
 
-The tensors go through ``hf_t5.t5_keys`` (copied by indexing only); every
+The tensors go through ``hf.t5.t5_keys`` (copied by indexing only); every
 shape and layer count is checked against ``config.json`` first.
 
 Mapped from ``config.json``: sizes, ``num_decoder_layers`` (default
@@ -30,7 +30,7 @@ from typing import Any
 
 from attnkit.data.pretrained_tokenizer import PretrainedTokenizer
 from attnkit.errors import CheckpointError
-from attnkit.interop.hf_files import (
+from attnkit.interop.hf.files import (
     CONFIG,
     WEIGHTS,
     HFDirectory,
@@ -41,7 +41,7 @@ from attnkit.interop.hf_files import (
     special_token,
     token_id,
 )
-from attnkit.interop.hf_t5 import t5_dims, t5_keys, t5_ties
+from attnkit.interop.hf.t5 import t5_dims, t5_keys, t5_ties
 from attnkit.interop.import_writer import Imported
 from attnkit.models.config import TransformerConfig
 from attnkit.models.presets import T5_OPTIONS

@@ -1,12 +1,12 @@
-"""``MarianMTModel`` directories -> attnkit ``EncoderDecoder`` (the inverse of ``hf_marian``).
+"""``MarianMTModel`` directories -> attnkit ``EncoderDecoder`` (the inverse of ``hf.marian``).
 
 The tensors go through the export's own table read backwards
-(``hf_marian.marian_keys``), copied by indexing only, so a model that went
+(``hf.marian.marian_keys``), copied by indexing only, so a model that went
 attnkit -> HF -> attnkit comes back bit for bit: q/k/v are stacked back into
 the fused ``qkv_proj`` (cross-attention: ``q_proj`` and the stacked ``kv_proj``),
 and the model dimension is permuted back from Marian's sines-then-cosines
 layout to attnkit's interleaved one (the inverse of
-``hf_marian.interleaved_to_halves``; see that module's doc). Layer counts
+``hf.marian.interleaved_to_halves``; see that module's doc). Layer counts
 and every shape are checked against ``config.json`` first, and the
 sinusoid table's size against a ceiling (``import_writer.check_positions``).
 
@@ -36,7 +36,7 @@ import torch
 from attnkit.data.pretrained_tokenizer import PretrainedTokenizer
 from attnkit.errors import CheckpointError
 from attnkit.interop.conventions import activation_from_hf
-from attnkit.interop.hf_files import (
+from attnkit.interop.hf.files import (
     CONFIG,
     WEIGHTS,
     HFDirectory,
@@ -47,7 +47,7 @@ from attnkit.interop.hf_files import (
     special_token,
     token_id,
 )
-from attnkit.interop.hf_marian import marian_dims, marian_keys, marian_ties
+from attnkit.interop.hf.marian import marian_dims, marian_keys, marian_ties
 from attnkit.interop.import_writer import Imported, check_positions
 from attnkit.models.config import TransformerConfig
 

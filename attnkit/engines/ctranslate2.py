@@ -46,8 +46,7 @@ from typing import Any, ClassVar
 
 from attnkit.checkpoints.loading import LoadedModel
 from attnkit.decoding.common import Hypothesis
-from attnkit.errors import EngineError, UsageError
-from attnkit.interop.engines_base import (
+from attnkit.engines.base import (
     DecodeOptions,
     RunOptions,
     SourceSide,
@@ -55,6 +54,7 @@ from attnkit.interop.engines_base import (
     refuse_attnkit_paths,
     refuse_sampling,
 )
+from attnkit.errors import EngineError, UsageError
 
 COMPUTE_TYPES = {"fp32": "float32", "int8": "int8", "bf16": "bfloat16"}
 
@@ -110,7 +110,7 @@ class CTranslate2Engine:
 
     @staticmethod
     def convert(loaded: LoadedModel, out: Path) -> None:
-        from attnkit.interop.ct2_export import export_ctranslate2
+        from attnkit.interop.ctranslate2.export import export_ctranslate2
 
         export_ctranslate2(loaded, out)
 

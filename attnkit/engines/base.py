@@ -2,7 +2,7 @@
 
 ``attnkit translate --engine ctranslate2|onnxruntime`` (and ``evaluate``) run
 a Transformer checkpoint on another inference engine, converted once by the
-existing exports (``attnkit.interop.engines_cache``). Every engine is one
+existing exports (``attnkit.engines.cache``). Every engine is one
 class with the same surface:
 
 * ``RunOptions``: what is fixed when the engine loads (``--precision``,
@@ -80,7 +80,7 @@ class Converter(Protocol):
 
     ``unrecorded``: files the engine itself writes into its model directory
     after the conversion (llama.cpp's probe outcome), which the cache's record
-    of its contents leaves out (``attnkit.interop.engines_verify``).
+    of its contents leaves out (``attnkit.engines.verify``).
     """
 
     name: str

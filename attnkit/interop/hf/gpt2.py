@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from attnkit.data.pretrained_tokenizer import PretrainedTokenizer
 from attnkit.interop.conventions import activation_from_hf, pick_special_ids
-from attnkit.interop.hf_files import (
+from attnkit.interop.hf.files import (
     CONFIG,
     HFDirectory,
     map_weights,

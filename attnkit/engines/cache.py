@@ -21,7 +21,7 @@ in, ``engine.json`` included, so a killed conversion leaves no directory that
 looks finished. Two processes converting at once each build their own copy;
 the later swap wins, and both copies are the same conversion.
 
-Before a cache is used, ``attnkit.interop.engines_verify.check`` compares what
+Before a cache is used, ``attnkit.engines.verify.check`` compares what
 it holds with what ``engine.json`` records (regular files only, no links, the
 recorded sizes and digests). A cache that fails is rebuilt the same way, with
 one line on stderr saying why; one that cannot be removed is refused in one
@@ -46,9 +46,9 @@ from attnkit.checkpoints import safe_files
 from attnkit.checkpoints.adapters import ADAPTER_FILE, weights_sha256
 from attnkit.checkpoints.files import CONFIG_FILE, TOKENIZER_FILE
 from attnkit.checkpoints.loading import LoadedModel
+from attnkit.engines.base import Converter
+from attnkit.engines.verify import MANIFEST, check, read_manifest, record
 from attnkit.errors import EngineError
-from attnkit.interop.engines_base import Converter
-from attnkit.interop.engines_verify import MANIFEST, check, read_manifest, record
 from attnkit.outputs import describe_os_error, staged_directory
 
 CACHE_DIR = "engines"
@@ -122,7 +122,7 @@ def converted_model(
     ``load`` is called only on a cache miss (loading the model is the slow
     part of a cache hit otherwise); ``say`` gets the one line that tells the
     user a conversion is happening, and why: a stale cache, or one that failed
-    verification (``engines_verify.check``).
+    verification (``verify.check``).
     """
     version = engine.version()
     files = fingerprint(checkpoint)

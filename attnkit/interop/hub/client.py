@@ -22,7 +22,7 @@ Every failure is one ``CheckpointError`` line saying what to do
 that needs a token (401/403: gated or private), offline with nothing cached,
 an interrupted download (``huggingface_hub`` resumes a dropped connection a
 few times itself; what it gives up on leaves no partial file in its cache).
-``attnkit.interop.hub_imports`` builds ``hf:ORG/NAME`` checkpoints on this.
+``attnkit.interop.hub.imports`` builds ``hf:ORG/NAME`` checkpoints on this.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from attnkit.errors import CheckpointError, UsageError
-from attnkit.interop.hf_files import CONFIG, INDEX, TOKENIZER, TOKENIZER_CONFIG, WEIGHTS
+from attnkit.interop.hf.files import CONFIG, INDEX, TOKENIZER, TOKENIZER_CONFIG, WEIGHTS
 
 # ORG/NAME as the Hub spells repository ids (huggingface_hub validates the rest).
 _REPO = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]*/[A-Za-z0-9_.\-]+")

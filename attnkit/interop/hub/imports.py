@@ -1,8 +1,8 @@
 """Hub models by name as imports: ``attnkit import`` and ``hf:ORG/NAME`` checkpoints.
 
 ``import_named(fmt, name, out)`` is ``attnkit import --from hf ORG/NAME[@REV]``
-(``--from gguf ORG/NAME[@REV]:FILE.gguf``): fetch through ``attnkit.interop.hub``,
-then the ordinary importer (``hf_import``, ``gguf_import``) with the Hub's record
+(``--from gguf ORG/NAME[@REV]:FILE.gguf``): fetch through ``attnkit.interop.hub.client``,
+then the ordinary importer (``hf.importer``, ``gguf.importer``) with the Hub's record
 for ``import.json``.
 
 ``hub_checkpoint("hf:ORG/NAME[@REV][:FILE.gguf]")`` is what every command that
@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from attnkit.errors import CheckpointError, UsageError
-from attnkit.interop import hub
+from attnkit.interop.hub import client as hub
 from attnkit.interop.import_writer import read_import_record
 
 PREFIX = "hf:"
@@ -39,11 +39,11 @@ def import_named(source_format: str, text: str, out: Path, *, overwrite: bool = 
     """``attnkit import --from hf|gguf NAME``: fetch ``text`` from the Hub and import it."""
     if source_format == "gguf":
         name = hub.parse_name(text, file_suffix=GGUF)
-        from attnkit.interop.gguf_import import import_gguf
+        from attnkit.interop.gguf.importer import import_gguf
 
         path, record = hub.download_file(name)
         return import_gguf(path, out, overwrite=overwrite, hub=record)
-    from attnkit.interop.hf_import import import_hf
+    from attnkit.interop.hf.importer import import_hf
 
     folder, record = hub.download_model(hub.parse_name(text))
     return import_hf(folder, out, overwrite=overwrite, hub=record)
@@ -116,12 +116,12 @@ def hub_checkpoint(text: str) -> Path:
         _say(f"{text}: importing {name.repo} at {commit[:12]} into {directory} (once)")
         record: dict[str, Any]
         if name.filename is not None:
-            from attnkit.interop.gguf_import import import_gguf
+            from attnkit.interop.gguf.importer import import_gguf
 
             path, record = hub.download_file(name)
             import_gguf(path, directory, overwrite=True, hub=record)
         else:
-            from attnkit.interop.hf_import import import_hf
+            from attnkit.interop.hf.importer import import_hf
 
             folder, record = hub.fetch_model(name, resolved)
             import_hf(folder, directory, overwrite=True, hub=record)

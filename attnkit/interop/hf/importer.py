@@ -2,16 +2,16 @@
 
 Dispatch on ``config.json``'s ``model_type``:
 
-* ``marian`` -> ``EncoderDecoder`` (``attnkit.interop.hf_marian_import``), including
+* ``marian`` -> ``EncoderDecoder`` (``attnkit.interop.hf.marian_import``), including
   the directories ``attnkit export --to hf`` writes (bit-exact round trip);
-* ``bert`` -> ``EncoderOnlyModel`` (``attnkit.interop.hf_bert``);
-* ``gpt2`` -> ``DecoderOnlyLM`` (``attnkit.interop.hf_gpt2``);
-* ``llama`` -> ``DecoderOnlyLM`` (``attnkit.interop.hf_llama``), the GGUF import's path;
-* ``t5`` -> ``EncoderDecoder`` with T5's options (``attnkit.interop.hf_t5_import``).
+* ``bert`` -> ``EncoderOnlyModel`` (``attnkit.interop.hf.bert``);
+* ``gpt2`` -> ``DecoderOnlyLM`` (``attnkit.interop.hf.gpt2``);
+* ``llama`` -> ``DecoderOnlyLM`` (``attnkit.interop.hf.llama``), the GGUF import's path;
+* ``t5`` -> ``EncoderDecoder`` with T5's options (``attnkit.interop.hf.t5_import``).
 
 The directory is read without ``transformers`` and without unpickling:
 ``config.json``, ``tokenizer.json`` (+ ``tokenizer_config.json``) and
-``model.safetensors`` (``attnkit.interop.hf_files``). Each importer maps the
+``model.safetensors`` (``attnkit.interop.hf.files``). Each importer maps the
 tensors through its key table (``attnkit.interop.keymap``): every tensor is
 placed, and the layer counts and every shape ``config.json`` implies are
 checked against the file before anything is built (errors name the HF
@@ -28,12 +28,12 @@ from pathlib import Path
 from typing import Any
 
 from attnkit.errors import CheckpointError
-from attnkit.interop.hf_bert import import_bert
-from attnkit.interop.hf_files import CONFIG, HFDirectory, open_directory
-from attnkit.interop.hf_gpt2 import import_gpt2
-from attnkit.interop.hf_llama import import_llama
-from attnkit.interop.hf_marian_import import import_marian
-from attnkit.interop.hf_t5_import import import_t5
+from attnkit.interop.hf.bert import import_bert
+from attnkit.interop.hf.files import CONFIG, HFDirectory, open_directory
+from attnkit.interop.hf.gpt2 import import_gpt2
+from attnkit.interop.hf.llama import import_llama
+from attnkit.interop.hf.marian_import import import_marian
+from attnkit.interop.hf.t5_import import import_t5
 from attnkit.interop.import_writer import Imported, write_import
 from attnkit.interop.outdir import check_target
 
@@ -67,7 +67,7 @@ def import_hf(
 ) -> Path:
     """Import the Hugging Face model directory ``source`` into the run ``out``.
 
-    Returns the checkpoint directory written; ``hub`` (``attnkit.interop.hub``'s
+    Returns the checkpoint directory written; ``hub`` (``attnkit.interop.hub.client``'s
     record, when ``source`` was fetched by name) goes into ``import.json``. Raises
     ``CheckpointError`` (one line naming the file) for a directory that is not a
     model, an unsupported ``model_type`` or field, a size or shape the tensors do not have, NaN

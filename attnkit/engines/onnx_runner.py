@@ -9,7 +9,7 @@ values the decoder graph returned) and follows beams with ``reorder``.
 
 Command line (needs attnkit, onnxruntime; no PyTorch model)::
 
-    python -m attnkit.interop.onnx_runner DIR --input test.de [--beam 4 --alpha 0.6 | --greedy]
+    python -m attnkit.engines.onnx_runner DIR --input test.de [--beam 4 --alpha 0.6 | --greedy]
 
 Shapes: ``L`` decoder layers, ``B`` rows (sentences x beams), ``h`` heads,
 ``S`` source length, ``P`` past length, ``d`` head dim, ``V`` vocabulary.
@@ -30,7 +30,7 @@ from torch import Tensor
 from attnkit.data.tokenizer_kinds import Tokenizer, load_tokenizer
 from attnkit.decoding.text import decode_ids, source_ids
 from attnkit.errors import AttnkitError, EngineError, UsageError
-from attnkit.interop.onnx_export import read_meta
+from attnkit.interop.onnx.export import read_meta
 
 
 @dataclass
@@ -138,7 +138,7 @@ def load(directory: str | Path, *, threads: int | None = None) -> tuple[OnnxStep
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m attnkit.interop.onnx_runner",
+        prog="python -m attnkit.engines.onnx_runner",
         description="Translate with an 'attnkit export --to onnx' directory on onnxruntime, "
         "with attnkit's own greedy and beam search.",
     )

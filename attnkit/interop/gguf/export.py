@@ -25,7 +25,7 @@ so llama.cpp and what is built on it (Ollama, LM Studio) run it, and
 * **Tokenizer.** A byte-level BPE (``tokenizer.ggml.model = "gpt2"``: a GGUF
   import such as SmolLM2's, or a fine-tune of one): tokens, token types
   (control for special added tokens, user-defined for other added ones),
-  merges, the pre-tokenizer's llama.cpp name (``gguf_tokenizer.PRE_TOKENIZERS``),
+  merges, the pre-tokenizer's llama.cpp name (``gguf.tokenizer.PRE_TOKENIZERS``),
   BOS/EOS/pad/unknown ids, whether encoding adds BOS/EOS, and the chat
   template when the tokenizer has one. Another tokenizer (attnkit's Metaspace
   BPE, characters, words, SentencePiece) is a one-line ``UsageError``: it has
@@ -49,8 +49,8 @@ from attnkit import jsonio
 from attnkit.checkpoints.loading import LoadedModel
 from attnkit.data.pretrained_tokenizer import PretrainedTokenizer
 from attnkit.errors import UsageError
-from attnkit.interop.gguf import GGUF_FIELDS, GGUF_LLAMA_KEYS, GGUF_SOURCE
-from attnkit.interop.gguf_tokenizer import (
+from attnkit.interop.gguf.read import GGUF_FIELDS, GGUF_LLAMA_KEYS, GGUF_SOURCE
+from attnkit.interop.gguf.tokenizer import (
     LLAMA_CPP_NAMES,
     PRE_TOKENIZERS,
     TOKEN_CONTROL,

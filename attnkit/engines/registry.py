@@ -3,11 +3,11 @@
 ``attnkit`` is the native decoder (the commands' own code, not listed here);
 every other name maps to one class that checks the options, converts the
 checkpoint with the existing export and loads the result: ``ENGINES`` for
-``translate``/``evaluate``/``serve`` (``attnkit.interop.engines_base.EngineClass``),
-``GENERATORS`` for ``generate`` (``attnkit.interop.engines_llama``).
+``translate``/``evaluate``/``serve`` (``attnkit.engines.base.EngineClass``),
+``GENERATORS`` for ``generate`` (``attnkit.engines.llama_cpp``).
 ``open_engine`` and ``open_generator`` do it in that order: a refused option
 fails before anything is hashed, converted or loaded; the conversion is
-cached beside the checkpoint (``attnkit.interop.engines_cache``).
+cached beside the checkpoint (``attnkit.engines.cache``).
 """
 
 from __future__ import annotations
@@ -19,12 +19,12 @@ from attnkit.checkpoints.files import CONFIG_FILE, TOKENIZER_FILE
 from attnkit.checkpoints.loading import LoadedModel
 from attnkit.checkpoints.rundir import resolve_checkpoint
 from attnkit.data.tokenizer_kinds import Tokenizer, load_tokenizer
+from attnkit.engines.base import DecodeOptions, Engine, EngineClass, RunOptions, SourceSide
+from attnkit.engines.cache import converted_model
+from attnkit.engines.ctranslate2 import CTranslate2Engine
+from attnkit.engines.llama_cpp import LlamaCppEngine, SampleOptions, gguf_file, probe
+from attnkit.engines.onnxruntime import OnnxRuntimeEngine
 from attnkit.errors import CheckpointError, UsageError
-from attnkit.interop.engines_base import DecodeOptions, Engine, EngineClass, RunOptions, SourceSide
-from attnkit.interop.engines_cache import converted_model
-from attnkit.interop.engines_ct2 import CTranslate2Engine
-from attnkit.interop.engines_llama import LlamaCppEngine, SampleOptions, gguf_file, probe
-from attnkit.interop.engines_onnx import OnnxRuntimeEngine
 
 ENGINES: dict[str, EngineClass] = {
     "ctranslate2": CTranslate2Engine,
@@ -101,7 +101,7 @@ def open_generator(
     """Generator ``name`` for ``checkpoint``, with room for ``tokens`` (prompt + new ones).
 
     As ``open_engine``; then, once per CPU model, a child process checks that
-    the engine draws a token here (``engines_llama.probe``).
+    the engine draws a token here (``llama_cpp.probe``).
     """
     engine = GENERATORS[name]
     engine.check(run)

@@ -22,7 +22,7 @@ the path is the Hugging Face Llama import's (``attnkit.interop.llama``):
 ``pre_tokenizer="gpt2"`` reproduces Hugging Face's GGUF loader instead,
 which has no ``smollm`` entry and falls back to GPT-2's regex; the two differ
 only where whitespace or a non-ASCII number precedes a number
-(``attnkit.interop.gguf_tokenizer``).
+(``attnkit.interop.gguf.tokenizer``).
 
 The run is written by ``attnkit.interop.import_writer`` as every import is:
 ``checkpoints/step_00000000/`` (float32) and ``import.json``, atomically,
@@ -38,7 +38,7 @@ from typing import Any
 
 from attnkit.data.pretrained_tokenizer import PretrainedTokenizer
 from attnkit.errors import CheckpointError
-from attnkit.interop.gguf import GGUFCheckpoint, read_gguf
+from attnkit.interop.gguf.read import GGUFCheckpoint, read_gguf
 from attnkit.interop.import_writer import Imported, write_import
 from attnkit.interop.keymap import plan_load
 from attnkit.interop.llama import llama_config, llama_dims, llama_ids, llama_keys
@@ -98,7 +98,7 @@ def import_gguf(
         overwrite: replace ``out`` if it holds anything.
         pre_tokenizer: override the file's ``tokenizer.ggml.pre`` (``"gpt2"``:
             Hugging Face's GGUF tokenizer ids; see the module doc).
-        hub: the record of a download by name (``attnkit.interop.hub``), for ``import.json``.
+        hub: the record of a download by name (``attnkit.interop.hub.client``), for ``import.json``.
 
     Every failure (a missing, truncated, crafted or foreign file, an
     architecture, tensor type or tokenizer this reader does not support) is a

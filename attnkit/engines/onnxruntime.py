@@ -1,6 +1,6 @@
 """``--engine onnxruntime``: ``attnkit export --to onnx`` on onnxruntime, attnkit's own search.
 
-``attnkit.interop.onnx_runner.OnnxStepper`` puts the two ONNX sessions behind
+``attnkit.engines.onnx_runner.OnnxStepper`` puts the two ONNX sessions behind
 attnkit's stepping protocol, so greedy and beam search here are the very
 code ``--engine attnkit`` runs (``attnkit.decoding.text.decode_ids``): beam,
 ``--alpha`` (GNMT's penalty), n-best, ``--max-len-b`` and the batching map
@@ -17,8 +17,7 @@ from pathlib import Path
 from typing import ClassVar
 
 from attnkit.checkpoints.loading import LoadedModel
-from attnkit.errors import UsageError
-from attnkit.interop.engines_base import (
+from attnkit.engines.base import (
     DecodeOptions,
     RunOptions,
     SourceSide,
@@ -27,6 +26,7 @@ from attnkit.interop.engines_base import (
     refuse_sampling,
     single_worker,
 )
+from attnkit.errors import UsageError
 
 
 class OnnxRuntimeEngine:
@@ -66,12 +66,12 @@ class OnnxRuntimeEngine:
 
     @staticmethod
     def convert(loaded: LoadedModel, out: Path) -> None:
-        from attnkit.interop.onnx_export import export_onnx
+        from attnkit.interop.onnx.export import export_onnx
 
         export_onnx(loaded, out)
 
     def __init__(self, directory: Path, source: SourceSide, run: RunOptions) -> None:
-        from attnkit.interop.onnx_runner import OnnxStepper
+        from attnkit.engines.onnx_runner import OnnxStepper
 
         self.source = source
         self.stepper = OnnxStepper(directory, threads=run.threads)

@@ -14,10 +14,10 @@ Files::
     decoder.onnx   tokens (B, 1) int64, position (1,) int64, memory_mask (B, S) bool,
                    cross_k, cross_v, past_k, past_v (L, B, h, P, d)
                    -> logits (B, V), present_k, present_v (L, B, h, P + 1, d)
-    config.json    ids, sizes, opset and exporter (read by attnkit.interop.onnx_runner)
+    config.json    ids, sizes, opset and exporter (read by attnkit.engines.onnx_runner)
     tokenizer.json attnkit's tokenizer (the runner's text in/out)
 
-``attnkit.interop.onnx_runner`` decodes them with onnxruntime through
+``attnkit.engines.onnx_runner`` decodes them with onnxruntime through
 attnkit's own greedy and beam search. Shapes: ``L`` decoder layers, ``B``
 batch rows, ``h`` heads, ``S`` source length, ``P`` past length, ``d`` head
 dim, ``V`` target vocabulary.
