@@ -54,7 +54,7 @@ from attnkit.cli.inference_args import (
     engine_options,
 )
 from attnkit.errors import UsageError
-from attnkit.outputs import check_output_file, write_text
+from attnkit.output_paths import check_output_file, write_text
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -216,7 +216,7 @@ def with_context(model: Any, context: int) -> Any:
             f"--context {context}: this model's learned position table has {config.max_len} "
             f"rows (positions: {config.positions}); it cannot read past position {config.max_len}"
         )
-    from attnkit.memory import model_bytes, require
+    from attnkit.memory_estimates import model_bytes, require
 
     longer_config = config.replace(max_len=context)
     device = next(model.parameters()).device

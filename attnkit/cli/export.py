@@ -93,7 +93,7 @@ def _options(args: argparse.Namespace) -> dict[str, Any]:
 def run(args: argparse.Namespace) -> int:
     from attnkit.checkpoints.loading import load_model
     from attnkit.cli.common import checkpoint_inputs
-    from attnkit.outputs import check_output_file, check_replaceable_dir
+    from attnkit.output_paths import check_output_file, check_replaceable_dir
 
     out = Path(args.out)
     options = _options(args)

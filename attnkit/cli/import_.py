@@ -35,7 +35,7 @@ import importlib
 from pathlib import Path
 
 from attnkit.errors import UsageError
-from attnkit.outputs import check_not_in_run_checkpoints, check_replaceable_dir
+from attnkit.output_paths import check_not_in_run_checkpoints, check_replaceable_dir
 
 # --from NAME -> "module:function(source: Path, out: Path) -> Path" (the checkpoint written).
 IMPORTERS: dict[str, str] = {

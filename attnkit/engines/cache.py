@@ -49,7 +49,7 @@ from attnkit.checkpoints.loading import LoadedModel
 from attnkit.engines.base import Converter
 from attnkit.engines.verify import MANIFEST, check, read_manifest, record
 from attnkit.errors import EngineError
-from attnkit.outputs import describe_os_error, staged_directory
+from attnkit.output_paths import describe_os_error, staged_directory
 
 CACHE_DIR = "engines"
 MODEL_DIR = "model"

@@ -54,7 +54,7 @@ from attnkit.engines.base import RunOptions, cpu_only, refuse_attnkit_paths
 from attnkit.engines.verify import MAX_UNRECORDED_BYTES
 from attnkit.errors import CheckpointError, EngineError, UsageError
 from attnkit.kernels.machine_choice import cpu_name
-from attnkit.outputs.atomic import write_text
+from attnkit.output_paths.atomic import write_text
 
 NAME = "llama.cpp"
 # attnkit's --precision -> the GGUF export's tensor type (the file llama.cpp runs)

@@ -44,8 +44,8 @@ from typing import Any
 
 from attnkit import jsonio
 from attnkit.errors import EngineError
-from attnkit.outputs import describe_os_error
-from attnkit.outputs.policy import kind_of
+from attnkit.output_paths import describe_os_error
+from attnkit.output_paths.policy import kind_of
 
 MANIFEST = "engine.json"
 MAX_MANIFEST_BYTES = 1 << 20  # a manifest is a few KB; refuse a bigger one unread
@@ -246,7 +246,7 @@ def _write_stamps(directory: Path, manifest: dict[str, Any]) -> None:
     """Keep the stamps of files hashed again (a copied cache): the next load need not hash.
     Best effort: a read-only checkpoint is still usable, only hashed on each load."""
     from attnkit.errors import AttnkitError
-    from attnkit.outputs.atomic import write_text
+    from attnkit.output_paths.atomic import write_text
 
     try:
         write_text(directory / MANIFEST, jsonio.dumps(manifest, indent=2) + "\n")

@@ -27,7 +27,7 @@ from attnkit.serve.encoder_batch import (
     is_classifier,
     label_names,
 )
-from attnkit.serve.engine import Engine, MaskJob, RequestError
+from attnkit.serve.model_host import MaskJob, ModelHost, RequestError
 from attnkit.serve.openai_schemas import EmbeddingRequest
 from attnkit.serve.schemas import (
     ClassifyRequest,
@@ -41,7 +41,7 @@ __all__ = ["add_encoder_routes"]
 
 def add_encoder_routes(
     app: FastAPI,
-    engine: Engine,
+    engine: ModelHost,
     batcher: DynamicBatcher,
     *,
     needs: Callable[[str, str], Any],
@@ -73,7 +73,7 @@ def add_encoder_routes(
     )
     async def fill_mask(req: FillMaskRequest, handle: Handle) -> dict[str, Any]:
         """Predict every mask marker of the text from both sides (batched with others)."""
-        from attnkit.serve.engine import EXPLORE_NOTES
+        from attnkit.serve.model_host import EXPLORE_NOTES
 
         started = time.monotonic()
         masked = engine.encode_masked(req.text, req.mask_token)

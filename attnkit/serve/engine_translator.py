@@ -39,8 +39,8 @@ from attnkit.decoding.common import DecodeResult, Hypothesis
 from attnkit.engines.registry import ENGINES, DecodeOptions, Engine, RunOptions, open_engine
 from attnkit.errors import UsageError
 from attnkit.serve.cancellable import CancellableStepper, Owners
-from attnkit.serve.engine_types import MAX_LEN_B, RequestError
 from attnkit.serve.handles import RequestHandle
+from attnkit.serve.model_host_types import MAX_LEN_B, RequestError
 
 __all__ = ["DEFAULT_BEAM", "EngineTranslator", "open_translator"]
 
@@ -50,7 +50,7 @@ _OPTION = re.compile(r"^--([a-z][a-z-]*) ?([^:]*): (.*)$")
 
 class EngineTranslator:
     """An ``attnkit.engines.registry`` engine behind the server's batched translate call
-    (an ``attnkit.serve.engine_types.Translator``)."""
+    (an ``attnkit.serve.model_host_types.Translator``)."""
 
     def __init__(self, engine: Engine, run: RunOptions) -> None:
         self.engine = engine
@@ -80,7 +80,7 @@ class EngineTranslator:
         nbest: int,
         handles: Sequence[RequestHandle] | None = None,
     ) -> list[DecodeResult]:
-        """One ``DecodeResult`` per source (ids ending in EOS), as ``serve.Engine.translate``."""
+        """One ``DecodeResult`` per source (ids ending in EOS), as ``serve.ModelHost.translate``."""
         nbest = nbest if beam > 1 else 1
         decode = self._options(len(sources), beam, alpha, nbest)
         stepper = getattr(self.engine, "stepper", None)

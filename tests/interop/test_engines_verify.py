@@ -151,7 +151,7 @@ def test_a_read_only_copy_is_still_used(checkpoint, tmp_path, hashed, monkeypatc
     def read_only(*args: object, **kwargs: object) -> None:
         raise PermissionError(13, "Permission denied")
 
-    monkeypatch.setattr("attnkit.outputs.atomic.write_text", read_only)
+    monkeypatch.setattr("attnkit.output_paths.atomic.write_text", read_only)
     for _ in range(2):
         hashed.clear()
         calls(copy)

@@ -31,7 +31,7 @@ so llama.cpp and what is built on it (Ollama, LM Studio) run it, and
   BPE, characters, words, SentencePiece) is a one-line ``UsageError``: it has
   no llama.cpp tokenizer model that splits text the same way.
 
-The file is written through the output-path policy (``attnkit.outputs.atomic_file``):
+The file is written through the output-path policy (``attnkit.output_paths.atomic_file``):
 to a hidden temporary beside ``out``, renamed over it only when complete.
 """
 
@@ -61,7 +61,7 @@ from attnkit.interop.keymap import save_state
 from attnkit.interop.llama import LlamaHParams, llama_dims, llama_keys
 from attnkit.models.lm_config import DecoderOnlyConfig
 from attnkit.models.presets import LLAMA_OPTIONS
-from attnkit.outputs import atomic_file
+from attnkit.output_paths import atomic_file
 
 # --precision -> (ggml type of the matrices, llama.cpp's general.file_type name).
 PRECISIONS = {"f32": ("F32", "ALL_F32"), "f16": ("F16", "MOSTLY_F16"),

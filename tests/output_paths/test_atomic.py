@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from attnkit.errors import OutputError, UsageError
-from attnkit.outputs import atomic_file, staged_directory, write_text
+from attnkit.output_paths import atomic_file, staged_directory, write_text
 
 
 def _leftovers(directory: Path) -> list[str]:
@@ -126,7 +126,7 @@ def test_the_swap_never_replaces_a_file_a_device_or_a_link(tmp_path):
     caller checked, a target that is not a directory is refused before anything moves."""
     import stat as stat_module
 
-    from attnkit.outputs import swap_directory
+    from attnkit.output_paths import swap_directory
 
     device = tmp_path / "device"
     os.mknod(device, 0o666 | stat_module.S_IFCHR, os.makedev(1, 3))

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from attnkit.errors import UsageError
-from attnkit.outputs import check_output_dir, check_output_file
+from attnkit.output_paths import check_output_dir, check_output_file
 
 
 def _device(tmp_path: Path) -> Path:

@@ -8,8 +8,8 @@ import sys
 
 import pytest
 
-from attnkit.outputs import RunLock, RunLockedError, refuse_if_locked
-from attnkit.outputs.runlock import LOCK_FILE
+from attnkit.output_paths import RunLock, RunLockedError, refuse_if_locked
+from attnkit.output_paths.runlock import LOCK_FILE
 
 
 def test_a_second_holder_is_refused_with_the_pid_until_the_first_releases(tmp_path):
@@ -34,7 +34,7 @@ def test_refuse_if_locked_creates_nothing(tmp_path):
 def test_a_killed_holder_leaves_no_stale_lock(tmp_path):
     """SIGKILL drops the flock; the leftover file (and its PID) does not block the next run."""
     code = (
-        "import sys, time; from attnkit.outputs import RunLock; "
+        "import sys, time; from attnkit.output_paths import RunLock; "
         f"RunLock({str(tmp_path)!r}).acquire(); print('held', flush=True); time.sleep(60)"
     )
     holder = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)

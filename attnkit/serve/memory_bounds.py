@@ -13,7 +13,7 @@ repeats (every decoding step of a batch has the same shapes).
 
 Both libraries read their capacity once, when their cache is first used, so
 ``bound_native_caches`` must run before the model is loaded or packed;
-``tests/serve/test_memory.py`` measures that it takes effect. A value the user
+``tests/serve/test_memory_bounds.py`` measures that it takes effect. A value the user
 set in the environment is kept.
 """
 

@@ -38,7 +38,7 @@ operating system's reason.
 """
 
 from attnkit.errors import OutputError
-from attnkit.outputs.atomic import (
+from attnkit.output_paths.atomic import (
     atomic_file,
     check_replaceable_dir,
     fsync_dir,
@@ -48,13 +48,13 @@ from attnkit.outputs.atomic import (
     swap_directory,
     write_text,
 )
-from attnkit.outputs.policy import (
+from attnkit.output_paths.policy import (
     check_not_in_run_checkpoints,
     check_output_dir,
     check_output_file,
     describe_os_error,
 )
-from attnkit.outputs.runlock import RunLock, RunLockedError, refuse_if_locked
+from attnkit.output_paths.runlock import RunLock, RunLockedError, refuse_if_locked
 
 __all__ = [
     "OutputError",

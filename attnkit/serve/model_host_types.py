@@ -2,7 +2,7 @@
 
 ``RequestError`` (a request the model cannot serve), the endpoint that serves
 each kind of model, the output length rule of /v1/translate and the
-``Translator`` protocol of ``serve --engine``. ``attnkit.serve.engine``
+``Translator`` protocol of ``serve --engine``. ``attnkit.serve.model_host``
 re-exports all of it, so callers import these names from there; the modules the
 engine builds on (``mask_filling``, ``explore_payloads``, ``engine_translator``)
 import them from here, with no import of the engine.
@@ -44,7 +44,7 @@ class RequestError(ValueError):
 
 class Translator(Protocol):
     """What decodes /v1/translate's batches under ``serve --engine`` (``attnkit.serve.
-    engine_translator.EngineTranslator``): ``Engine.translate``'s signature, a check, a
+    engine_translator.EngineTranslator``): ``ModelHost.translate``'s signature, a check, a
     description."""
 
     def check(self, *, beam: int, alpha: float, nbest: int) -> None: ...

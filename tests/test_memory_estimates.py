@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from attnkit.errors import ConfigError
-from attnkit.memory import MAX_LAYERS, available_bytes, model_bytes, require
+from attnkit.memory_estimates import MAX_LAYERS, available_bytes, model_bytes, require
 from attnkit.models import TransformerConfig, build_model
 
 
@@ -38,7 +38,7 @@ def test_tables_built_on_the_cpu_are_measured_on_meta_too(positions):
     positions of every kind are measured without allocating them (a real allocation fails)."""
     code = (
         "import resource; resource.setrlimit(resource.RLIMIT_AS, (4 << 30, -1)); "
-        "from attnkit.memory import model_bytes; from attnkit.models import build_model, "
+        "from attnkit.memory_estimates import model_bytes; from attnkit.models import build_model, "
         "TransformerConfig as C; "
         "print(model_bytes(C(d_model=16, num_heads=2, d_ff=32, num_encoder_layers=1, "
         f"num_decoder_layers=1, src_vocab_size=20, tgt_vocab_size=20, positions={positions!r}, "
@@ -56,7 +56,7 @@ def test_too_many_layers_are_refused_before_building_anything():
 
 def test_the_address_space_limit_counts_as_what_is_available():
     code = (
-        "import resource; from attnkit.memory import available_bytes; "
+        "import resource; from attnkit.memory_estimates import available_bytes; "
         "resource.setrlimit(resource.RLIMIT_AS, (4 << 30, resource.RLIM_INFINITY)); "
         "print(available_bytes())"
     )

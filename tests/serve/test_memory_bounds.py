@@ -15,7 +15,7 @@ import httpx
 import psutil
 
 from attnkit.data.synthetic import number_to_english
-from attnkit.serve.memory import NATIVE_CACHE_VARIABLES, bound_native_caches
+from attnkit.serve.memory_bounds import NATIVE_CACHE_VARIABLES, bound_native_caches
 
 
 def _varied(rng: random.Random) -> dict[str, Any]:

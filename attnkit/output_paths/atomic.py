@@ -18,7 +18,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from attnkit.errors import OutputError, UsageError
-from attnkit.outputs.policy import (
+from attnkit.output_paths.policy import (
     PathLike,
     as_os_error,
     check_output_dir,
@@ -27,7 +27,7 @@ from attnkit.outputs.policy import (
     kind_of,
     label,
 )
-from attnkit.outputs.runlock import refuse_if_locked
+from attnkit.output_paths.runlock import refuse_if_locked
 
 
 def current_umask() -> int:

@@ -1,6 +1,6 @@
 """What the server does with its model, with no web framework in sight.
 
-``Engine`` wraps a loaded checkpoint. Tokenizing and checking a request
+``ModelHost`` wraps a loaded checkpoint. Tokenizing and checking a request
 (``encode_*``) is cheap and runs in the event loop; everything that touches
 torch (``translate``, ``generate``, ``fill_mask``, the ``*_payload`` passes)
 runs in the batcher's worker thread. ``attnkit explore`` uses the same engine
@@ -17,7 +17,7 @@ the cancelled requests' sentences stop.
 The engine is the one object callers hold; the work of some of its methods
 lives beside it: the fill-mask encoding and pass in ``attnkit.serve.mask_filling``,
 the explorer payloads in ``attnkit.serve.explore_payloads``, and the error, the
-endpoint table and the ``Translator`` protocol in ``attnkit.serve.engine_types``
+endpoint table and the ``Translator`` protocol in ``attnkit.serve.model_host_types``
 (all importable from here, as before).
 """
 
@@ -35,17 +35,17 @@ from attnkit.decoding.protocol import AnyStepper
 from attnkit.inference.plan import InferencePlan
 from attnkit.serve import explore_payloads, mask_filling
 from attnkit.serve.cancellable import CancellableStepper, Owners
-from attnkit.serve.engine_types import KIND_ENDPOINTS, MAX_LEN_B, RequestError, Translator
 from attnkit.serve.explore_payloads import EXPLORE_NOTES
 from attnkit.serve.handles import RequestHandle
 from attnkit.serve.mask_filling import Filled, MaskedText, MaskJob
+from attnkit.serve.model_host_types import KIND_ENDPOINTS, MAX_LEN_B, RequestError, Translator
 
 # The names callers import from here (their homes: engine_types, mask_filling, explore_payloads).
 __all__ = [
     "EXPLORE_NOTES",
     "KIND_ENDPOINTS",
     "MAX_LEN_B",
-    "Engine",
+    "ModelHost",
     "Filled",
     "MaskJob",
     "MaskedText",
@@ -54,7 +54,7 @@ __all__ = [
 ]
 
 
-class Engine:
+class ModelHost:
     """A checkpoint in eval mode plus the operations the server offers on it."""
 
     def __init__(

@@ -20,8 +20,8 @@ from attnkit.checkpoints.loading import LoadedModel, load_model
 from attnkit.cli.main import main
 from attnkit.engines.registry import RunOptions
 from attnkit.serve.app import ServeSettings, create_app
-from attnkit.serve.engine import Engine
 from attnkit.serve.engine_translator import open_translator
+from attnkit.serve.model_host import ModelHost
 
 pytest.importorskip("ctranslate2")
 
@@ -106,7 +106,7 @@ def test_concurrent_requests_are_batched_through_the_engine(run, workers):
     loaded = load_model(run, "cpu")
     translator = open_translator("ctranslate2", loaded, RunOptions(threads=1, workers=workers),
                                  alpha=0.0, say=lambda line: None)  # fmt: skip
-    engine = Engine(loaded, translator)
+    engine = ModelHost(loaded, translator)
     real, calls = translator.engine.translator, []
 
     class Spy:  # counts the sentences of each translate_batch call
@@ -149,7 +149,7 @@ def test_ctranslate2_leaves_out_the_rows_of_cancelled_requests(run):
     from attnkit.serve.handles import CLIENT_GONE, RequestCancelled, RequestHandle
 
     loaded, translator = _open(run, "ctranslate2")
-    engine = Engine(loaded, translator)
+    engine = ModelHost(loaded, translator)
     real, calls = translator.engine.translator, []
 
     class Spy:  # records the sources of each translate_batch call
@@ -174,7 +174,7 @@ def test_ctranslate2_leaves_out_the_rows_of_cancelled_requests(run):
 def client(run: Path) -> Iterator[TestClient]:
     """The app on --engine ctranslate2 --alpha 0, lifespan running."""
     loaded, translator = _open(run, "ctranslate2")
-    with TestClient(create_app(Engine(loaded, translator), ServeSettings(alpha=0.0))) as c:
+    with TestClient(create_app(ModelHost(loaded, translator), ServeSettings(alpha=0.0))) as c:
         yield c
 
 
@@ -189,7 +189,7 @@ def test_an_option_the_engine_cannot_honour_is_a_422_naming_the_field(client):
 
 
 def test_the_explorer_reads_the_attnkit_model(client):
-    engine: Engine = client.app.app.state.engine  # type: ignore[attr-defined]
+    engine: ModelHost = client.app.app.state.engine  # type: ignore[attr-defined]
     answer = client.post("/v1/translate", json={"text": ["seven hundred"], "explore": True})
     assert answer.status_code == 200, answer.text
     got = answer.json()
@@ -260,7 +260,7 @@ def test_help_explains_the_engine(capsys):
 
 
 def test_model_info_says_attnkit_by_default(checkpoint):
-    with TestClient(create_app(Engine(load_model(checkpoint("transformer"))))) as c:
+    with TestClient(create_app(ModelHost(load_model(checkpoint("transformer"))))) as c:
         info = c.get("/v1/model").json()
     assert info["engine"] == {"name": "attnkit"} and info["default_alpha"] == 0.6
     assert json.dumps(info)  # plain JSON

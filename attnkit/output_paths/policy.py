@@ -1,4 +1,4 @@
-"""Which paths a command may write: the checks of the output-path policy (see ``attnkit.outputs``).
+"""Which paths a command may write: the checks of the output-path policy (``attnkit.output_paths``).
 
 Every check here only looks (``lstat``, ``stat``, ``access``); nothing on disk
 changes, so a command runs them all before any slow work and fails at once.
@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from attnkit.errors import UsageError
-from attnkit.outputs.runlock import LOCK_FILE
+from attnkit.output_paths.runlock import LOCK_FILE
 
 PathLike = str | os.PathLike[str]
 
