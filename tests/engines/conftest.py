@@ -16,3 +16,4 @@ os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 # Session fixtures shared with tests/interop.
 bpe_checkpoint = interop_helpers.bpe_checkpoint
 smollm2 = gguf_helpers.smollm2
+smollm2_run = gguf_helpers.smollm2_run

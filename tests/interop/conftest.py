@@ -31,6 +31,7 @@ os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 # Session fixtures shared with tests/engines (the engines run these checkpoints).
 bpe_checkpoint = interop_helpers.bpe_checkpoint
 smollm2 = gguf_helpers.smollm2
+smollm2_run = gguf_helpers.smollm2_run
 
 CONFIG = """
 task: translation
@@ -79,18 +80,6 @@ def hf_export(tiny_run, tmp_path_factory) -> Path:
 
     out = tmp_path_factory.mktemp("exports") / "hf"
     assert main(["export", "--checkpoint", str(tiny_run), "--to", "hf", "--out", str(out)]) == 0
-    return out
-
-
-@pytest.fixture(scope="session")
-def smollm2_run(smollm2, tmp_path_factory) -> Path:
-    """``attnkit import --from gguf`` of SmolLM2 (once: the import and GGUF export tests)."""
-    from attnkit.cli.main import main
-
-    out = tmp_path_factory.mktemp("smollm2") / "run"
-    start = time.perf_counter()
-    assert main(["import", "--from", "gguf", str(smollm2), "--out", str(out)]) == 0
-    LOAD_TIMES["attnkit import --from gguf (the whole command)"] = time.perf_counter() - start
     return out
 
 
