@@ -182,7 +182,7 @@ def attnkit_llama_cpp_engine(checkpoint: Path, name: str, threads: int) -> tuple
     """``attnkit generate --engine llama.cpp --precision fp32|int8``: the checkpoint's own
     GGUF export (f32 / q8_0, converted once into its engine cache) on llama.cpp."""
     from attnkit.checkpoints import load_model
-    from attnkit.interop.engines import RunOptions, open_generator
+    from attnkit.engines.registry import RunOptions, open_generator
 
     precision = {"llama_cpp_f32": "fp32", "llama_cpp_q8_0": "int8"}[name]
     run = RunOptions(precision=precision, threads=threads)

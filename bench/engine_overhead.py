@@ -5,7 +5,7 @@
 Builds (outside the repo, in ``--work``) a random ``small`` Transformer with
 a BPE tokenizer trained on Multi30k's ``train.de``/``train.en`` and
 ``max_len`` 64, converts it once through the ``--engine`` cache
-(``attnkit.interop.engines``), then times on ``--lines`` lines of
+(``attnkit.engines.registry``), then times on ``--lines`` lines of
 ``test2016.de``, alternating, best of ``--rounds``:
 
 * raw: ``translate_batch`` of the CTranslate2 model in the cache on
@@ -79,7 +79,7 @@ def main() -> None:
     import tokenizers
 
     from attnkit.checkpoints.loading import load_model
-    from attnkit.interop.engines import DecodeOptions, RunOptions, open_engine
+    from attnkit.engines.registry import DecodeOptions, RunOptions, open_engine
 
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)

@@ -5,7 +5,7 @@
   (Transformers' ``<pad>``) and starts the decoder from a **zero** embedding:
   so ``<pad>`` is the last id, and attnkit's BOS row (its decoder start) is
   zeroed, making the three engines compute the same function.
-* ``to_ct2``: attnkit -> ``MarianMTModel`` (``attnkit.interop.hf_marian``) ->
+* ``to_ct2``: attnkit -> ``MarianMTModel`` (``attnkit.interop.hf.marian``) ->
   a CTranslate2 model directory (``TransformersConverter``, fed the in-memory
   model and a stand-in tokenizer that only lists the vocabulary).
 
@@ -74,7 +74,7 @@ class _VocabOnlyTokenizer:
 
 def to_hf(model: EncoderDecoder) -> Any:
     """The same weights in ``transformers.MarianMTModel`` (eval, fp32), forced EOS off."""
-    from attnkit.interop.hf_marian import to_hf_marian
+    from attnkit.interop.hf.marian import to_hf_marian
 
     hf = to_hf_marian(model).eval()
     hf.generation_config.forced_eos_token_id = None

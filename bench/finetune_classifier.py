@@ -121,7 +121,7 @@ class StepClock:
 
 
 def run_attnkit(args: argparse.Namespace, work: Path) -> dict[str, Any]:
-    from attnkit.interop.hf_import import import_hf
+    from attnkit.interop.hf.importer import import_hf
     from attnkit.training.loop import Trainer
     from attnkit.training.runconfig import InitConfig, load_run_config
     from attnkit.training.tasks import task_from_run

@@ -67,7 +67,7 @@ def dev_subset(data: Path, articles: int, out: Path) -> Path:
 
 
 def run_attnkit(args: argparse.Namespace, work: Path) -> dict[str, Any]:
-    from attnkit.interop.hf_import import import_hf
+    from attnkit.interop.hf.importer import import_hf
     from attnkit.training.loop import Trainer
     from attnkit.training.runconfig import InitConfig, load_run_config
     from attnkit.training.tasks import task_from_run
@@ -232,7 +232,7 @@ def main() -> None:
         (work / "data" / "train.json").symlink_to(data.resolve() / "train.json")
         dev_subset(data, args.dev_articles, work / "data" / "dev.json")
         if "attnkit" not in args.sides:  # the transformers side reads the imported tokenizer
-            from attnkit.interop.hf_import import import_hf
+            from attnkit.interop.hf.importer import import_hf
 
             import_hf(minilm_dir(), work / "minilm")
         for side in args.sides.split(","):

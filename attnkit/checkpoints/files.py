@@ -41,7 +41,7 @@ from attnkit.checkpoints import safe_files
 from attnkit.checkpoints.safe_files import load_tensors, save_tensors
 from attnkit.errors import CheckpointError
 from attnkit.models.checkpoint_keys import upgrade_state_dict
-from attnkit.outputs import describe_os_error, fsync_dir, make_temporary_dir, swap_directory
+from attnkit.output_paths import describe_os_error, fsync_dir, make_temporary_dir, swap_directory
 
 MODEL_FILE = "model.safetensors"
 CONFIG_FILE = "config.json"
@@ -153,7 +153,7 @@ def save_checkpoint(
         if optimizer_state is not None:
             safe_files.write_tree(tmp, OPTIMIZER_FILE, _optimizer_to_tree(optimizer_state))
         fsync_dir(tmp)
-        swap_directory(tmp, target)  # crash windows: see attnkit.outputs.swap_directory
+        swap_directory(tmp, target)  # crash windows: see attnkit.output_paths.swap_directory
     except OSError as e:
         shutil.rmtree(tmp, ignore_errors=True)
         raise CheckpointError(

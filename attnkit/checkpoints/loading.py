@@ -67,7 +67,7 @@ def build_for_loading(config: Any) -> nn.Module:
 def _check_fits(config: Any, config_file: Path, device: torch.device) -> None:
     """Refuse, before building, a model whose config asks for more memory than there is
     (``max_len: 10**12`` would allocate its position table until the kernel kills us)."""
-    from attnkit.memory import model_bytes, require
+    from attnkit.memory_estimates import model_bytes, require
 
     try:
         need = model_bytes(config, build_for_loading)

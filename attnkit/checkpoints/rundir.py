@@ -16,10 +16,11 @@ from pathlib import Path
 
 from attnkit.checkpoints.files import CONFIG_FILE, MODEL_FILE, remove_checkpoint
 from attnkit.errors import CheckpointError
-from attnkit.outputs import fsync_dir
+from attnkit.output_paths import fsync_dir
 
 _STEP_DIR = re.compile(r"step_(\d+)")
-# Hidden directories a crash may leave beside the checkpoints (see attnkit.outputs.swap_directory).
+# Hidden directories a crash may leave beside the checkpoints
+# (see attnkit.output_paths.swap_directory).
 _STALE_DIR = re.compile(r"\.(step_\d+)\.(tmp|old|del)-.*")
 
 

@@ -29,8 +29,8 @@ from torch import Tensor
 
 from attnkit import jsonio
 from attnkit.errors import CheckpointError
-from attnkit.outputs.atomic import current_umask
-from attnkit.outputs.policy import as_os_error
+from attnkit.output_paths.atomic import current_umask
+from attnkit.output_paths.policy import as_os_error
 
 MAX_HEADER_BYTES = 100 * 1024 * 1024  # a real header is KBs; refuse before parsing a bomb
 # Formats that torch.load would unpickle: named in errors, never opened.

@@ -33,7 +33,7 @@ from attnkit.cli.common import (
     named_checkpoint,
 )
 from attnkit.errors import UsageError
-from attnkit.outputs import atomic_file, check_output_file
+from attnkit.output_paths import atomic_file, check_output_file
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from attnkit.cli.argtypes import integer
 from attnkit.errors import UsageError
-from attnkit.outputs import check_not_in_run_checkpoints, check_replaceable_dir
+from attnkit.output_paths import check_not_in_run_checkpoints, check_replaceable_dir
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -40,7 +40,7 @@ def _one_line(text: str) -> str:
 
 
 def _os_error(e: OSError) -> str:
-    from attnkit.outputs import describe_os_error
+    from attnkit.output_paths import describe_os_error
 
     paths = [os.fsdecode(p) for p in (e.filename, e.filename2) if p is not None]
     where = " -> ".join(paths) or "system call"
@@ -102,7 +102,7 @@ def describe(e: BaseException) -> tuple[str, int]:
     if isinstance(e, OverflowError):
         return f"a number is too large ({e})", 1
     if type(e).__name__ == "SafetensorError":
-        from attnkit.outputs.policy import as_os_error
+        from attnkit.output_paths.policy import as_os_error
 
         os_error = as_os_error(e)
         reason = f" ({os_error.strerror})" if os_error is not None and os_error.strerror else ""

@@ -15,7 +15,7 @@ if TYPE_CHECKING:
 
     from attnkit.checkpoints.loading import LoadedModel
     from attnkit.data.images import ImageSet
-    from attnkit.outputs import RunLock
+    from attnkit.output_paths import RunLock
 
 # Which commands read a checkpoint of each kind of model (attnkit.models.FAMILIES's
 # `kind`): the loader refuses other kinds, and its error names the right commands.
@@ -48,11 +48,11 @@ CHECKPOINT_HELP = (
 def named_checkpoint(path: str) -> str:
     """A checkpoint option's value as a local path: ``hf:ORG/NAME[@REVISION]`` (a model on
     the Hugging Face Hub) is imported once into attnkit's cache and its run directory
-    returned (``attnkit.interop.hub_imports``); any other value comes back as given.
+    returned (``attnkit.interop.hub.imports``); any other value comes back as given.
     Every command that takes a checkpoint calls this first (tests/cli/test_named_checkpoints)."""
     if not path.startswith("hf:"):
         return path
-    from attnkit.interop.hub_imports import local_checkpoint
+    from attnkit.interop.hub.imports import local_checkpoint
 
     return local_checkpoint(path)
 
@@ -60,7 +60,7 @@ def named_checkpoint(path: str) -> str:
 def pinned_checkpoint(directory: str) -> str:
     """How a run records a checkpoint that ``named_checkpoint`` imported from the Hub:
     ``hf:ORG/NAME@COMMIT``, the commit it was imported at."""
-    from attnkit.interop.hub_imports import pinned_name
+    from attnkit.interop.hub.imports import pinned_name
 
     return pinned_name(directory)
 
@@ -152,7 +152,7 @@ def foreign_entries(out: Path) -> list[str]:
 
 def _holds_files(out: Path) -> bool:
     """Whether ``out`` holds anything besides the run lock (a killed run may leave that)."""
-    from attnkit.outputs.runlock import LOCK_FILE
+    from attnkit.output_paths.runlock import LOCK_FILE
 
     return out.is_dir() and any(p.name != LOCK_FILE for p in out.iterdir())
 
@@ -172,12 +172,12 @@ def check_out_dir(
     wrong ``--out`` fails at once, and ``open_run_dir`` only once every other
     check has passed, so a failed command leaves the disk as it was
     (``resumable=False``: the command has no ``--resume`` to suggest). The
-    output-path policy (``attnkit.outputs``) applies: ``out`` must be a
+    output-path policy (``attnkit.output_paths``) applies: ``out`` must be a
     directory or new, and with ``--overwrite`` must not hold one of ``inputs``
     (the config, the data), which emptying it would delete; a new run must not
     lie inside one of ``checkpoints`` (``--init``'s).
     """
-    from attnkit.outputs import check_output_dir
+    from attnkit.output_paths import check_output_dir
 
     if resume and overwrite:
         raise UsageError("--resume and --overwrite: choose one")
@@ -213,8 +213,8 @@ def lock_run_dir(out: Path) -> RunLock | None:
     none yet (``open_run_dir`` creates it). The lock is taken without writing the PID
     and without creating a file: a command refused before ``open_run_dir`` changes
     nothing in ``out`` (``RunLock.announce`` writes the PID once it goes ahead)."""
-    from attnkit.outputs import RunLock
-    from attnkit.outputs.runlock import LOCK_FILE
+    from attnkit.output_paths import RunLock
+    from attnkit.output_paths.runlock import LOCK_FILE
 
     if not out.is_dir() or not (out / LOCK_FILE).is_file():
         return None
@@ -233,15 +233,15 @@ def open_run_dir(
 ) -> RunLock:
     """Create ``out``, lock it for this process, and with ``overwrite`` empty it.
 
-    The lock (``attnkit.outputs.RunLock``) is taken before anything in
+    The lock (``attnkit.output_paths.RunLock``) is taken before anything in
     ``out`` changes and is held until the process ends, so ``--overwrite``
     cannot delete the checkpoints of a run that is still going. Emptying keeps
     the lock file itself: a new file of the same name would be a second lock.
     With ``resume`` the PID is not yet written (``RunLock.announce``): the
     caller announces once the checkpoint to resume from has been accepted.
     """
-    from attnkit.outputs import RunLock
-    from attnkit.outputs.runlock import LOCK_FILE
+    from attnkit.output_paths import RunLock
+    from attnkit.output_paths.runlock import LOCK_FILE
 
     check_out_dir(out, resume=resume, overwrite=overwrite, inputs=inputs,
                   checkpoints=checkpoints, resumable=resumable)  # fmt: skip
@@ -266,7 +266,7 @@ def check_training_fits(model_config: Any, device: Any, *, batch_tokens: int = 0
     would not fit in memory, or a batch of ``batch_tokens`` (language models sample
     ``train.max_tokens`` worth of blocks whatever the text's length) whose token ids and
     first hidden states alone would not, before anything is allocated."""
-    from attnkit.memory import model_bytes, require
+    from attnkit.memory_estimates import model_bytes, require
     from attnkit.models import build_model
 
     weights = model_bytes(model_config, build_model, prefix="model.")
@@ -283,7 +283,7 @@ def check_training_fits(model_config: Any, device: Any, *, batch_tokens: int = 0
 def check_decode_fits(model_config: Any, rows: int, device: Any, options: str) -> None:
     """Refuse a decode whose logits alone (``rows`` = beams x sentences per batch, by the
     vocabulary, twice: the scores and their log-softmax) would not fit in memory."""
-    from attnkit.memory import require
+    from attnkit.memory_estimates import require
 
     vocab: int = getattr(model_config, "tgt_vocab_size", 0) or getattr(
         model_config, "vocab_size", 0

@@ -61,7 +61,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _write(vectors: Tensor, texts: list[str], output: str | None, inputs: list[Path]) -> None:
-    from attnkit.outputs.atomic import atomic_file
+    from attnkit.output_paths.atomic import atomic_file
 
     if output is None:
         for text, row in zip(texts, vectors.tolist()):
@@ -88,7 +88,7 @@ def run(args: argparse.Namespace) -> int:
     from attnkit.data.readers import read_input_lines
     from attnkit.evaluation.embeddings import embed_texts
     from attnkit.inference import prepare
-    from attnkit.interop.hf_pooling import embedding_settings
+    from attnkit.interop.hf.pooling import embedding_settings
 
     args.checkpoint = named_checkpoint(args.checkpoint)  # hf:ORG/NAME: imported once
     if args.batch_size < 1:
@@ -98,7 +98,7 @@ def run(args: argparse.Namespace) -> int:
     check_input_file(args.input, "--input")
     inputs = [*checkpoint_inputs(args.checkpoint), *([Path(args.input)] if args.input else [])]
     if args.output is not None:  # refuse a bad output path before the model loads
-        from attnkit.outputs.policy import check_output_file
+        from attnkit.output_paths.policy import check_output_file
 
         check_output_file(args.output, option="--output", inputs=inputs)
     loaded = load_for("embed", args.checkpoint, args.device)

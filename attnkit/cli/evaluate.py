@@ -63,7 +63,7 @@ from attnkit.cli.inference_args import (
 )
 from attnkit.errors import UsageError
 from attnkit.evaluation.question_answering import is_qa_config
-from attnkit.outputs import check_output_file, write_text
+from attnkit.output_paths import check_output_file, write_text
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -215,7 +215,7 @@ def _score_pairs(loaded: Any, args: argparse.Namespace) -> dict[str, Any]:
     from attnkit.data.scored_pairs import read_scored_pairs
     from attnkit.errors import DataError
     from attnkit.evaluation.embeddings import embed_texts, similarity_scores
-    from attnkit.interop.hf_pooling import embedding_settings
+    from attnkit.interop.hf.pooling import embedding_settings
 
     pairs = read_scored_pairs(args.labelled)
     if pairs.scores is None:
@@ -276,7 +276,7 @@ def with_context(model: Any, context: int) -> Any:
             f"--context {context}: this model's learned position table has {config.max_len} "
             f"rows (positions: {config.positions}); it cannot read past position {config.max_len}"
         )
-    from attnkit.memory import model_bytes, require
+    from attnkit.memory_estimates import model_bytes, require
 
     longer_config = config.replace(max_len=context)
     device = next(model.parameters()).device

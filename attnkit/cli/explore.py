@@ -28,7 +28,7 @@ from attnkit.cli.common import (
     named_checkpoint,
 )
 from attnkit.errors import UsageError
-from attnkit.outputs import atomic_file, check_output_file
+from attnkit.output_paths import atomic_file, check_output_file
 
 MAX_NEW_TOKENS = 1024  # or the model's context, if longer
 
@@ -47,7 +47,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from attnkit.cli.common import load_for
-    from attnkit.serve.engine import Engine, RequestError
+    from attnkit.serve.model_host import ModelHost, RequestError
     from attnkit.visualize.explorer import write_page
 
     if args.beam < 1:
@@ -78,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
     rows = args.beam if loaded.family.kind == "seq2seq" else 1
     device = next(loaded.model.parameters()).device
     check_decode_fits(loaded.config, rows, device, f"--beam {args.beam}")
-    engine = Engine(loaded)
+    engine = ModelHost(loaded)
     try:
         result = engine.explore(
             args.text,

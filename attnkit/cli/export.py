@@ -5,7 +5,7 @@ Targets (--to):
                generation_config.json, README.md model card) that transformers
                loads with no attnkit installed
   onnx         encoder and decoder-with-past ONNX graphs (onnxruntime); decode them
-               with python -m attnkit.interop.onnx_runner DIR
+               with python -m attnkit.engines.onnx_runner DIR
   ctranslate2  a CTranslate2 model directory, converted by CTranslate2's own
                TransformersConverter from the hf export
   gguf         one llama.cpp GGUF file (--out model.gguf) of a Llama-type decoder-only
@@ -39,10 +39,10 @@ from attnkit.errors import UsageError
 
 # --to NAME -> "module:function(loaded: LoadedModel, out: Path, *, overwrite, **options)".
 EXPORTERS: dict[str, str] = {
-    "hf": "attnkit.interop.hf_export:export_hf",
-    "onnx": "attnkit.interop.onnx_export:export_onnx",
-    "ctranslate2": "attnkit.interop.ct2_export:export_ctranslate2",
-    "gguf": "attnkit.interop.gguf_export:export_gguf",
+    "hf": "attnkit.interop.hf.export:export_hf",
+    "onnx": "attnkit.interop.onnx.export:export_onnx",
+    "ctranslate2": "attnkit.interop.ctranslate2.export:export_ctranslate2",
+    "gguf": "attnkit.interop.gguf.export:export_gguf",
 }
 FILE_TARGETS = frozenset({"gguf"})  # --out names one file, not a directory
 
@@ -93,7 +93,7 @@ def _options(args: argparse.Namespace) -> dict[str, Any]:
 def run(args: argparse.Namespace) -> int:
     from attnkit.checkpoints.loading import load_model
     from attnkit.cli.common import checkpoint_inputs
-    from attnkit.outputs import check_output_file, check_replaceable_dir
+    from attnkit.output_paths import check_output_file, check_replaceable_dir
 
     out = Path(args.out)
     options = _options(args)

@@ -28,7 +28,7 @@ pass and tokens/s.
 --engine llama.cpp runs a Llama-type checkpoint on llama.cpp (llama-cpp-python)
 instead: the first use exports it to GGUF into CHECKPOINT/engines/, reused
 afterwards; greedy (--temperature 0) prints the same text as attnkit where the
-two engines' argmaxes agree; see attnkit.interop.engines_llama.
+two engines' argmaxes agree; see attnkit.engines.llama_cpp.
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ from attnkit.errors import UsageError
 if TYPE_CHECKING:
     from attnkit.decoding.protocol import AnyStepper
 
-# attnkit.interop.engines.GENERATOR_NAMES, spelled out so that parsing imports no engine.
+# attnkit.engines.registry.GENERATOR_NAMES, spelled out so that parsing imports no engine.
 ENGINES = ("attnkit", "llama.cpp")
 
 
@@ -283,8 +283,8 @@ def _run_engine(args: argparse.Namespace) -> int:
 
     from attnkit.cli.common import load_for
     from attnkit.cli.inference_args import engine_plan, run_options, say_for
+    from attnkit.engines.registry import GENERATORS, SampleOptions, generator_side, open_generator
     from attnkit.inference import prepare
-    from attnkit.interop.engines import GENERATORS, SampleOptions, generator_side, open_generator
 
     plan = engine_plan(args, "generate", "causal_lm")
     run = run_options(plan)

@@ -35,12 +35,12 @@ import importlib
 from pathlib import Path
 
 from attnkit.errors import UsageError
-from attnkit.outputs import check_not_in_run_checkpoints, check_replaceable_dir
+from attnkit.output_paths import check_not_in_run_checkpoints, check_replaceable_dir
 
 # --from NAME -> "module:function(source: Path, out: Path) -> Path" (the checkpoint written).
 IMPORTERS: dict[str, str] = {
-    "hf": "attnkit.interop.hf_import:import_hf",
-    "gguf": "attnkit.interop.gguf_import:import_gguf",
+    "hf": "attnkit.interop.hf.importer:import_hf",
+    "gguf": "attnkit.interop.gguf.importer:import_gguf",
 }
 
 
@@ -62,11 +62,11 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.out)
     source = Path(args.source)
     if not source.exists():
-        from attnkit.interop.hub import looks_like_repo
+        from attnkit.interop.hub.client import looks_like_repo
 
         if not looks_like_repo(args.source):
             raise UsageError(f"{source}: not found (nor a Hub name: ORG/NAME[@REVISION])")
-        from attnkit.interop.hub_imports import import_named
+        from attnkit.interop.hub.imports import import_named
 
         target = check_replaceable_dir(out, overwrite=args.overwrite)
         check_not_in_run_checkpoints(target)  # a run's checkpoints/ holds its own steps only

@@ -7,7 +7,7 @@ that no command imports another (``tests/test_import_graph.py``).
 The plan itself is decided in the library (``attnkit.inference.make_plan``);
 this module only turns ``--precision``, ``--compile``/``--no-fast``,
 ``--engine`` and ``--device`` into its ``Options``, and hands ``prepare`` the
-openers of the other engines (``attnkit.interop.engines``), which only an
+openers of the other engines (``attnkit.engines.registry``), which only an
 entry point may import. With ``attnkit --debug`` the plan's one line
 (``InferencePlan.describe``) goes to stderr.
 """
@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 # GNMT's length penalty ((5 + |Y|) / 6) ** alpha overflows a float past alpha ~ 130
 # on long outputs; useful values are 0..2.
 MAX_ALPHA = 10.0
-# attnkit.interop.engines.NAMES, spelled out so that parsing imports no engine.
+# attnkit.engines.registry.NAMES, spelled out so that parsing imports no engine.
 ENGINES = ("attnkit", "ctranslate2", "onnxruntime")
 
 
@@ -157,8 +157,8 @@ def say_for(command: str) -> Callable[[str], None]:
 
 
 def run_options(plan: InferencePlan) -> Any:
-    """The plan as the engines' ``RunOptions`` (``attnkit.interop.engines``)."""
-    from attnkit.interop.engines import RunOptions
+    """The plan as the engines' ``RunOptions`` (``attnkit.engines.registry``)."""
+    from attnkit.engines.registry import RunOptions
 
     return RunOptions(precision=plan.precision, device=plan.device, threads=plan.threads,
                       path=plan.path, workers=plan.workers)  # fmt: skip
@@ -167,7 +167,7 @@ def run_options(plan: InferencePlan) -> Any:
 def engine_options(args: argparse.Namespace) -> tuple[Any, Any]:
     """``args`` as the engines' ``RunOptions`` and ``DecodeOptions``, checked by the engine
     (a ``UsageError`` naming the first option ``--engine`` cannot honour)."""
-    from attnkit.interop.engines import ENGINES as OPENED
+    from attnkit.engines.registry import ENGINES as OPENED
 
     plan = engine_plan(args, "", "seq2seq", show=False)
     run, decode = run_options(plan), decode_options(args)
@@ -179,7 +179,7 @@ def translation_openers(args: argparse.Namespace, command: str) -> dict[str, Eng
     """``prepare``'s openers of the translation engines, converting on first use."""
 
     def opener(plan: InferencePlan, load: Callable[[], LoadedModel]) -> Any:
-        from attnkit.interop.engines import open_engine
+        from attnkit.engines.registry import open_engine
 
         return open_engine(plan.engine, args.checkpoint, run_options(plan), decode_options(args),
                            load=lambda directory: load(), say=say_for(command))  # fmt: skip
@@ -190,7 +190,7 @@ def translation_openers(args: argparse.Namespace, command: str) -> dict[str, Eng
 def engine_from_args(
     args: argparse.Namespace, command: str, loaded: LoadedModel | None = None
 ) -> Any:
-    """The ``attnkit.interop.engines`` engine ``--engine`` names, converted on first use.
+    """The ``attnkit.engines.registry`` engine ``--engine`` names, converted on first use.
 
     ``loaded``: the checkpoint already loaded on the CPU (else it is loaded
     for a conversion only, on a cache miss).
@@ -205,8 +205,8 @@ def engine_from_args(
 
 
 def decode_options(args: argparse.Namespace) -> Any:
-    """The search options of ``args`` as ``attnkit.interop.engines.DecodeOptions``."""
-    from attnkit.interop.engines import DecodeOptions
+    """The search options of ``args`` as ``attnkit.engines.registry.DecodeOptions``."""
+    from attnkit.engines.registry import DecodeOptions
 
     beam = 1 if args.greedy else args.beam
     nbest = getattr(args, "nbest", 1) if beam > 1 else 1

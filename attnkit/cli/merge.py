@@ -18,7 +18,7 @@ import argparse
 from pathlib import Path
 
 from attnkit.errors import UsageError
-from attnkit.outputs import check_not_in_run_checkpoints, check_replaceable_dir
+from attnkit.output_paths import check_not_in_run_checkpoints, check_replaceable_dir
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -22,10 +22,10 @@ from attnkit import jsonio
 from attnkit.cli.argtypes import finite_float, integer, seed
 from attnkit.cli.common import add_device_argument
 from attnkit.errors import UsageError
-from attnkit.outputs import atomic_file, write_text
+from attnkit.output_paths import atomic_file, write_text
 
 if TYPE_CHECKING:
-    from attnkit.outputs import RunLock
+    from attnkit.output_paths import RunLock
     from attnkit.training.runconfig import RunConfig
 
 # The model and recipe, sized for 2 CPU cores (see docs/lab/results-history.md for figures).

@@ -257,8 +257,8 @@ def run(args: argparse.Namespace) -> int:
     from attnkit.cli.common import load_for
     from attnkit.cli.inference_args import plan_for
     from attnkit.inference import prepare
-    from attnkit.serve.engine import Engine
-    from attnkit.serve.memory import bound_native_caches
+    from attnkit.serve.memory_bounds import bound_native_caches
+    from attnkit.serve.model_host import ModelHost
 
     bound_native_caches()  # before anything packs a weight: oneDNN reads it once
     threads = args.threads or max(1, (os.cpu_count() or 2) // 2)
@@ -269,7 +269,8 @@ def run(args: argparse.Namespace) -> int:
     # the inference plan, prepared once; /v1/translate may go to --engine's translator.
     plan = plan_for(loaded, args, "serve", engine="attnkit", calibrate=True)
     prepared = prepare(loaded, plan)
-    engine = Engine(loaded, translator, plan=plan, stepper=prepared if plan.has_stepper else None)  # type: ignore[arg-type]
+    stepper = prepared if plan.has_stepper else None
+    engine = ModelHost(loaded, translator, plan=plan, stepper=stepper)  # type: ignore[arg-type]
     settings = ServeSettings(
         max_batch_tokens=args.max_batch_tokens or default_batch_tokens(engine.device.type),
         max_wait_ms=args.max_wait_ms,

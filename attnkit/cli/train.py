@@ -56,7 +56,7 @@ from attnkit.cli.common import (
     open_run_dir,
     pinned_checkpoint,
 )
-from attnkit.outputs import write_text
+from attnkit.output_paths import write_text
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -7,7 +7,7 @@ holds the N best hypotheses separated by tabs.
 
 --engine ctranslate2 or onnxruntime decodes a Transformer checkpoint on that
 engine instead (converted on first use into CHECKPOINT/engines/, reused
-afterwards; see attnkit.interop.engines).
+afterwards; see attnkit.engines.registry).
 
 How to run (precision, kernels, attention backend, cache, engine, the device's
 search settings) is one inference plan (attnkit.inference); `attnkit --debug

@@ -7,7 +7,7 @@
    SHA-256; a mismatch deletes it); an archive is unpacked there (only
    regular files and folders, at most its ``max_unpacked`` bytes);
 2. each file is made by its steps (``corpus_steps``) into a staged folder
-   (``attnkit.outputs.staged_directory``), and checked against its pinned
+   (``attnkit.output_paths.staged_directory``), and checked against its pinned
    size and SHA-256;
 3. ``attnkit-data.json`` (the corpus, its license and source, every file's
    size and SHA-256, what was pinned) is written last, and the staged folder
@@ -148,7 +148,7 @@ def _source_text(corpus: Corpus, urls: dict[str, str]) -> str:
 
 def install(corpus: Corpus, to: Path, *, progress: bool = True, log: Log = print) -> bool:
     """Put ``corpus`` into folder ``to``; ``False`` when it was already there (checked)."""
-    from attnkit.outputs import staged_directory
+    from attnkit.output_paths import staged_directory
 
     if to.exists() and not to.is_dir():
         raise UsageError(f"--to {to}: is not a directory")

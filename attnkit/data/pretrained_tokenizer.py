@@ -18,7 +18,7 @@ Conventions are attnkit's, so every command treats it like the others:
   (an unknown token shows as its text), then detokenizes with the file's own
   decoder. Only real special tokens are dropped: GPT-2 has no pad token, so
   its importer names ordinary ids as the config's ``pad_id``/``bos_id``
-  (never fed, see ``attnkit.interop.hf_gpt2``), and those must stay in text;
+  (never fed, see ``attnkit.interop.hf.gpt2``), and those must stay in text;
 * ``encode_special_tokens``: whether text such as ``"<s>"`` is encoded as
   characters (attnkit's own BPE does so) rather than as the special token
   (Hugging Face's default: SmolLM2's ``"<|im_start|>"`` is one id);

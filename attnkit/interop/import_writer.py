@@ -1,7 +1,7 @@
 """The one writer of every import (``attnkit import --from hf`` and ``--from gguf``).
 
-Each importer (``hf_marian_import``, ``hf_bert``, ``hf_gpt2``, ``hf_llama``,
-``gguf_import``) reads and checks its file and hands back an ``Imported``;
+Each importer (``hf.marian_import``, ``hf.bert``, ``hf.gpt2``, ``hf.llama``,
+``gguf.importer``) reads and checks its file and hands back an ``Imported``;
 ``write_import`` writes it the same way for all:
 
 1. a tokenizer larger than the model's vocabulary is refused (every loader
@@ -19,7 +19,7 @@ Each importer (``hf_marian_import``, ``hf_bert``, ``hf_gpt2``, ``hf_llama``,
 ``details`` (the format's own facts: tensor types, ids nominated, ...) and
 ``hub`` (for a model fetched from the Hugging Face Hub by name: the repository,
 the revision asked for, the commit it resolved to, the endpoint and every
-fetched file's SHA-256, ``attnkit.interop.hub.record``; ``null`` otherwise).
+fetched file's SHA-256, ``attnkit.interop.hub.client.record``; ``null`` otherwise).
 Directories written before this writer existed still load (``load_model``
 takes a run or a checkpoint directory); ``read_import_record`` also reads
 their records: HF's (the same keys, no ``details``) and GGUF's (the

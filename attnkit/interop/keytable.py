@@ -5,7 +5,7 @@ state dict, or the side nearer to it) with the keys another format uses
 (``theirs``), the shape their tensors have in named sizes (``Dims``), and the
 layout ``Step``s between the two. ``attnkit.interop.keymap`` reads a table in
 both directions (imports and exports); every format's table lives beside its
-reader (``hf_marian.marian_keys``, ``hf_bert``, ``hf_gpt2.GPT2_KEYS``,
+reader (``hf.marian.marian_keys``, ``hf.bert``, ``hf.gpt2.GPT2_KEYS``,
 ``llama.LLAMA_KEYS``, ``gguf.GGUF_LLAMA_KEYS``, ``torch_nn``).
 
 Templates name their variable parts: ``{wb}`` makes one rule for ``weight``

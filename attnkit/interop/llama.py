@@ -1,8 +1,8 @@
 """The Llama family between formats: its shape, attnkit's config for it, and its key table.
 
 Two readers share this module: Hugging Face ``LlamaForCausalLM`` directories
-(``attnkit.interop.hf_llama``) and llama.cpp GGUF files
-(``attnkit.interop.gguf``, whose tensors come out under Hugging Face's names).
+(``attnkit.interop.hf.llama``) and llama.cpp GGUF files
+(``attnkit.interop.gguf.read``, whose tensors come out under Hugging Face's names).
 Each fills a ``LlamaHParams`` from its own fields (``HParamFields`` names them
 for messages); from there on the path is one:
 

@@ -4,7 +4,7 @@
 ``out`` (same filesystem). When the block ends without error it is fsynced
 and swapped in for ``out``; on any error it is removed and ``out`` keeps what
 it held, so ``out`` never names a half-written export. The mechanism (and its
-crash windows) is ``attnkit.outputs``'s, shared with checkpoint directories;
+crash windows) is ``attnkit.output_paths``'s, shared with checkpoint directories;
 this module keeps the import path the exporters and importers use.
 """
 
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from attnkit.outputs import check_replaceable_dir, staged_directory
+from attnkit.output_paths import check_replaceable_dir, staged_directory
 
 
 def check_target(out: Path, *, overwrite: bool) -> None:

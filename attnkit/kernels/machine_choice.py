@@ -27,7 +27,7 @@ import torch
 from attnkit import jsonio
 from attnkit.data.cache import default_root
 from attnkit.errors import AttnkitError
-from attnkit.outputs.atomic import atomic_file
+from attnkit.output_paths.atomic import atomic_file
 
 
 def cpu_name() -> str:

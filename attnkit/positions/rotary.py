@@ -16,7 +16,7 @@ layouts exist:
 
 They are the same function up to a fixed permutation of each head's rows of
 the q/k projections; that is exactly what llama.cpp's converter applies when
-it writes a Hugging Face Llama into GGUF, and what ``attnkit.interop.gguf``
+it writes a Hugging Face Llama into GGUF, and what ``attnkit.interop.gguf.read``
 undoes. As complex numbers: with ``z_i = x[i] + 1j * x[i + d/2]``, the
 rotated pair is ``z_i * exp(1j * m * theta_i)``.
 

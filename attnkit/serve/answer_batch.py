@@ -19,8 +19,8 @@ from pydantic import BaseModel, Field, model_validator
 from attnkit.data.qa_windows import default_windows
 from attnkit.data.squad import QAExample
 from attnkit.serve.cancellable import live_requests
-from attnkit.serve.engine import Engine
 from attnkit.serve.handles import RequestHandle
+from attnkit.serve.model_host import ModelHost
 from attnkit.serve.schemas import _STRICT, MAX_CHARS, Text, Timing
 
 __all__ = ["ANSWER", "AnswerRequest", "AnswerResponse", "answer", "is_reader"]
@@ -55,7 +55,7 @@ class AnswerResponse(BaseModel):
     timing: Timing
 
 
-def is_reader(engine: Engine) -> bool:
+def is_reader(engine: ModelHost) -> bool:
     """Whether ``engine`` holds an extractive QA checkpoint (a start/end token head)."""
     from attnkit.evaluation.question_answering import is_qa_config
 
@@ -64,7 +64,7 @@ def is_reader(engine: Engine) -> bool:
 
 @torch.no_grad()
 def answer(
-    engine: Engine,
+    engine: ModelHost,
     jobs: Sequence[AnswerRequest],
     handles: Sequence[RequestHandle] | None = None,
 ) -> list[dict[str, Any] | None]:

@@ -31,10 +31,10 @@ from attnkit.serve.docs_page import CSP as DOCS_CSP
 from attnkit.serve.docs_page import render_docs
 from attnkit.serve.encoder_batch import ENCODER_KEYS, is_classifier, run_encoder_batch
 from attnkit.serve.encoder_routes import add_encoder_routes
-from attnkit.serve.engine import KIND_ENDPOINTS, Engine, RequestError
 from attnkit.serve.errors import install_error_handlers
 from attnkit.serve.handles import RequestHandle
 from attnkit.serve.limits import RequestGuard
+from attnkit.serve.model_host import KIND_ENDPOINTS, ModelHost, RequestError
 from attnkit.serve.openai_api import OPENAI_ENDPOINTS, add_openai_routes
 from attnkit.serve.schemas import (
     ErrorResponse,
@@ -79,7 +79,7 @@ def shutdown_hook(app: RequestGuard) -> Callable[[], None]:
     return batcher.close
 
 
-def create_app(engine: Engine, settings: ServeSettings | None = None) -> RequestGuard:
+def create_app(engine: ModelHost, settings: ServeSettings | None = None) -> RequestGuard:
     """The ASGI app serving ``engine``'s model; the batcher runs while the app does."""
     settings = settings or ServeSettings()
 
@@ -258,7 +258,7 @@ def create_app(engine: Engine, settings: ServeSettings | None = None) -> Request
     )
     async def generate(req: GenerateRequest, handle: Handle) -> dict[str, Any]:
         """Continue a prompt (seeded sampling; temperature 0 is greedy)."""
-        from attnkit.serve.engine import EXPLORE_NOTES
+        from attnkit.serve.model_host import EXPLORE_NOTES
 
         started = time.monotonic()
         token_budget(req.max_new_tokens, handle, "max_new_tokens")

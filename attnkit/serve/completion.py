@@ -30,8 +30,8 @@ import torch
 from attnkit.decoding.generate import stream
 from attnkit.decoding.protocol import AnyStepper
 from attnkit.serve.cancellable import CancellableStepper, Owners
-from attnkit.serve.engine import Engine
 from attnkit.serve.handles import RequestHandle
+from attnkit.serve.model_host import ModelHost
 
 __all__ = ["ChoiceText", "Completion", "OnDelta", "context_of", "feed", "generate_choices"]
 
@@ -135,7 +135,7 @@ class Completion:
 
 @torch.no_grad()
 def generate_choices(
-    engine: Engine,
+    engine: ModelHost,
     prompt: Sequence[int],
     *,
     n: int,

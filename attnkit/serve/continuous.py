@@ -23,7 +23,7 @@ the server decodes other models one request at a time (``completion``).
 Two kinds of job share the batch: the OpenAI-compatible completions (a choice
 ends at EOS, a stop string or ``max_tokens``) and ``/v1/generate``
 (``until_eos=False``: exactly ``max_tokens`` tokens, EOS included, as
-``Engine.generate`` gives them; ``top_k`` as well as ``top_p``).
+``ModelHost.generate`` gives them; ``top_k`` as well as ``top_p``).
 
 When requests leave, the cache columns before every remaining row's start
 are dropped and the shared position moves back with them
@@ -54,7 +54,7 @@ from attnkit.decoding.generate import pick_token
 from attnkit.positions.rotary import RotaryEmbedding, apply_rotary
 from attnkit.serve.batch_types import Admitted, Take
 from attnkit.serve.completion import ChoiceText, Completion, OnDelta, context_of, feed
-from attnkit.serve.engine import Engine
+from attnkit.serve.model_host import ModelHost
 from attnkit.serve.row_cache import RowStartCache
 
 __all__ = ["GENERATE", "ContinuousGenerator", "GenerationJob", "supports"]
@@ -63,7 +63,7 @@ GENERATE = "generate"  # the batcher key of continuously batched generation
 _GROW = 256  # positions added to the cache at a time
 
 
-def supports(engine: Engine) -> bool:
+def supports(engine: ModelHost) -> bool:
     """Whether ``engine``'s model can have sequences at different positions in one batch."""
     config = engine.model.config
     return (
@@ -108,7 +108,7 @@ class _Sequence:
 class ContinuousGenerator:
     """The runner of ``DynamicBatcher``'s continuous key for generation (module doc)."""
 
-    def __init__(self, engine: Engine, *, max_rows: int = 16) -> None:
+    def __init__(self, engine: ModelHost, *, max_rows: int = 16) -> None:
         if not supports(engine):
             raise ValueError("continuous batching needs a causal LM with relative positions")
         self.engine, self.max_rows = engine, max_rows
@@ -225,7 +225,7 @@ class ContinuousGenerator:
                 choice = s.choices[i]
                 if choice.finish_reason is not None:
                     continue
-                if not job.until_eos:  # the raw ids, as ``Engine.generate`` returns them
+                if not job.until_eos:  # the raw ids, as ``ModelHost.generate`` returns them
                     choice.ids.append(int(token))
                     if s.drawn == job.max_tokens:
                         choice.finish_reason = "length"

@@ -13,7 +13,7 @@ before it starts are left out of it (their results are ``None`` and never
 handed back), and if every request of the batch is, it raises the first one's
 ``RequestCancelled`` without touching the model.
 
-The fill-mask pass itself is ``Engine.fill_masks`` (``attnkit explore`` uses it
+The fill-mask pass itself is ``ModelHost.fill_masks`` (``attnkit explore`` uses it
 too); classification is here.
 """
 
@@ -27,8 +27,8 @@ import torch
 
 from attnkit.data.classification import collate_examples, encode_example
 from attnkit.serve.cancellable import live_requests
-from attnkit.serve.engine import Engine, RequestError
 from attnkit.serve.handles import RequestHandle
+from attnkit.serve.model_host import ModelHost, RequestError
 from attnkit.serve.tag_batch import TAG, tag
 
 __all__ = [
@@ -65,7 +65,7 @@ class ClassifyJob:
         return sum(len(x) for x in self.ids)
 
 
-def is_classifier(engine: Engine) -> bool:
+def is_classifier(engine: ModelHost) -> bool:
     """Whether ``engine`` holds an encoder-only checkpoint with a classification head."""
     config = engine.model.config
     return (
@@ -75,14 +75,14 @@ def is_classifier(engine: Engine) -> bool:
     )
 
 
-def label_names(engine: Engine) -> list[str]:
+def label_names(engine: ModelHost) -> list[str]:
     """The labels' names (from training), or their indices as strings."""
     config = engine.model.config
     return list(config.label_names) or [str(i) for i in range(config.num_labels)]
 
 
 def encode_examples(
-    engine: Engine, texts: Sequence[str], pairs: Sequence[str] | None
+    engine: ModelHost, texts: Sequence[str], pairs: Sequence[str] | None
 ) -> ClassifyJob:
     """The ids of each example, as ``attnkit classify`` encodes them; one that does not fit
     the model's positions is a 422 naming it (the CLI cuts it instead, with a warning)."""
@@ -104,7 +104,7 @@ def encode_examples(
 
 @torch.no_grad()
 def classify(
-    engine: Engine, jobs: Sequence[ClassifyJob], handles: Sequence[RequestHandle] | None = None
+    engine: ModelHost, jobs: Sequence[ClassifyJob], handles: Sequence[RequestHandle] | None = None
 ) -> list[list[list[float]] | None]:
     """Each request's label probabilities ``[text][label]``, every text of every request
     in one padded pass (module doc)."""
@@ -137,7 +137,7 @@ class EmbedJob:
         return sum(len(x) for x in self.ids)
 
 
-def encode_for_embedding(engine: Engine, texts: Sequence[str], max_len: int) -> EmbedJob:
+def encode_for_embedding(engine: ModelHost, texts: Sequence[str], max_len: int) -> EmbedJob:
     """The ids of each input, cut to ``max_len`` as ``attnkit embed`` and
     sentence-transformers cut them (an embedding API embeds the start of a long text)."""
     tok = engine.tokenizer
@@ -151,7 +151,7 @@ def encode_for_embedding(engine: Engine, texts: Sequence[str], max_len: int) -> 
 
 @torch.no_grad()
 def embed(
-    engine: Engine,
+    engine: ModelHost,
     jobs: Sequence[EmbedJob],
     handles: Sequence[RequestHandle] | None = None,
     *,
@@ -185,7 +185,7 @@ def embed(
 
 
 def run_encoder_batch(
-    engine: Engine, key: Hashable, payloads: list[Any], handles: list[RequestHandle]
+    engine: ModelHost, key: Hashable, payloads: list[Any], handles: list[RequestHandle]
 ) -> list[Any]:
     """The batcher's ``run_batch`` for the ``ENCODER_KEYS`` (``TAG``: ``serve.tag_batch``;
     an ``EMBED`` payload is ``(EmbedJob, pooling, normalize)``: one checkpoint, one way)."""

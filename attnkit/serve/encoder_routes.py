@@ -28,7 +28,7 @@ from attnkit.serve.encoder_batch import (
     is_classifier,
     label_names,
 )
-from attnkit.serve.engine import Engine, MaskJob, RequestError
+from attnkit.serve.model_host import MaskJob, ModelHost, RequestError
 from attnkit.serve.openai_schemas import EmbeddingRequest
 from attnkit.serve.schemas import (
     ClassifyRequest,
@@ -50,7 +50,7 @@ __all__ = ["add_encoder_routes"]
 
 def add_encoder_routes(
     app: FastAPI,
-    engine: Engine,
+    engine: ModelHost,
     batcher: DynamicBatcher,
     *,
     needs: Callable[[str, str], Any],
@@ -59,7 +59,7 @@ def add_encoder_routes(
     ``needs(kind, endpoint)``: the dependency that answers 400 on another kind of model."""
     settings = None
     if engine.kind == "masked_lm":
-        from attnkit.interop.hf_pooling import embedding_settings
+        from attnkit.interop.hf.pooling import embedding_settings
 
         # An imported sentence-transformers model's own pooling, normalisation and length.
         settings = embedding_settings(engine.loaded.directory, engine.model.config)
@@ -99,7 +99,7 @@ def add_encoder_routes(
     )
     async def fill_mask(req: FillMaskRequest, handle: Handle) -> dict[str, Any]:
         """Predict every mask marker of the text from both sides (batched with others)."""
-        from attnkit.serve.engine import EXPLORE_NOTES
+        from attnkit.serve.model_host import EXPLORE_NOTES
 
         started = time.monotonic()
         masked = engine.encode_masked(req.text, req.mask_token)

@@ -9,7 +9,7 @@ server around it is the same as with ``--engine attnkit``:
   cancelled before its batch runs is dropped, and one cancelled while it
   runs is answered with its reason at once (its rows' output is never
   handed back). ``onnxruntime`` runs attnkit's own search on the ONNX
-  graphs (``attnkit.interop.onnx_runner.OnnxStepper``), so its cancelled
+  graphs (``attnkit.engines.onnx_runner.OnnxStepper``), so its cancelled
   rows stop at the next step as attnkit's do; a CTranslate2
   ``translate_batch`` call cannot stop midway, so its rows are checked
   before each call;
@@ -18,7 +18,7 @@ server around it is the same as with ``--engine attnkit``:
   output, and ``POST /v1/explore`` decodes with the attnkit model as always.
 
 The options map as for ``attnkit translate --engine``
-(``attnkit.interop.engines``): output limit = source length + 50 tokens,
+(``attnkit.engines.registry``): output limit = source length + 50 tokens,
 the model's positions at most; a request option the engine cannot honour is
 a 422 naming the field (CTranslate2's beam search takes ``alpha`` 0 only).
 ``open_translator`` refuses at startup a server default (``serve --alpha``)
@@ -36,11 +36,11 @@ import torch
 
 from attnkit.checkpoints.loading import LoadedModel
 from attnkit.decoding.common import DecodeResult, Hypothesis
+from attnkit.engines.registry import ENGINES, DecodeOptions, Engine, RunOptions, open_engine
 from attnkit.errors import UsageError
-from attnkit.interop.engines import ENGINES, DecodeOptions, Engine, RunOptions, open_engine
 from attnkit.serve.cancellable import CancellableStepper, Owners
-from attnkit.serve.engine_types import MAX_LEN_B, RequestError
 from attnkit.serve.handles import RequestHandle
+from attnkit.serve.model_host_types import MAX_LEN_B, RequestError
 
 __all__ = ["DEFAULT_BEAM", "EngineTranslator", "open_translator"]
 
@@ -49,8 +49,8 @@ _OPTION = re.compile(r"^--([a-z][a-z-]*) ?([^:]*): (.*)$")
 
 
 class EngineTranslator:
-    """An ``attnkit.interop.engines`` engine behind the server's batched translate call
-    (an ``attnkit.serve.engine_types.Translator``)."""
+    """An ``attnkit.engines.registry`` engine behind the server's batched translate call
+    (an ``attnkit.serve.model_host_types.Translator``)."""
 
     def __init__(self, engine: Engine, run: RunOptions) -> None:
         self.engine = engine
@@ -80,7 +80,7 @@ class EngineTranslator:
         nbest: int,
         handles: Sequence[RequestHandle] | None = None,
     ) -> list[DecodeResult]:
-        """One ``DecodeResult`` per source (ids ending in EOS), as ``serve.Engine.translate``."""
+        """One ``DecodeResult`` per source (ids ending in EOS), as ``serve.ModelHost.translate``."""
         nbest = nbest if beam > 1 else 1
         decode = self._options(len(sources), beam, alpha, nbest)
         stepper = getattr(self.engine, "stepper", None)

@@ -21,9 +21,9 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from attnkit.serve.batcher import BatcherClosed
-from attnkit.serve.engine import RequestError
 from attnkit.serve.error_shape import error_body, error_status
 from attnkit.serve.handles import RequestCancelled
+from attnkit.serve.model_host import RequestError
 
 __all__ = ["install_error_handlers", "validation_message"]
 

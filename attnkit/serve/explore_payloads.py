@@ -4,7 +4,7 @@ it was made.
 Each runs the model once more with ``need_weights`` over what the request read
 and produced (``attnkit.visualize.explorer.from_model``) and builds the page's
 payload from it. They run in the batcher's worker thread (or the calling thread
-under ``attnkit explore``); ``Engine.translation_payload``, ``causal_payload``
+under ``attnkit explore``); ``ModelHost.translation_payload``, ``causal_payload``
 and ``masked_payload`` call them with the engine's checkpoint.
 """
 
@@ -17,8 +17,8 @@ import torch
 
 from attnkit.checkpoints.loading import LoadedModel
 from attnkit.decoding.common import DecodeResult
-from attnkit.serve.engine_types import RequestError
 from attnkit.serve.mask_filling import MaskedText
+from attnkit.serve.model_host_types import RequestError
 
 __all__ = ["EXPLORE_NOTES", "causal_payload", "masked_payload", "translation_payload"]
 

@@ -3,7 +3,7 @@
 ``encode_masked`` runs in the event loop (a text too long for the model is a
 422 before it waits for the model); ``fill_masks`` is the model work, one pass
 over every job of a batch (``attnkit.serve.encoder_batch``) or over the one
-text of ``attnkit explore``. ``Engine.encode_masked`` and ``Engine.fill_masks``
+text of ``attnkit explore``. ``ModelHost.encode_masked`` and ``ModelHost.fill_masks``
 call these with the engine's model and tokenizer.
 """
 
@@ -16,8 +16,8 @@ from typing import Any
 import torch
 
 from attnkit.serve.cancellable import live_requests
-from attnkit.serve.engine_types import RequestError
 from attnkit.serve.handles import RequestHandle
+from attnkit.serve.model_host_types import RequestError
 
 __all__ = ["Filled", "MaskJob", "MaskedText", "encode_masked", "fill_masks"]
 

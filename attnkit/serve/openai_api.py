@@ -45,10 +45,10 @@ from attnkit import jsonio
 from attnkit.serve.batcher import BatcherClosed, DynamicBatcher
 from attnkit.serve.completion import Completion, OnDelta, generate_choices
 from attnkit.serve.continuous import GENERATE, ContinuousGenerator, GenerationJob
-from attnkit.serve.engine import Engine, RequestError
 from attnkit.serve.error_shape import error_body
 from attnkit.serve.fairness import row_share, run_shared, split
 from attnkit.serve.handles import CLIENT_GONE, RequestCancelled, RequestHandle, watch_disconnect
+from attnkit.serve.model_host import ModelHost, RequestError
 from attnkit.serve.openai_schemas import ChatCompletionRequest, CompletionRequest, _Sampling
 from attnkit.serve.settings import ServeSettings
 from attnkit.serve.stall import StreamBacklog
@@ -121,7 +121,7 @@ def usage(completions: Sequence[Completion]) -> dict[str, int]:
 
 def add_openai_routes(
     app: FastAPI,
-    engine: Engine,
+    engine: ModelHost,
     batcher: DynamicBatcher,
     settings: ServeSettings,
     generator: ContinuousGenerator | None,

@@ -4,7 +4,7 @@ Requests are strict (``extra="forbid"``, no string-to-number coercion): an
 unknown field or a wrong type is a 422 naming the field, never a guess.
 Limits that do not depend on the model (sentences per request, characters
 per text, beam width) live here; limits in tokens (the model's positions)
-are checked once the text is tokenized (``attnkit.serve.engine``).
+are checked once the text is tokenized (``attnkit.serve.model_host``).
 """
 
 from __future__ import annotations

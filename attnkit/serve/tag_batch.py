@@ -20,8 +20,8 @@ from pydantic import BaseModel, Field, model_validator
 
 from attnkit.data.token_tags import EncodedWords, collate_words, encode_words
 from attnkit.serve.cancellable import live_requests
-from attnkit.serve.engine import Engine, RequestError
 from attnkit.serve.handles import RequestHandle
+from attnkit.serve.model_host import ModelHost, RequestError
 from attnkit.serve.schemas import _STRICT, MAX_SENTENCES, Text, Timing
 
 __all__ = [
@@ -79,14 +79,14 @@ class TagJob:
         return sum(self.encoded.lengths)
 
 
-def is_tagger(engine: Engine) -> bool:
+def is_tagger(engine: ModelHost) -> bool:
     """Whether ``engine`` holds an encoder-only checkpoint that tags entities."""
     from attnkit.evaluation.token_classification import is_tagger as tags_entities
 
     return engine.kind == "masked_lm" and tags_entities(engine.model.config)
 
 
-def encode_sentences(engine: Engine, texts: Sequence[str]) -> TagJob:
+def encode_sentences(engine: ModelHost, texts: Sequence[str]) -> TagJob:
     """The words and ids of each sentence; one that does not fit is a 422 naming it."""
     words = [t.split() for t in texts]
     encoded = encode_words(engine.tokenizer, words, engine.max_len)
@@ -101,7 +101,7 @@ def encode_sentences(engine: Engine, texts: Sequence[str]) -> TagJob:
 
 @torch.no_grad()
 def tag(
-    engine: Engine, jobs: Sequence[TagJob], handles: Sequence[RequestHandle] | None = None
+    engine: ModelHost, jobs: Sequence[TagJob], handles: Sequence[RequestHandle] | None = None
 ) -> list[list[list[str]] | None]:
     """Each request's BIO tags ``[sentence][word]``, every sentence of every request in
     one padded pass."""

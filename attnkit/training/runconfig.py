@@ -214,7 +214,7 @@ def load_run_config(path: str | Path | None, overrides: list[str] | None = None)
     """
     import yaml
 
-    from attnkit.outputs import describe_os_error
+    from attnkit.output_paths import describe_os_error
     from attnkit.training.config_yaml import parse_yaml
 
     data: Any = {}

@@ -69,11 +69,11 @@ def test_learned_positions_stop_at_their_table(tmp_path, capsys):
 def test_a_longer_model_that_would_not_fit_is_refused_before_it_is_built(
     tmp_path, capsys, monkeypatch
 ):
-    import attnkit.memory
+    import attnkit.memory_estimates
 
     directory, text, _, _ = _checkpoint(tmp_path, "sinusoidal")
     args = ["evaluate", "--checkpoint", str(directory), "--text", str(text)]
-    real = attnkit.memory.available_bytes
+    real = attnkit.memory_estimates.available_bytes
     loaded_ok = {"done": False}
 
     def scarce(device="cpu"):  # enough to load the checkpoint, not for the longer model
@@ -82,7 +82,7 @@ def test_a_longer_model_that_would_not_fit_is_refused_before_it_is_built(
             return real(device)
         return 1000
 
-    monkeypatch.setattr(attnkit.memory, "available_bytes", scarce)
+    monkeypatch.setattr(attnkit.memory_estimates, "available_bytes", scarce)
     assert main([*args, "--context", "64"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "--context 64: the model needs at least" in err

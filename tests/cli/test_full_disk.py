@@ -51,7 +51,7 @@ def test_train_on_a_full_disk_stops_with_one_line_and_keeps_its_checkpoints(
 
 def test_export_on_a_full_disk_is_one_line_and_leaves_the_old_export(tmp_path, capsys, monkeypatch):
     pytest.importorskip("transformers")
-    from attnkit.interop import hf_export
+    from attnkit.interop.hf import export as hf_export
 
     checkpoint = tiny_checkpoint(tmp_path / "ck")
     out = tmp_path / "export"

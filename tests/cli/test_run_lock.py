@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from cli_helpers import tiny_run_config
 
-from attnkit.outputs import RunLock, RunLockedError, refuse_if_locked
-from attnkit.outputs.runlock import LOCK_FILE
+from attnkit.output_paths import RunLock, RunLockedError, refuse_if_locked
+from attnkit.output_paths.runlock import LOCK_FILE
 
 REPO = Path(__file__).parents[2]
 

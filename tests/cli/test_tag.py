@@ -169,9 +169,9 @@ def test_serve_tags_in_batches_and_refuses_bad_requests(tagger, monkeypatch, cap
 
     from attnkit.checkpoints.loading import load_model
     from attnkit.serve.app import ServeSettings, create_app
-    from attnkit.serve.engine import Engine
+    from attnkit.serve.model_host import ModelHost
 
-    app = create_app(Engine(load_model(tagger)), ServeSettings(threads=1, max_wait_ms=0))
+    app = create_app(ModelHost(load_model(tagger)), ServeSettings(threads=1, max_wait_ms=0))
     texts = ["john smith went to paris", "ali smith met mary smith"]
     _, out, _ = _tag(monkeypatch, capsys, tagger, "\n".join(texts) + "\n", "--json")
     expected = [json.loads(line) for line in out.splitlines()]
@@ -206,10 +206,10 @@ def test_attention_and_explore_read_a_tagger(tagger, tmp_path, capsys):
 
 def test_tag_requests_in_one_pass_get_what_they_get_alone(tagger):
     from attnkit.checkpoints.loading import load_model
-    from attnkit.serve.engine import Engine
+    from attnkit.serve.model_host import ModelHost
     from attnkit.serve.tag_batch import encode_sentences, tag
 
-    engine = Engine(load_model(tagger))
+    engine = ModelHost(load_model(tagger))
     jobs = [encode_sentences(engine, ["john smith went to paris", "rome"]),
             encode_sentences(engine, ["mary smith met ali smith in oslo and rome"])]  # fmt: skip
     together = tag(engine, jobs)

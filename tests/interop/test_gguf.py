@@ -30,7 +30,7 @@ from attnkit.attention.functional import attend
 from attnkit.attention.gqa import repeat_kv
 from attnkit.blocks.norms import RMSNorm
 from attnkit.blocks.swiglu import SwiGLU
-from attnkit.interop.gguf import GGUFCheckpoint, read_gguf
+from attnkit.interop.gguf.read import GGUFCheckpoint, read_gguf
 from attnkit.positions.rotary import RotaryEmbedding, apply_rotary
 
 pytest.importorskip("gguf")

@@ -27,7 +27,7 @@ from gguf_helpers import (
 )
 
 from attnkit.errors import CheckpointError
-from attnkit.interop.gguf import read_gguf, unpermute_rope_rows
+from attnkit.interop.gguf.read import read_gguf, unpermute_rope_rows
 from attnkit.positions.rotary import RotaryEmbedding, apply_rotary
 
 gguf = pytest.importorskip("gguf")

@@ -55,8 +55,8 @@ from attnkit.data.pretrained_tokenizer import PretrainedTokenizer
 from attnkit.data.tokenizer_kinds import tokenizer_from_json
 from attnkit.decoding.generate import generate
 from attnkit.inference import stepper_for
-from attnkit.interop.gguf import read_gguf
-from attnkit.interop.gguf_import import build_tokenizer, import_gguf, llama_config
+from attnkit.interop.gguf.importer import build_tokenizer, import_gguf, llama_config
+from attnkit.interop.gguf.read import read_gguf
 from attnkit.interop.import_writer import read_import_record
 from attnkit.models.lm_config import DecoderOnlyConfig
 

@@ -9,8 +9,8 @@ import torch
 
 from attnkit.checkpoints.loading import load_model
 from attnkit.errors import ConfigError
-from attnkit.interop.hf_import import import_hf
-from attnkit.interop.hf_t5 import to_hf_t5
+from attnkit.interop.hf.importer import import_hf
+from attnkit.interop.hf.t5 import to_hf_t5
 from attnkit.models import EncoderDecoder, TransformerConfig
 
 pytest.importorskip("transformers")

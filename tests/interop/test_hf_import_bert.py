@@ -148,7 +148,7 @@ def test_bert_with_mlm_and_classifier_heads(tmp_path):
     from tokenizers import Tokenizer
     from transformers import BertConfig, BertForMaskedLM, BertForSequenceClassification
 
-    from attnkit.interop.hf_import import import_hf
+    from attnkit.interop.hf.importer import import_hf
 
     vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *"abcdefghij", "the", "##s"]
     wordpiece = {

@@ -12,8 +12,8 @@ from attnkit.checkpoints.loading import load_model
 from attnkit.cli.main import main
 from attnkit.data.pretrained_tokenizer import PretrainedTokenizer
 from attnkit.inference import translate_texts
-from attnkit.interop.hf_import import import_hf
-from attnkit.interop.hf_marian import to_hf_marian
+from attnkit.interop.hf.importer import import_hf
+from attnkit.interop.hf.marian import to_hf_marian
 
 
 def assert_same_model(a, b) -> None:
@@ -103,7 +103,7 @@ def test_a_transformers_marian_model_imports_with_equal_logits(tmp_path):
             if "embed_positions" not in name:
                 p.add_(0.2 * torch.randn_like(p))
     hf.save_pretrained(tmp_path / "hf")
-    from attnkit.interop.hf_tokenizer import hf_tokenizer_json
+    from attnkit.interop.hf.tokenizer import hf_tokenizer_json
 
     (tmp_path / "hf" / "tokenizer.json").write_text(json.dumps(hf_tokenizer_json(tok)))
     import_hf(tmp_path / "hf", tmp_path / "run")

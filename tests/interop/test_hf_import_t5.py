@@ -11,7 +11,7 @@ import torch
 from attnkit.checkpoints.loading import load_model
 from attnkit.cli.main import main
 from attnkit.errors import CheckpointError
-from attnkit.interop.hf_import import import_hf
+from attnkit.interop.hf.importer import import_hf
 
 transformers = pytest.importorskip("transformers")
 

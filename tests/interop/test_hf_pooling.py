@@ -7,7 +7,7 @@ import json
 import pytest
 
 from attnkit.errors import CheckpointError
-from attnkit.interop.hf_pooling import sentence_embedding_details
+from attnkit.interop.hf.pooling import sentence_embedding_details
 
 
 def _write(root, modules, pooling, bert=None):

@@ -1,4 +1,4 @@
-"""Models by name from a stand-in Hugging Face Hub (``attnkit.interop.hub``).
+"""Models by name from a stand-in Hugging Face Hub (``attnkit.interop.hub.client``).
 
 The stand-in (``hub_server.py``) speaks what the installed ``huggingface_hub``
 asks for; ``attnkit`` runs in subprocesses with ``HF_ENDPOINT`` pointing at it and

@@ -7,7 +7,7 @@ import torch
 from gguf_helpers import D_FF, HEADS, KV_HEADS, LAYERS, VOCAB, D, hf_weights, to_gguf
 
 from attnkit.errors import CheckpointError
-from attnkit.interop.gguf import GGUF_FIELDS, GGUF_LLAMA_KEYS
+from attnkit.interop.gguf.read import GGUF_FIELDS, GGUF_LLAMA_KEYS
 from attnkit.interop.keymap import plan_load, save_state
 from attnkit.interop.keytable import TRANSPOSE, Dims, Rule, Table, fuse, split_rows, stack_rows
 from attnkit.interop.llama import LLAMA_KEYS, LlamaHParams, llama_dims

@@ -10,8 +10,8 @@ import torch
 
 from attnkit.checkpoints.loading import load_model
 from attnkit.cli.main import main
+from attnkit.engines import onnx_runner  # needs onnxruntime (dev extra): fails loudly without
 from attnkit.inference import translate_texts
-from attnkit.interop import onnx_runner  # needs onnxruntime (dev extra): fails loudly without
 
 MAX_LEN_B = 6
 

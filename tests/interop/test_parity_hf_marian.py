@@ -7,7 +7,7 @@ from attnkit.models import EncoderDecoder, TransformerConfig
 
 pytest.importorskip("transformers")
 
-from attnkit.interop.hf_marian import to_hf_marian  # noqa: E402
+from attnkit.interop.hf.marian import to_hf_marian  # noqa: E402
 
 PAD, BOS = 0, 1
 

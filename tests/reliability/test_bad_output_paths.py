@@ -1,6 +1,6 @@
 """Bad-input catalogue (see ``test_bad_input_catalogue.py``): output paths.
 
-The output-path policy (``attnkit.outputs``): never a device, a FIFO, a link's odd
+The output-path policy (``attnkit.output_paths``): never a device, a FIFO, a link's odd
 target, one of the inputs, a directory holding one, or a path inside one.
 """
 
@@ -10,7 +10,7 @@ import pytest
 from catalogue_helpers import Case, check
 
 CASES = [
-    # -- output paths (attnkit.outputs): never a device, FIFO, link's odd target or input --
+    # -- output paths (attnkit.output_paths): never a device, FIFO, link's odd target or input --
     Case("output/hyp-out-is-the-source",
          lambda c: c.evaluate("--hyp-out", str(c.tmp / "test.en")), 2,
          "--hyp-out", "is also an input of this command"),

@@ -23,7 +23,7 @@ from attnkit.data.tokenizers import CharTokenizer
 from attnkit.evaluation.question_answering import predict_answers
 from attnkit.models import EncoderOnlyConfig, EncoderOnlyModel
 from attnkit.serve.app import ServeSettings, create_app
-from attnkit.serve.engine import Engine
+from attnkit.serve.model_host import ModelHost
 
 CONTEXT = "the cat sat on the mat. a dog on the log. " * 3  # longer than one window
 
@@ -46,7 +46,7 @@ def reader_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture
 def served(reader_run: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
-    engine = Engine(load_model(reader_run))
+    engine = ModelHost(load_model(reader_run))
     gate, rows = threading.Event(), []
     gate.set()
     inner = engine.model.forward
@@ -111,7 +111,7 @@ def test_bad_requests_are_json_4xx(served: Any, body: dict[str, Any], needle: st
 
 
 def test_other_checkpoints_refuse_the_endpoint(encoder_checkpoint: Callable[[int], Path]):
-    app = create_app(Engine(load_model(encoder_checkpoint(3))), ServeSettings(threads=1))
+    app = create_app(ModelHost(load_model(encoder_checkpoint(3))), ServeSettings(threads=1))
     with TestClient(app) as client:
         response = client.post("/v1/answer", json={"question": "q?", "context": "the cat"})
     assert response.status_code == 400

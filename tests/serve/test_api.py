@@ -15,7 +15,7 @@ from fastapi.testclient import TestClient
 from attnkit.checkpoints.loading import load_model
 from attnkit.decoding.generate import generate as lm_generate
 from attnkit.serve.app import create_app
-from attnkit.serve.engine import Engine
+from attnkit.serve.model_host import ModelHost
 from attnkit.visualize.explorer import decode_blob
 
 FAMILIES = ("transformer", "rnn", "decoder_only", "encoder_only")
@@ -28,7 +28,7 @@ def client(checkpoint: Callable[[str], Path]) -> Iterator[Callable[[str], TestCl
 
     def get(family: str) -> TestClient:
         if family not in open_clients:
-            app = create_app(Engine(load_model(checkpoint(family))))
+            app = create_app(ModelHost(load_model(checkpoint(family))))
             open_clients[family] = TestClient(app).__enter__()
         return open_clients[family]
 
@@ -37,7 +37,7 @@ def client(checkpoint: Callable[[str], Path]) -> Iterator[Callable[[str], TestCl
         c.__exit__(None, None, None)
 
 
-def _engine(c: TestClient) -> Engine:
+def _engine(c: TestClient) -> ModelHost:
     return c.app.app.state.engine  # type: ignore[attr-defined]  # RequestGuard wraps FastAPI
 
 
@@ -190,7 +190,7 @@ def test_explore_endpoint_and_page_for_every_family(client, family, kind, text):
 def test_the_page_of_a_text_classifier_says_classify(encoder_checkpoint):
     """Not "Fill masks": the button of a classifier's page says Classify, and its note
     says that the page shows attention and where the labels are (POST /v1/classify)."""
-    with TestClient(create_app(Engine(load_model(encoder_checkpoint(3))))) as c:
+    with TestClient(create_app(ModelHost(load_model(encoder_checkpoint(3))))) as c:
         page = c.get("/").text
         config = json.loads(page.split('id="attnkit-config" type="application/json">')[1]
                             .split("<")[0])  # fmt: skip

@@ -16,7 +16,7 @@ from fastapi.testclient import TestClient
 
 from attnkit.checkpoints.loading import load_model
 from attnkit.serve.app import ServeSettings, create_app
-from attnkit.serve.engine import Engine
+from attnkit.serve.model_host import ModelHost
 
 OK = {"text": ["forty-two"]}
 LONG_TOKENS = " ".join(["nine hundred"] * 10)  # 129 characters: 129 tokens > 63
@@ -103,7 +103,7 @@ CLASSIFY_CASES: list[tuple[str, Any, dict[str, str], int, str]] = [
 @pytest.fixture(scope="module")
 def client(checkpoint: Callable[[str], Path]) -> Iterator[TestClient]:
     app = create_app(
-        Engine(load_model(checkpoint("transformer"))), ServeSettings(max_body_bytes=BODY_LIMIT)
+        ModelHost(load_model(checkpoint("transformer"))), ServeSettings(max_body_bytes=BODY_LIMIT)
     )
     with TestClient(app) as c:
         yield c
@@ -133,7 +133,7 @@ def test_bad_request_gets_a_one_line_error(client, path, body, headers, status, 
 @pytest.fixture(scope="module")
 def classifier(encoder_checkpoint: Callable[[int], Path]) -> Iterator[TestClient]:
     app = create_app(
-        Engine(load_model(encoder_checkpoint(3))), ServeSettings(max_body_bytes=BODY_LIMIT)
+        ModelHost(load_model(encoder_checkpoint(3))), ServeSettings(max_body_bytes=BODY_LIMIT)
     )
     with TestClient(app) as c:
         yield c
@@ -159,7 +159,7 @@ def test_classify_still_answers_after_the_bad_requests(classifier):
 
 
 def test_classify_on_a_masked_lm_without_a_classifier_head(checkpoint):
-    with TestClient(create_app(Engine(load_model(checkpoint("encoder_only"))))) as c:
+    with TestClient(create_app(ModelHost(load_model(checkpoint("encoder_only"))))) as c:
         r = c.post("/v1/classify", json=CLASSIFY_OK)
         assert r.status_code == 400 and "use POST /v1/fill-mask" in _one_line_error(r)
 
@@ -185,7 +185,7 @@ def test_content_length_over_the_limit_is_refused_before_reading(client):
     ],
 )
 def test_bad_generate_requests(checkpoint, body, needle):
-    with TestClient(create_app(Engine(load_model(checkpoint("decoder_only"))))) as c:
+    with TestClient(create_app(ModelHost(load_model(checkpoint("decoder_only"))))) as c:
         r = c.post("/v1/generate", json=body)
         assert r.status_code == 422 and needle in _one_line_error(r)
 
@@ -200,7 +200,7 @@ def test_bad_generate_requests(checkpoint, body, needle):
     ],
 )
 def test_bad_fill_mask_requests(checkpoint, body, needle):
-    with TestClient(create_app(Engine(load_model(checkpoint("encoder_only"))))) as c:
+    with TestClient(create_app(ModelHost(load_model(checkpoint("encoder_only"))))) as c:
         r = c.post("/v1/fill-mask", json=body)
         assert r.status_code == 422 and needle in _one_line_error(r)
 

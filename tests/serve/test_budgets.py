@@ -15,13 +15,13 @@ from fastapi.testclient import TestClient
 
 from attnkit.checkpoints.loading import load_model
 from attnkit.serve.app import ServeSettings, create_app
-from attnkit.serve.engine import Engine
+from attnkit.serve.model_host import ModelHost
 
 
 @pytest.fixture(scope="module")
 def lm(checkpoint: Callable[[str], Path]) -> Iterator[Callable[..., TestClient]]:
     """``lm(**settings)``: a TestClient over the tiny decoder-only LM with those settings."""
-    engine = Engine(load_model(checkpoint("decoder_only")))
+    engine = ModelHost(load_model(checkpoint("decoder_only")))
     opened: list[TestClient] = []
 
     def get(**settings: Any) -> TestClient:

@@ -14,15 +14,15 @@ import torch
 
 from attnkit.checkpoints.loading import load_model
 from attnkit.serve.cancellable import CancellableStepper, Owners, _OwnedState
-from attnkit.serve.engine import Engine
 from attnkit.serve.handles import CLIENT_GONE, RequestCancelled, RequestHandle
+from attnkit.serve.model_host import ModelHost
 
 LONG = "nine hundred ninety-nine thousand nine hundred ninety-nine"
 
 
 @pytest.fixture(scope="module")
-def engine(checkpoint) -> Engine:
-    return Engine(load_model(checkpoint("transformer")))
+def engine(checkpoint) -> ModelHost:
+    return ModelHost(load_model(checkpoint("transformer")))
 
 
 def test_a_cancelled_request_stops_its_rows_and_leaves_the_others_exact(engine, spy):
@@ -70,7 +70,7 @@ def test_a_batch_whose_requests_are_all_gone_stops_at_the_next_step(engine, spy)
 
 
 def test_generation_stops_at_the_step_after_a_cancel_or_the_deadline(checkpoint, spy):
-    engine = Engine(load_model(checkpoint("decoder_only")))
+    engine = ModelHost(load_model(checkpoint("decoder_only")))
     prompt = engine.encode_prompt("the cat")
     options: dict[str, Any] = {"temperature": 1.0, "top_k": 0, "top_p": 1.0, "seed": 0}
     handle = RequestHandle()

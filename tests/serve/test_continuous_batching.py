@@ -29,8 +29,8 @@ from attnkit.serve.app import ServeSettings, create_app
 from attnkit.serve.batcher import Admitted, DynamicBatcher
 from attnkit.serve.completion import Completion, generate_choices
 from attnkit.serve.continuous import ContinuousGenerator, GenerationJob, supports
-from attnkit.serve.engine import Engine
 from attnkit.serve.handles import CLIENT_GONE, RequestCancelled, RequestHandle
+from attnkit.serve.model_host import ModelHost
 
 PROMPTS = ["What is the capital", "Paris", "user assistant France capital of What is", "Wh",
            "capital capital"]  # fmt: skip
@@ -56,18 +56,18 @@ def rotary_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def engine(rotary_run: Path) -> Engine:
-    return Engine(load_model(rotary_run))
+def engine(rotary_run: Path) -> ModelHost:
+    return ModelHost(load_model(rotary_run))
 
 
-def _alone(engine: Engine, job: GenerationJob) -> Completion:
+def _alone(engine: ModelHost, job: GenerationJob) -> Completion:
     return generate_choices(
         engine, job.prompt, n=job.n, max_tokens=job.max_tokens, temperature=job.temperature,
         top_p=job.top_p, seed=job.seed,
     )  # fmt: skip
 
 
-def _run(engine: Engine, jobs: list[GenerationJob], join_every: int,
+def _run(engine: ModelHost, jobs: list[GenerationJob], join_every: int,
          at_take: Callable[[int], None] = lambda n: None,
          handles: list[RequestHandle] | None = None) -> dict[int, Any]:  # fmt: skip
     """Run ``jobs[0]``, the others joining one every ``join_every`` steps when they fit
@@ -187,7 +187,7 @@ def test_a_prompt_longer_than_the_batch_so_far_joins_at_once(engine):
 
 @pytest.fixture(scope="module")
 def http(rotary_run: Path) -> Iterator[TestClient]:
-    app = create_app(Engine(load_model(rotary_run)), ServeSettings(threads=1, max_new_tokens=64))
+    app = create_app(ModelHost(load_model(rotary_run)), ServeSettings(threads=1, max_new_tokens=64))
     with TestClient(app) as c:
         yield c
 
@@ -206,7 +206,7 @@ def test_concurrent_clients_share_the_batch_and_get_their_own_answers(http):
         t.start()
     for t in threads:
         t.join()
-    engine: Engine = http.app.app.state.engine  # type: ignore[attr-defined]
+    engine: ModelHost = http.app.app.state.engine  # type: ignore[attr-defined]
     for i, text in answers.items():
         job = GenerationJob(engine.tokenizer.encode(PROMPTS[i % len(PROMPTS)]), 1, 48, 0.0, 1.0, 0)
         assert text == _alone(engine, job).choices[0].text, i
@@ -279,7 +279,7 @@ def _until(condition: Callable[[], bool], what: str, timeout: float = 20.0) -> N
         time.sleep(0.001)
 
 
-def _alone_generate(engine: Engine, body: dict[str, Any]) -> str:
+def _alone_generate(engine: ModelHost, body: dict[str, Any]) -> str:
     """``full_text`` of ``body`` decoded alone, the way /v1/generate decoded it before."""
     prompt = engine.encode_prompt(body["prompt"])
     new = engine.generate(
@@ -294,7 +294,7 @@ def _alone_generate(engine: Engine, body: dict[str, Any]) -> str:
 def two_rows(rotary_run: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
     """An app with 2 generation rows, its worker behind a ``_Gate``; the request handles
     that reach the batcher are in ``app.handles``."""
-    engine = Engine(load_model(rotary_run))
+    engine = ModelHost(load_model(rotary_run))
     app = create_app(engine, ServeSettings(threads=1, max_new_tokens=64, max_generation_rows=2))
     batcher = app.app.state.batcher  # type: ignore[attr-defined]
     gate = _Gate(engine.model)
@@ -327,7 +327,7 @@ def _post(
 
 def test_generate_requests_join_the_running_batch_and_get_what_they_get_alone(two_rows):
     gate, batcher = two_rows.gate, two_rows.batcher
-    engine: Engine = two_rows.app.app.state.engine
+    engine: ModelHost = two_rows.app.app.state.engine
     first = {"prompt": PROMPTS[2], "max_new_tokens": 40, "temperature": 0.0}
     joining = {"prompt": PROMPTS[1], "max_new_tokens": 12, "temperature": 0.9, "top_k": 5,
                "seed": 7}  # fmt: skip
@@ -350,7 +350,7 @@ def test_generate_requests_join_the_running_batch_and_get_what_they_get_alone(tw
 
 def test_a_cancelled_generate_request_frees_its_row_for_a_waiting_one(two_rows):
     gate, batcher, handles = two_rows.gate, two_rows.batcher, two_rows.handles
-    engine: Engine = two_rows.app.app.state.engine
+    engine: ModelHost = two_rows.app.app.state.engine
     bodies = {
         "cancelled": {"prompt": PROMPTS[2], "max_new_tokens": 64, "temperature": 0.0},
         "long": {"prompt": PROMPTS[0], "max_new_tokens": 64, "temperature": 0.0},

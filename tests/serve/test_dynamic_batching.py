@@ -15,8 +15,8 @@ import pytest
 from attnkit.checkpoints.loading import load_model
 from attnkit.serve.app import ServeSettings, create_app
 from attnkit.serve.batcher import BatcherClosed, DynamicBatcher
-from attnkit.serve.engine import Engine
 from attnkit.serve.handles import CLIENT_GONE, RequestCancelled, RequestHandle
+from attnkit.serve.model_host import ModelHost
 
 
 class FakeModel:
@@ -330,7 +330,7 @@ def _requests(n: int, seed: int = 0) -> list[dict[str, Any]]:
 
 
 def test_concurrent_requests_equal_decoding_each_alone(checkpoint):
-    engine = Engine(load_model(checkpoint("transformer")))
+    engine = ModelHost(load_model(checkpoint("transformer")))
     app = create_app(engine, ServeSettings(max_wait_ms=20, max_batch_tokens=4000))
     fastapi_app = app.app
     batcher: DynamicBatcher = fastapi_app.state.batcher

@@ -22,8 +22,8 @@ from fastapi.testclient import TestClient
 from attnkit.checkpoints.loading import load_model
 from attnkit.serve.app import ServeSettings, create_app
 from attnkit.serve.encoder_batch import ClassifyJob, classify, encode_examples
-from attnkit.serve.engine import Engine, MaskJob
 from attnkit.serve.handles import CLIENT_GONE, RequestCancelled, RequestHandle
+from attnkit.serve.model_host import MaskJob, ModelHost
 
 MASKED = ["the [MASK]og sat", "a[MASK] on the [MASK]at", "[MASK]", "the dog sat on the log [MASK]"]
 TEXTS = ["the cat sat", "a dog", "on the mat on the log the dog sat", "t"]
@@ -39,7 +39,7 @@ def classifier_run(encoder_checkpoint: Callable[[int], Path]) -> Path:
 def served(classifier_run: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
     """The app in process; ``served.gate`` (set: open) holds the worker before each pass,
     ``served.rows`` records the rows of each pass."""
-    engine = Engine(load_model(classifier_run))
+    engine = ModelHost(load_model(classifier_run))
     gate, rows = threading.Event(), []
     gate.set()
     inner = engine.model.forward
@@ -132,7 +132,7 @@ def test_concurrent_fill_mask_and_classify_requests_are_batched_and_answer_as_al
 
 
 def test_cancelled_requests_are_left_out_of_the_pass(classifier_run: Path):
-    engine = Engine(load_model(classifier_run))
+    engine = ModelHost(load_model(classifier_run))
     rows: list[int] = []
     inner = engine.model.forward
     engine.model.forward = lambda ids, **kw: (rows.append(ids.size(0)), inner(ids, **kw))[1]
@@ -170,7 +170,7 @@ def test_classify_errors(served, encoder_checkpoint: Callable[[int], Path]):
     assert r.status_code == 422 and "text[1]" in r.json()["error"]
     assert "POST /v1/classify" in served.get("/v1/nowhere").json()["error"]
     # An encoder-only checkpoint without a classification head: 400 naming fill-mask.
-    app = create_app(Engine(load_model(encoder_checkpoint(0))), ServeSettings(threads=1))
+    app = create_app(ModelHost(load_model(encoder_checkpoint(0))), ServeSettings(threads=1))
     with TestClient(app) as client:
         r = client.post("/v1/classify", json={"text": ["a"]})
         assert r.status_code == 400 and "use POST /v1/fill-mask" in r.json()["error"]

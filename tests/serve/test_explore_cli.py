@@ -10,7 +10,7 @@ from fastapi.testclient import TestClient
 from attnkit.checkpoints.loading import load_model
 from attnkit.cli.main import main
 from attnkit.serve.app import create_app
-from attnkit.serve.engine import Engine
+from attnkit.serve.model_host import ModelHost
 
 
 def _embedded(html: str) -> dict:
@@ -37,7 +37,7 @@ def test_explore_writes_the_served_payload(checkpoint, tmp_path, capsys, family,
     payload = _embedded(html)
     assert len(payload["groups"]) == groups
     assert "connect-src 'none'" in html  # the exported page may not fetch anything
-    with TestClient(create_app(Engine(load_model(run)))) as c:
+    with TestClient(create_app(ModelHost(load_model(run)))) as c:
         body = {"text": [text], "beam": 2, "nbest": 2, "explore": True, "max_new_tokens": 6}
         served = c.post("/v1/explore", json=body).json()["explore"]
     assert served == payload

@@ -28,7 +28,7 @@ from attnkit.cli.main import main
 from attnkit.models.decoder_only import DecoderOnlyLM
 from attnkit.models.lm_config import DecoderOnlyConfig
 from attnkit.serve.app import ServeSettings, create_app
-from attnkit.serve.engine import Engine
+from attnkit.serve.model_host import ModelHost
 
 QUESTION = [{"role": "user", "content": "What is the capital of France?"}]
 LIMIT = 64  # the in-process server's --max-new-tokens
@@ -53,7 +53,7 @@ def chat_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _serve(run: Path, **settings: Any) -> TestClient:
-    app = create_app(Engine(load_model(run)), ServeSettings(threads=1, **settings))
+    app = create_app(ModelHost(load_model(run)), ServeSettings(threads=1, **settings))
     return TestClient(app).__enter__()
 
 
@@ -70,11 +70,11 @@ def client(http: TestClient) -> openai.OpenAI:
     return openai.OpenAI(base_url="http://testserver/v1", api_key="unused", http_client=http)
 
 
-def _engine(c: TestClient) -> Engine:
+def _engine(c: TestClient) -> ModelHost:
     return c.app.app.state.engine  # type: ignore[attr-defined]  # RequestGuard wraps FastAPI
 
 
-def _greedy_alone(engine: Engine, prompt: list[int], n: int) -> tuple[list[int], str]:
+def _greedy_alone(engine: ModelHost, prompt: list[int], n: int) -> tuple[list[int], str]:
     """The engine's own greedy tokens (cut after EOS) and their text, as served text reads."""
     new = engine.generate(prompt, max_new_tokens=n, temperature=0.0, top_k=0, top_p=1.0, seed=0)
     eos = engine.model.eos_id

@@ -6,7 +6,7 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
-from attnkit.interop.hf_import import import_hf
+from attnkit.interop.hf.importer import import_hf
 from attnkit.training.loop import Trainer
 from attnkit.training.runconfig import load_run_config
 from attnkit.training.tasks import task_from_run

