@@ -78,7 +78,7 @@ def test_state_round_trip(precision, batch):
 
 def test_bad_precision_names_the_field():
     with pytest.raises(ValueError, match="precision"):
-        quantize_model(small(), "int4")
+        quantize_model(small(), "int3")
 
 
 def test_fp32_decodes_the_reference_tokens(batch):
