@@ -112,7 +112,7 @@ def add_precision_argument(parser: argparse.ArgumentParser) -> None:
         "bf16 (AVX512-BF16 GEMMs), int8 (per-channel weights, dynamic "
         "activations; fastest, smallest; a language model is first calibrated on built-in "
         "text for SmoothQuant, which moves its activation outliers into the weights, ~1 s), "
-        "int8w (int8 weights, bf16 activations), int4 (4-bit weights in groups of 64, "
+        "int8w (int8 weights, bf16 activations), int4 (4-bit weights in groups of 32, "
         "ATTNKIT_INT4_GROUP=32|64|128 to change; bf16 activations; smallest). "
         "bf16/int8/int8w/int4 change results: see the README",
     )

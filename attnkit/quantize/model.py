@@ -21,7 +21,7 @@ Precisions (``PRECISIONS``):
   models); token embeddings int8 per row.
 * ``"int4"``: ``Int4Linear`` (4-bit group-wise RTN weights, bf16 activations,
   ``attnkit.quantize.int4``; group size ``group_size`` or ``ATTNKIT_INT4_GROUP``,
-  default 64); a linear the int4 kernel cannot take (output count not a
+  default 32); a linear the int4 kernel cannot take (output count not a
   multiple of 16, input width not a multiple of 32) becomes ``int8w``; token
   embeddings int8 per row.
 
@@ -176,7 +176,7 @@ def quantize_model(
     inputs (``attnkit.quantize.smooth.lm_calibration`` for a language model);
     each linear it reaches is smoothed with strength ``alpha`` (SmoothQuant).
     ``group_size`` (int4 only; 32, 64 or 128) defaults to ``ATTNKIT_INT4_GROUP``
-    or 64.
+    or 32.
 
     Raises ``ValueError`` naming ``precision`` for an unknown one, for a
     model on a non-CPU device (the kernels are CPU kernels), for

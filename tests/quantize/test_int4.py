@@ -26,9 +26,9 @@ from attnkit.quantize.int4 import (
 from attnkit.quantize.model import _convert
 
 # Documented model tolerance (README, precisions): max |logit error| <= 0.25 x max |logit|
-# and the fp32 argmax kept at >= 80% of positions, on these random models at group 64
-# (measured over 3 seeds: decoder-only 0.044-0.046 and 100%; encoder-decoder, whose
-# random logits are nearly flat, 0.12-0.16 and 86-95%).
+# and the fp32 argmax kept at >= 80% of positions, on these random models at the default
+# group (32; 64 measured alike; over 3 seeds: decoder-only 0.044-0.046 and 100%;
+# encoder-decoder, whose random logits are nearly flat, 0.12-0.16 and 86-95%).
 MODEL_REL_ERROR = 0.25
 MODEL_TOP1 = 0.8
 
@@ -140,7 +140,7 @@ def test_model_logits_within_the_documented_tolerance(kind):
     assert 1e-4 < rel < MODEL_REL_ERROR
     assert float((out.argmax(-1) == ref.argmax(-1)).float().mean()) >= MODEL_TOP1
     # Smaller than int8 weights (token embeddings are int8 rows in both).
-    assert model_bytes(int4) < 0.8 * model_bytes(quantize_model(copy.deepcopy(model), "int8w"))
+    assert model_bytes(int4) < 0.85 * model_bytes(quantize_model(copy.deepcopy(model), "int8w"))
 
 
 def test_a_decoder_only_model_decodes_on_its_cache():
@@ -154,9 +154,9 @@ def test_a_decoder_only_model_decodes_on_its_cache():
 
 
 def test_group_size_from_the_environment(monkeypatch):
-    monkeypatch.setenv(GROUP_ENV, "32")
+    monkeypatch.setenv(GROUP_ENV, "64")
     model = quantize_model(_decoder_only(), "int4")
-    assert {m.group_size for m in model.modules() if isinstance(m, Int4Linear)} == {32}
+    assert {m.group_size for m in model.modules() if isinstance(m, Int4Linear)} == {64}
     monkeypatch.setenv(GROUP_ENV, "48")
     with pytest.raises(ValueError, match=GROUP_ENV):
         quantize_model(_decoder_only(), "int4")
