@@ -10,8 +10,8 @@ warm-up generation each (which is also when ``torch.compile`` compiles).
 
 Engines (``--engines``):
 
-* ``attnkit``, ``attnkit_bf16``, ``attnkit_int8``, ``attnkit_int8w``: what
-  ``attnkit generate --precision fp32|bf16|int8|int8w`` runs on the CPU, by the
+* ``attnkit``, ``attnkit_bf16``, ``attnkit_int8``, ``attnkit_int8w``, ``attnkit_int4``: what
+  ``attnkit generate --precision fp32|bf16|int8|int8w|int4`` runs on the CPU, by the
   command's own conversion (``attnkit.inference.make_plan`` + ``prepare`` at 1 row):
   ``quantize_model`` (fp32 linears oneDNN-packed or plain, whichever
   ``attnkit.kernels.fp32_choice`` finds faster here at 1 row, as ``generate``

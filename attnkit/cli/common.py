@@ -118,14 +118,15 @@ def add_precision_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--precision",
         default="fp32",
-        choices=("fp32", "bf16", "int8", "int8w"),
+        choices=("fp32", "bf16", "int8", "int8w", "int4"),
         help="CPU inference weights: fp32 (default; oneDNN-packed or plain MKL linears, "
         "whichever this machine runs faster: timed once per model, then cached), "
         "bf16 (AVX512-BF16 GEMMs), int8 (per-channel weights, dynamic "
         "activations; fastest, smallest; a language model is first calibrated on built-in "
         "text for SmoothQuant, which moves its activation outliers into the weights, ~1 s), "
-        "int8w (int8 weights, bf16 activations). bf16/int8/int8w change results: see the "
-        "README",
+        "int8w (int8 weights, bf16 activations), int4 (4-bit weights in groups of 32, "
+        "ATTNKIT_INT4_GROUP=32|64|128 to change; bf16 activations; smallest). "
+        "bf16/int8/int8w/int4 change results: see the README",
     )
 
 

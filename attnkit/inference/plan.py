@@ -11,7 +11,7 @@ user asked for (``Options``), every "how to run" choice into one frozen
 * ``precision`` and ``linears``: the weights' conversion (``attnkit.quantize``):
   fp32 as loaded, oneDNN-packed or plain (MKL) fp32 (measured per machine:
   ``attnkit.kernels.fp32_choice``), bf16, int8 (with SmoothQuant calibration
-  for a decoder-only LM given its tokenizer) or int8w;
+  for a decoder-only LM given its tokenizer), int8w or int4 (4-bit group-wise weights);
 * ``attention``: the attention backend of the decode step (``one-query``, two
   batched GEMVs, on the CPU; the fused ``reference`` kernel elsewhere and in a
   compiled step);
@@ -43,7 +43,7 @@ from attnkit.errors import UsageError
 
 ATTNKIT = "attnkit"  # the native engine: every other name is opened by prepare()'s openers
 PATHS = ("fast", "compiled", "reference")
-PRECISIONS = ("fp32", "bf16", "int8", "int8w")
+PRECISIONS = ("fp32", "bf16", "int8", "int8w", "int4")
 # The "all finished?" interval off the CPU: each check stalls the host until the device
 # catches up (attnkit.decoding.common), so an accelerator asks every 8 steps.
 CHECK_EVERY_ACCELERATOR = 8
@@ -254,6 +254,11 @@ def _linears(
             return "as-loaded", "default", ""
         choice = fp32_choice.choose(checkpoint.model, rows)
         return ("packed" if choice.packed else "plain"), "machine", choice.describe()
+    if precision == "int4":
+        from attnkit.kernels.torch_ops import int4_unavailable
+
+        if why := int4_unavailable():
+            raise UsageError(f"--precision int4: {why}; use int8w or upgrade torch")
     if precision == "int8" and options.calibrate and checkpoint.decoder_only_lm:
         return "int8-smooth", "checkpoint", ""
     return precision, "option", ""

@@ -10,9 +10,12 @@
   the deprecated ``quantize_dynamic`` calls.
 * ``aten._weight_int8pack_mm``: int8 weights with one scale per row, bf16
   activations, dequantise-and-multiply in one kernel; private.
+* ``aten._convert_weight_to_int4pack_for_cpu`` / ``aten._weight_int4pack_mm_for_cpu``:
+  4-bit weights in groups along K, one bf16 scale and zero per group and row
+  (``w = (q - 8) * scale + zero``, ``q`` in 0..15), bf16 activations; private.
 
 ``attnkit.quantize`` (``PackedLinear``, ``Int8Linear``,
-``Int8WeightOnlyLinear``) and ``attnkit.kernels.onednn_linear`` call them only
+``Int8WeightOnlyLinear``, ``Int4Linear``) and ``attnkit.kernels.onednn_linear`` call them only
 through here, so a torch release that renames or drops one needs one change.
 
 Shapes: ``x`` ``(..., K)``, weights ``(N, K)``, biases and scales ``(N,)``.
@@ -106,4 +109,40 @@ def fbgemm_unpack(packed: Any) -> tuple[Tensor, Tensor, Tensor | None]:
 def int8pack_mm(x: Tensor, q: Tensor, scale: Tensor) -> Tensor:
     """``x W^T`` for ``x`` ``(M, K)`` bf16, ``q`` int8 ``(N, K)``, ``scale`` bf16 ``(N,)``."""
     y: Tensor = torch.ops.aten._weight_int8pack_mm(x, q, scale)
+    return y
+
+
+# -- weight-only int4 --------------------------------------------------------------------
+
+INT4_N_MULTIPLE = 16
+"""torch 2.13's CPU int4 packing needs the output rows (N) in multiples of 16."""
+
+
+def int4_unavailable() -> str:
+    """Why this torch cannot run the CPU int4 kernel (``""`` when it can)."""
+    missing = [
+        name
+        for name in ("_convert_weight_to_int4pack_for_cpu", "_weight_int4pack_mm_for_cpu")
+        if not hasattr(torch.ops.aten, name)
+    ]
+    if missing:
+        return f"torch {torch.__version__} has no aten.{missing[0]} (the CPU int4 kernel)"
+    return ""
+
+
+def int4_pack(q: Tensor) -> Tensor:
+    """``q`` ``(N, K)`` integers in 0..15 -> the kernel's packed uint8 layout ``(N, K/2)``."""
+    packed: Tensor = torch.ops.aten._convert_weight_to_int4pack_for_cpu(
+        q.to(torch.int32).contiguous(), 1
+    )
+    return packed
+
+
+def int4pack_mm(x: Tensor, packed: Tensor, group_size: int, scales_and_zeros: Tensor) -> Tensor:
+    """``x W^T`` for ``x`` ``(M, K)`` bf16, ``packed`` from ``int4_pack``, ``scales_and_zeros``
+    bf16 ``(K/group_size, N, 2)`` (``[..., 0]`` scale, ``[..., 1]`` zero) -> ``(M, N)`` bf16.
+
+    With fp32 ``x`` the kernel takes a path ~50x slower (measured at SmolLM2's
+    shapes), hence bf16."""
+    y: Tensor = torch.ops.aten._weight_int4pack_mm_for_cpu(x, packed, group_size, scales_and_zeros)
     return y

@@ -1,11 +1,12 @@
 """CPU inference weights: packed fp32/bf16 and int8 linears, and ``quantize_model``.
 
-``quantize_model(model, "fp32" | "bf16" | "int8" | "int8w")`` converts any attnkit
+``quantize_model(model, "fp32" | "bf16" | "int8" | "int8w" | "int4")`` converts any attnkit
 model in place; the converted model decodes with the same searches and
 steppers as before (``attnkit.decoding``). ``bench/NOTES.md`` has the
 measurements behind each choice; the README the speed/quality trade-off.
 """
 
+from attnkit.quantize.int4 import Int4Linear
 from attnkit.quantize.linear import Int8Linear, PackedLinear, quantize_rows
 from attnkit.quantize.model import (
     PRECISIONS,
@@ -17,6 +18,7 @@ from attnkit.quantize.weight_only import Int8WeightOnlyLinear
 
 __all__ = [
     "PRECISIONS",
+    "Int4Linear",
     "Int8Linear",
     "Int8WeightOnlyLinear",
     "PackedLinear",

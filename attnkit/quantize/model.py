@@ -19,6 +19,11 @@ Precisions (``PRECISIONS``):
 * ``"int8w"``: ``Int8WeightOnlyLinear`` (the same int8 weights, bf16
   activations: accurate where activations have outliers, as in Llama-type
   models); token embeddings int8 per row.
+* ``"int4"``: ``Int4Linear`` (4-bit group-wise RTN weights, bf16 activations,
+  ``attnkit.quantize.int4``; group size ``group_size`` or ``ATTNKIT_INT4_GROUP``,
+  default 32); a linear the int4 kernel cannot take (output count not a
+  multiple of 16, input width not a multiple of 32) becomes ``int8w``; token
+  embeddings int8 per row.
 
 Its attention modules get the CPU decode backend (``OneQueryDecode``: a
 decode step's one query per row as two batched GEMVs). The residual stream,
@@ -48,12 +53,14 @@ from attnkit.attention.scores import Score
 from attnkit.blocks.feedforward import FeedForward
 from attnkit.blocks.moe import MoEFeedForward
 from attnkit.blocks.swiglu import SwiGLU
+from attnkit.kernels import torch_ops
 from attnkit.models.embeddings import TokenEmbedding
+from attnkit.quantize.int4 import GROUP_SIZES, Int4Linear, fitting_group, group_size_from_env
 from attnkit.quantize.linear import Int8Linear, PackedLinear, quantize_rows
 from attnkit.quantize.smooth import DEFAULT_ALPHA, input_maxima, smoothing_factors
 from attnkit.quantize.weight_only import Int8WeightOnlyLinear
 
-PRECISIONS = ("fp32", "bf16", "int8", "int8w")
+PRECISIONS = ("fp32", "bf16", "int8", "int8w", "int4")
 
 
 class QuantizedTokenEmbedding(nn.Module):
@@ -94,7 +101,13 @@ def _convert(
     precision: str,
     activation: str = "none",
     smooth: Tensor | None = None,
+    group_size: int = 0,
 ) -> nn.Module:
+    if precision == "int4":
+        group = fitting_group(weight.size(1), weight.size(0), group_size)
+        if group is not None:
+            return Int4Linear(weight, bias, group_size=group, activation=activation)
+        precision = "int8w"  # a shape the int4 kernel cannot take: int8 weights instead
     if precision == "int8":
         return Int8Linear(weight, bias, activation=activation, smooth=smooth)
     if precision == "int8w":
@@ -108,9 +121,13 @@ def _convert(
 
 
 def _linear(
-    linear: nn.Linear, precision: str, activation: str = "none", smooth: Tensor | None = None
+    linear: nn.Linear,
+    precision: str,
+    activation: str = "none",
+    smooth: Tensor | None = None,
+    group_size: int = 0,
 ) -> nn.Module:
-    return _convert(linear.weight, linear.bias, precision, activation, smooth)
+    return _convert(linear.weight, linear.bias, precision, activation, smooth, group_size)
 
 
 def _identity(x: Tensor) -> Tensor:
@@ -146,6 +163,7 @@ def quantize_model(
     pack_fp32: bool = True,
     calibrate: Callable[[nn.Module], object] | None = None,
     alpha: float = DEFAULT_ALPHA,
+    group_size: int | None = None,
 ) -> nn.Module:
     """Convert ``model``'s linears (and embeddings for bf16/int8) in place; returns it in eval mode.
 
@@ -157,10 +175,13 @@ def quantize_model(
     ``calibrate(model)`` (int8 only) runs the still-float model on typical
     inputs (``attnkit.quantize.smooth.lm_calibration`` for a language model);
     each linear it reaches is smoothed with strength ``alpha`` (SmoothQuant).
+    ``group_size`` (int4 only; 32, 64 or 128) defaults to ``ATTNKIT_INT4_GROUP``
+    or 32.
 
     Raises ``ValueError`` naming ``precision`` for an unknown one, for a
-    model on a non-CPU device (the kernels are CPU kernels), and for
-    ``calibrate`` with another precision than int8.
+    model on a non-CPU device (the kernels are CPU kernels), for
+    ``calibrate`` with another precision than int8, and for int4 where this
+    torch lacks the CPU int4 kernel (the message says which op).
     """
     if precision not in PRECISIONS:
         raise ValueError(f"precision: expected one of {', '.join(PRECISIONS)}, got {precision!r}")
@@ -168,6 +189,14 @@ def quantize_model(
         raise ValueError("precision: these kernels run on the CPU; load the model there")
     if calibrate is not None and precision != "int8":
         raise ValueError(f"calibrate: SmoothQuant is for int8 activations, not {precision!r}")
+    group = 0
+    if precision == "int4":
+        why = torch_ops.int4_unavailable()  # looked up per call (tests replace it)
+        if why:
+            raise ValueError(f"precision int4: {why}")
+        group = group_size_from_env() if group_size is None else group_size
+        if group not in GROUP_SIZES:
+            raise ValueError(f"group_size: expected one of 32, 64, 128; got {group}")
     model.eval()
     maxima: dict[int, Tensor] = {}
     weight_only: set[int] = set()
@@ -175,7 +204,7 @@ def quantize_model(
         maxima = input_maxima(model, convertible_linears(model), calibrate)
         weight_only = {id(m.down_proj) for m in model.modules() if isinstance(m, SwiGLU)}
     if precision != "fp32" or pack_fp32:
-        _convert_linears(model, precision, maxima, alpha, weight_only)
+        _convert_linears(model, precision, maxima, alpha, weight_only, group)
     if precision != "fp32":
         _quantize_embeddings(model, precision)
     use_backend(model, OneQueryDecode())  # a CPU inference model: decode steps as GEMVs
@@ -194,6 +223,7 @@ def _convert_linears(
     maxima: dict[int, Tensor],
     alpha: float,
     weight_only: set[int] | frozenset[int] = frozenset(),
+    group_size: int = 0,
 ) -> None:
     """Replace the convertible linears; those in ``weight_only`` (ids) become ``int8w``."""
     converted = {id(m) for m in convertible_linears(model)}
@@ -205,7 +235,7 @@ def _convert_linears(
             x_max = maxima.get(id(linear))
             smooth = None if x_max is None else smoothing_factors(linear.weight, x_max, alpha)
             kind = "int8w" if id(linear) in weight_only else precision
-            done[key] = _linear(linear, kind, activation, smooth)
+            done[key] = _linear(linear, kind, activation, smooth, group_size)
         return done[key]
 
     for module in list(model.modules()):
@@ -228,7 +258,9 @@ def _quantize_embeddings(model: nn.Module, precision: str) -> None:
         for name, child in list(module.named_children()):
             if isinstance(child, TokenEmbedding):
                 if id(child) not in converted:
-                    rows = "int8" if precision == "int8w" else precision  # int8 rows either way
+                    rows = (
+                        "int8" if precision in ("int8w", "int4") else precision
+                    )  # int8 rows either way
                     converted[id(child)] = QuantizedTokenEmbedding(child, rows)
                 setattr(module, name, converted[id(child)])
 
@@ -238,7 +270,7 @@ def model_bytes(model: nn.Module) -> int:
     seen: set[int] = set()
     total = 0
     for module in model.modules():
-        if isinstance(module, PackedLinear | Int8Linear):
+        if isinstance(module, PackedLinear | Int8Linear | Int4Linear):
             total += module.nbytes()
         for t in [*module.parameters(recurse=False), *module.buffers(recurse=False)]:
             if t.data_ptr() not in seen:

@@ -215,7 +215,7 @@ def test_precision_reaches_translate_evaluate_and_attention(trained, tmp_path, c
 def test_a_bad_precision_is_one_line(trained, capsys):
     _, out = trained
     with pytest.raises(SystemExit) as exit_:
-        main(["translate", "--checkpoint", str(out), "--precision", "int4"])
+        main(["translate", "--checkpoint", str(out), "--precision", "int3"])
     err = capsys.readouterr().err
-    assert exit_.value.code == 2 and "--precision" in err and "int4" in err
+    assert exit_.value.code == 2 and "--precision" in err and "int3" in err
     assert len(err.strip().splitlines()) == 1
