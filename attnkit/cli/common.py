@@ -21,8 +21,8 @@ if TYPE_CHECKING:
 # Which commands read a checkpoint of each kind of model (attnkit.models.FAMILIES's
 # `kind`): the loader refuses other kinds, and its error names the right commands.
 KIND_COMMANDS: dict[str, tuple[str, ...]] = {
-    "seq2seq": ("translate", "evaluate", "attention", "serve", "explore"),
-    "causal_lm": ("generate", "evaluate", "attention", "serve", "explore"),
+    "seq2seq": ("translate", "summarize", "evaluate", "attention", "serve", "explore"),
+    "causal_lm": ("generate", "summarize", "evaluate", "attention", "serve", "explore"),
     "masked_lm": ("fill-mask", "classify", "embed", "evaluate", "attention", "serve", "explore"),
     "image_classifier": ("evaluate", "attention"),
 }

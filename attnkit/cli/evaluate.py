@@ -15,6 +15,11 @@ sentence pairs, as ``task: text_classification`` reads them): accuracy,
 macro-F1, cross-entropy and per-label accuracy; labels are mapped through the
 label names saved in the checkpoint.
 
+Summarizers (--labelled, a JSONL file of {"text", "summary"} or a TSV file of
+text<TAB>summary, as ``task: summarization`` reads them; an encoder-decoder or
+a decoder-only checkpoint): ROUGE-1/2/L F-measures (0-100, stemmed, as
+``rouge-score`` computes them) of its summaries (``attnkit summarize``'s).
+
 Image classifiers (--images): accuracy, cross-entropy and per-class accuracy
 on ``digits`` (the 359 held-out digits of the fixed split) or a folder of
 images with a labels CSV (--labels, default FOLDER/labels.csv; labels are
@@ -26,6 +31,7 @@ Examples:
   attnkit evaluate --checkpoint runs/shakespeare --text held_out.txt --context 512
   attnkit evaluate --checkpoint runs/vit_digits --images digits
   attnkit evaluate --checkpoint runs/sst2 --labelled data/sst2/dev.tsv
+  attnkit evaluate --checkpoint runs/aeslc --labelled data/aeslc/validation.jsonl --json
 """
 
 from __future__ import annotations
@@ -65,7 +71,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--labels", help="with --images FOLDER: its labels CSV")
     parser.add_argument(
-        "--labelled", help="text classifiers: a TSV or JSONL file of labelled examples"
+        "--labelled",
+        help="text classifiers: a TSV or JSONL file of labelled examples; summarizers: "
+        'JSONL of {"text", "summary"} (or TSV text<TAB>summary)',
     )
     add_decoding_arguments(parser)
     parser.add_argument(
@@ -80,6 +88,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     add_device_argument(parser)
+
+
+# The checkpoint kinds whose --labelled file is (text, summary) pairs.
+SUMMARIZERS = ("seq2seq", "causal_lm")
 
 
 def _inputs(args: argparse.Namespace) -> list[str | Path]:
@@ -98,8 +110,12 @@ def _check_inputs(args: argparse.Namespace, kind: str, config: Any = None) -> No
     if args.images or args.labels:
         raise UsageError("--images/--labels: for image classifiers")
     if args.labelled:
-        if kind != "masked_lm" or not getattr(config, "num_labels", 0):
-            raise UsageError("--labelled: for text classifiers (task: text_classification)")
+        summarizer = kind in SUMMARIZERS
+        if not summarizer and (kind != "masked_lm" or not getattr(config, "num_labels", 0)):
+            raise UsageError(
+                "--labelled: for text classifiers (task: text_classification) and "
+                "summarizers (task: summarization)"
+            )
         if args.text or args.src or args.ref:
             raise UsageError("--text/--src/--ref: not with --labelled")
         return
@@ -192,6 +208,19 @@ def _score_labelled(loaded: Any, args: argparse.Namespace) -> dict[str, Any]:
     return {**metrics, "correct": int(right.sum()), "examples": len(examples),
             "per_label_accuracy": per_label, "truncated": encoded.truncated,
             "seconds": round(time.perf_counter() - start, 2)}  # fmt: skip
+
+
+def _score_summaries(loaded: Any, args: argparse.Namespace, pairs: Any) -> dict[str, Any]:
+    from attnkit.decoding.summaries import is_decoder_only
+    from attnkit.evaluation.summaries import score_summaries
+
+    beam = 1 if args.greedy or is_decoder_only(loaded.model) else args.beam
+    result, hyps = score_summaries(loaded.model, loaded.tokenizer, pairs, beam=beam,
+                                   alpha=args.alpha, batch_size=args.batch_size)  # fmt: skip
+    if args.hyp_out:
+        write_text(args.hyp_out, "".join(h + "\n" for h in hyps), option="--hyp-out",
+                   inputs=_inputs(args))  # fmt: skip
+    return {**result, "beam": beam}
 
 
 def with_context(model: Any, context: int) -> Any:
@@ -288,7 +317,7 @@ def run(args: argparse.Namespace) -> int:
         engine_options(args)
     if args.hyp_out:  # before any work: never a device, a directory or an input
         check_output_file(args.hyp_out, option="--hyp-out", inputs=_inputs(args))
-    for option in ("src", "ref", "text"):
+    for option in ("src", "ref", "text", "labelled"):
         check_input_file(getattr(args, option), f"--{option}")
     corpus = None
     if args.src and args.ref:  # bad test files fail before the model loads
@@ -301,6 +330,18 @@ def run(args: argparse.Namespace) -> int:
     _check_inputs(args, loaded.family.kind, loaded.config)
     if args.engine != "attnkit" and loaded.family.kind != "seq2seq":
         raise UsageError(f"--engine {args.engine}: for translation checkpoints (--src/--ref)")
+    if args.labelled and loaded.family.kind in SUMMARIZERS:
+        from attnkit.data.summaries import read_labelled_summaries
+
+        pairs = read_labelled_summaries(args.labelled, skip_empty=args.skip_empty)
+        result = _score_summaries(loaded, args, pairs)
+        if args.json:
+            print(json.dumps(result, indent=2))
+        else:
+            print(f"ROUGE-1 {result['rouge1']:.2f}   ROUGE-2 {result['rouge2']:.2f}   "
+                  f"ROUGE-L {result['rougeL']:.2f}   ({result['examples']} examples of "
+                  f"{args.labelled}, beam {result['beam']})")  # fmt: skip
+        return 0
     if args.labelled:
         from attnkit.cli.common import apply_precision
 

@@ -31,16 +31,17 @@ __all__ = [
 # an encoder-only model labels sentences or sentence pairs; instruction: a pretrained
 # decoder-only LM on JSONL conversations, loss on the answers only; span_corruption:
 # T5's pre-training of an encoder-decoder on one text file; text_to_text: an
-# encoder-decoder on several corpora (pairs, or labelled texts), each with a task prefix.
+# encoder-decoder on several corpora (pairs, or labelled texts), each with a task prefix;
+# summarization: texts and their summaries, an encoder-decoder or a decoder-only LM.
 Task = Literal[
     "translation", "lm", "mlm", "image_classification", "text_classification", "instruction",
-    "span_corruption", "text_to_text",
+    "span_corruption", "text_to_text", "summarization",
 ]  # fmt: skip
 TASKS: tuple[str, ...] = (
     "translation", "lm", "mlm", "image_classification", "text_classification", "instruction",
-    "span_corruption", "text_to_text",
+    "span_corruption", "text_to_text", "summarization",
 )  # fmt: skip
-SEQ2SEQ_TEXT = ("translation", "text_to_text")  # the tasks on text pairs
+SEQ2SEQ_TEXT = ("translation", "text_to_text", "summarization")  # the tasks on text pairs
 TEXT_CLASSIFICATION = ("text_classification",)
 LM_TASKS = ("lm", "mlm", "span_corruption")  # the tasks on one text file
 IMAGE_TASKS = ("image_classification",)
@@ -54,7 +55,7 @@ TASK_KEYS: dict[str, tuple[str, ...]] = {
     "data.valid": (*SEQ2SEQ_TEXT, *TEXT_CLASSIFICATION, "instruction"),
     "data.test": ("translation",),
     "data.max_len": (*SEQ2SEQ_TEXT, *TEXT_CLASSIFICATION),
-    "data.block_size": (*LM_TASKS, "instruction"),
+    "data.block_size": (*LM_TASKS, "instruction", "summarization"),
     "data.pack": ("instruction",),
     "data.documents": ("mlm",),
     "data.skip_empty": SEQ2SEQ_TEXT,
@@ -70,7 +71,7 @@ TASK_KEYS: dict[str, tuple[str, ...]] = {
     "data.max_shift": IMAGE_TASKS,
     "train.label_smoothing": (*SEQ2SEQ_TEXT, *IMAGE_TASKS),
     "train.valid_bleu_sentences": SEQ2SEQ_TEXT,
-    "train.eval_blocks": (*LM_TASKS, "instruction"),
+    "train.eval_blocks": (*LM_TASKS, "instruction", "summarization"),
     "train.mask_prob": ("mlm", "span_corruption"),  # span_corruption: the noise density
     "train.nsp": ("mlm",),
     "train.nsp_weight": ("mlm",),

@@ -5,7 +5,9 @@ causal LM), ``mlm`` (encoder-only masked LM), ``image_classification``
 (a Vision Transformer on labelled images) and ``text_classification`` (an
 encoder-only model on labelled sentences or pairs), ``span_corruption`` (T5's
 pre-training of an encoder-decoder on one text file) and ``text_to_text``
-(an encoder-decoder on several prefixed corpora) each implement the protocol in
+(an encoder-decoder on several prefixed corpora) and ``summarization`` (texts
+and their summaries: translation for an encoder-decoder, instruction tuning
+for a decoder-only LM; ``tasks/summarization.py``) each implement the protocol in
 ``tasks/base.py``; ``attnkit.training.loop.Trainer`` trains any of them.
 ``mlm`` with ``train.nsp`` adds BERT's next-sentence prediction (``tasks/next_sentence.py``).
 """
@@ -24,6 +26,11 @@ from attnkit.training.tasks.instruction import InstructionTask, instruction_task
 from attnkit.training.tasks.language_model import CausalLMTask, MaskedLMTask
 from attnkit.training.tasks.next_sentence import NextSentenceTask, next_sentence_task
 from attnkit.training.tasks.span_corruption import SpanCorruptionTask
+from attnkit.training.tasks.summarization import (
+    SummarizationLMTask,
+    SummarizationTask,
+    summarization_task,
+)
 from attnkit.training.tasks.text_classification import (
     TextClassificationTask,
     build_classifier_tokenizer,
@@ -31,6 +38,7 @@ from attnkit.training.tasks.text_classification import (
 )
 from attnkit.training.tasks.text_to_text import TextToTextTask
 from attnkit.training.tasks.translation import TranslationTask
+from attnkit.training.warm_start_seq2seq import seq2seq_initial
 
 # The tasks on one text file, built from the run and the corpus alike.
 TEXT_TASKS: dict[str, type[CausalLMTask] | type[MaskedLMTask] | type[SpanCorruptionTask]] = {
@@ -45,7 +53,11 @@ TASK_CLASSES: dict[str, type[Task]] = {
     "text_classification": TextClassificationTask,
     "instruction": InstructionTask,
     "text_to_text": TextToTextTask,
+    "summarization": SummarizationTask,
 }
+# The tasks that train an encoder-decoder: an encoder-only --init (BERT) is warm-started
+# into one (Rothe et al., 2020; attnkit.training.warm_start_seq2seq).
+WARM_STARTED = ("translation", "summarization", "text_to_text")
 
 
 def task_from_run(
@@ -70,6 +82,8 @@ def task_from_run(
     data = run.data
     if initial is not None:
         tokenizer = initial.tokenizer
+        if run.task in WARM_STARTED:
+            initial = seq2seq_initial(initial, seed=run.train.seed)
     if run.task == "instruction":
         return instruction_task(run, tokenizer, initial)
     if run.task == "image_classification":
@@ -81,6 +95,8 @@ def task_from_run(
         valid_examples = load_labelled(data, data.one_file("valid", run.task), "data.valid")
         tokenizer = tokenizer or build_classifier_tokenizer(run.tokenizer, examples)
         return TextClassificationTask(run, tokenizer, examples, valid_examples, initial=initial)
+    if run.task == "summarization":
+        return summarization_task(run, tokenizer, initial)
     if run.task == "text_to_text":
         return TextToTextTask(run, tokenizer, initial=initial)
     if run.task == "translation":
@@ -104,6 +120,8 @@ __all__ = [
     "Task",
     "TaskContext",
     "SpanCorruptionTask",
+    "SummarizationLMTask",
+    "SummarizationTask",
     "TextClassificationTask",
     "TextToTextTask",
     "TranslationTask",
