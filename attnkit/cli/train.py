@@ -131,8 +131,10 @@ def run(args: argparse.Namespace, *, callbacks: Sequence = ()) -> int:
         if dist.is_main:
             write_text(out / "run.json", run_config.to_json() + "\n")
             if initial is not None and not args.resume:
+                # the task's: an encoder warm-starts an encoder-decoder (its weights, mapped)
+                started = getattr(task, "initial", None) or initial
                 print(f"starting from {initial.source.describe()}"
-                      f"{_fresh_note(trainer.model, initial)}")  # fmt: skip
+                      f"{_fresh_note(trainer.model, started)}")  # fmt: skip
             if trainer.weights.describe():
                 print(trainer.weights.describe())
             share = "" if trainable == total else f" ({trainable / 1e6:.2f}M trainable)"

@@ -96,6 +96,7 @@ def test_train_init_of_an_encoder_into_summarization(tmp_path):
     assert isinstance(task, SummarizationTask)
     assert task.model_config.family == "transformer"
     assert task.model_config.num_decoder_layers == 2
+    assert "warm-started from the encoder" in task.describe()
     model = task.build_model()
     want = seq2seq_initial(initial, seed=run.train.seed).state
     for name, value in model.state_dict().items():
