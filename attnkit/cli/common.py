@@ -21,8 +21,8 @@ if TYPE_CHECKING:
 # `kind`): the loader refuses other kinds, and its error names the right commands.
 # fmt: off
 KIND_COMMANDS: dict[str, tuple[str, ...]] = {
-    "seq2seq": ("translate", "evaluate", "attention", "serve", "explore"),
-    "causal_lm": ("generate", "evaluate", "attention", "serve", "explore"),
+    "seq2seq": ("translate", "summarize", "evaluate", "attention", "serve", "explore"),
+    "causal_lm": ("generate", "summarize", "evaluate", "attention", "serve", "explore"),
     "masked_lm": (
         "fill-mask",
         "classify",

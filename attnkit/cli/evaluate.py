@@ -20,6 +20,10 @@ Token classifiers (--labelled, a CoNLL or JSONL file of tagged sentences, as
 recall and F1 (micro, 0-1) and the same per entity type.
 Extractive QA checkpoints (--labelled, a SQuAD JSON or JSONL file, as ``task:
 question_answering`` reads them): SQuAD's exact match and F1, in percent.
+Summarizers (--labelled, a JSONL file of {"text", "summary"} or a TSV file of
+text<TAB>summary, as ``task: summarization`` reads them; an encoder-decoder or
+a decoder-only checkpoint): ROUGE-1/2/L F-measures (0-100, stemmed, as
+``rouge-score`` computes them) of its summaries (``attnkit summarize``'s).
 
 Image classifiers (--images): accuracy, cross-entropy and per-class accuracy
 on ``digits`` (the 359 held-out digits of the fixed split) or a folder of
@@ -34,6 +38,7 @@ Examples:
   attnkit evaluate --checkpoint runs/sst2 --labelled data/sst2/dev.tsv
   attnkit evaluate --checkpoint runs/ner --labelled data/conll2003/valid.txt --json
   attnkit evaluate --checkpoint runs/squad --labelled data/squad/valid.json --json
+  attnkit evaluate --checkpoint runs/aeslc --labelled data/aeslc/validation.jsonl --json
 """
 
 from __future__ import annotations
@@ -79,7 +84,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--labelled",
         help="text classifiers: a TSV or JSONL file of labelled examples; token classifiers: "
         "a CoNLL or JSONL file of tagged sentences; question answering: SQuAD JSON or JSONL; "
-        "sentence embeddings: scored sentence pairs",
+        "sentence embeddings: scored sentence pairs; summarizers: "
+        'JSONL of {"text", "summary"} (or TSV text<TAB>summary)',
     )
     add_decoding_arguments(parser)
     parser.add_argument(
@@ -94,6 +100,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     add_device_argument(parser)
+
+
+# The checkpoint kinds whose --labelled file is (text, summary) pairs.
+SUMMARIZERS = ("seq2seq", "causal_lm")
 
 
 def _inputs(args: argparse.Namespace) -> list[str | Path]:
@@ -112,9 +122,11 @@ def _check_inputs(args: argparse.Namespace, kind: str, config: Any = None) -> No
     if args.images or args.labels:
         raise UsageError("--images/--labels: for image classifiers")
     if args.labelled:
-        if kind != "masked_lm":
+        summarizer = kind in SUMMARIZERS
+        if not summarizer and kind != "masked_lm":
             raise UsageError("--labelled: for encoder-only checkpoints (text classifiers, "
-                             "sentence embeddings)")  # fmt: skip
+                             "taggers, QA, sentence embeddings) and summarizers "
+                             "(task: summarization)")  # fmt: skip
         if args.text or args.src or args.ref:
             raise UsageError("--text/--src/--ref: not with --labelled")
         return
@@ -256,6 +268,19 @@ def _print_qa(loaded: Any, args: argparse.Namespace) -> int:
     return 0
 
 
+def _score_summaries(loaded: Any, args: argparse.Namespace, pairs: Any) -> dict[str, Any]:
+    from attnkit.decoding.summaries import is_decoder_only
+    from attnkit.evaluation.summaries import score_summaries
+
+    beam = 1 if args.greedy or is_decoder_only(loaded.model) else args.beam
+    result, hyps = score_summaries(loaded.model, loaded.tokenizer, pairs, beam=beam,
+                                   alpha=args.alpha, batch_size=args.batch_size)  # fmt: skip
+    if args.hyp_out:
+        write_text(args.hyp_out, "".join(h + "\n" for h in hyps), option="--hyp-out",
+                   inputs=_inputs(args))  # fmt: skip
+    return {**result, "beam": beam}
+
+
 def with_context(model: Any, context: int) -> Any:
     """``model``, rebuilt with ``max_len=context`` when that is longer than it was trained for.
 
@@ -350,7 +375,7 @@ def run(args: argparse.Namespace) -> int:
         engine_options(args)
     if args.hyp_out:  # before any work: never a device, a directory or an input
         check_output_file(args.hyp_out, option="--hyp-out", inputs=_inputs(args))
-    for option in ("src", "ref", "text"):
+    for option in ("src", "ref", "text", "labelled"):
         check_input_file(getattr(args, option), f"--{option}")
     corpus = None
     if args.src and args.ref:  # bad test files fail before the model loads
@@ -364,6 +389,18 @@ def run(args: argparse.Namespace) -> int:
     _check_inputs(args, loaded.family.kind, loaded.config)
     if args.engine != "attnkit" and loaded.family.kind != "seq2seq":
         raise UsageError(f"--engine {args.engine}: for translation checkpoints (--src/--ref)")
+    if args.labelled and loaded.family.kind in SUMMARIZERS:
+        from attnkit.data.summaries import read_labelled_summaries
+
+        pairs = read_labelled_summaries(args.labelled, skip_empty=args.skip_empty)
+        result = _score_summaries(loaded, args, pairs)
+        if args.json:
+            print(jsonio.dumps(result, indent=2))
+        else:
+            print(f"ROUGE-1 {result['rouge1']:.2f}   ROUGE-2 {result['rouge2']:.2f}   "
+                  f"ROUGE-L {result['rougeL']:.2f}   ({result['examples']} examples of "
+                  f"{args.labelled}, beam {result['beam']})")  # fmt: skip
+        return 0
     if args.labelled:
         from attnkit.cli.inference_args import plan_for
         from attnkit.inference import convert

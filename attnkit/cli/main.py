@@ -24,6 +24,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "train": ("attnkit.cli.train", "train a model from a YAML config"),
     "prepare": ("attnkit.cli.prepare", "prepare a config's training data ahead (cached ids)"),
     "translate": ("attnkit.cli.translate", "translate text with a trained checkpoint"),
+    "summarize": ("attnkit.cli.summarize", "write a short summary of each text"),
     "evaluate": ("attnkit.cli.evaluate", "score a checkpoint (BLEU/chrF, or perplexity)"),
     "attention": ("attnkit.cli.attention", "draw an attention heatmap"),
     "average": ("attnkit.cli.average", "average the weights of several checkpoints"),

@@ -146,7 +146,9 @@ def run(args: argparse.Namespace, *, callbacks: Sequence = ()) -> int:
         if dist.is_main:
             write_text(out / "run.json", run_config.to_json() + "\n")
             if start is not None and not args.resume:
-                print(f"starting from {start.describe()}")
+                # the task's own: an encoder warm-starts an encoder-decoder (its weights, mapped)
+                started = getattr(task, "start", None) or start
+                print(f"starting from {started.describe()}")
             if trainer.weights.describe():
                 print(trainer.weights.describe())
             share = "" if trainable == total else f" ({trainable / 1e6:.2f}M trainable)"

@@ -6,8 +6,9 @@ corpus larger than memory can be prepared or streamed. One split may list
 several inputs (``data.train: [a.jsonl.gz, b.tsv, europarl]``); each is
 
 * ``NAME.jsonl`` / ``NAME.jsonl.gz``: one JSON object per line,
-  ``{"src": ..., "tgt": ...}`` for translation, ``{"text": ...}`` for the
-  language-model tasks (other fields are ignored);
+  ``{"src": ..., "tgt": ...}`` for translation, or ``{"text": ..., "summary": ...}``
+  (a summarization corpus: the text is the source, its summary the target),
+  ``{"text": ...}`` for the language-model tasks (other fields are ignored);
 * ``NAME.tsv`` / ``NAME.tsv.gz``: ``source<TAB>target`` per line;
 * anything else: aligned files ``NAME.{src_lang}`` and ``NAME.{tgt_lang}``
   (each may be gzip-compressed, ``NAME.de.gz``); for the LM tasks, a plain
@@ -210,14 +211,23 @@ def _tsv_pair(path: Path, line: int, text: str) -> tuple[str, str]:
     return cols[0], cols[1]
 
 
-def _json_record(path: Path, line: int, text: str, keys: tuple[str, ...]) -> list[str]:
+# The key pairs a JSONL pair may use: translation's, then summarization's (the same task
+# for an encoder-decoder: the text is translated into its summary).
+PAIR_KEYS: tuple[tuple[str, str], ...] = (("src", "tgt"), ("text", "summary"))
+
+
+def _json_record(
+    path: Path, line: int, text: str, keys: tuple[str, ...], *, alternatives: str = ""
+) -> list[str]:
     try:
         record = json.loads(text)
     except json.JSONDecodeError as e:
         raise DataError(f"{path}:{line}: not valid JSON ({e.msg}, column {e.colno})") from None
-    fields = " and ".join(f'"{k}"' for k in keys)
+    fields = " and ".join(f'"{k}"' for k in keys) + alternatives
     if not isinstance(record, dict):
         raise DataError(f"{path}:{line}: expected a JSON object with {fields}")
+    if alternatives and keys[0] not in record:  # a pair: the first key pair present
+        keys = next((k for k in PAIR_KEYS if k[0] in record), keys)
     values = []
     for key in keys:
         value = record.get(key)
@@ -231,7 +241,8 @@ def _json_record(path: Path, line: int, text: str, keys: tuple[str, ...]) -> lis
 def _json_pair(path: Path, line: int, text: str) -> tuple[str, str]:
     if _is_blank(text):
         return "", ""
-    s, t = _json_record(path, line, text, ("src", "tgt"))
+    others = " or ".join(" and ".join(f'"{k}"' for k in pair) for pair in PAIR_KEYS[1:])
+    s, t = _json_record(path, line, text, PAIR_KEYS[0], alternatives=f" (or {others})")
     return s, t
 
 
@@ -253,7 +264,7 @@ def _records(
 # -- text (language-model corpora) ----------------------------------------------------
 
 
-def _json_texts(path: Path) -> Iterator[list[str]]:
+def json_texts(path: Path) -> Iterator[list[str]]:
     """The ``"text"`` of every record of a JSONL file, in blocks."""
     for first, lines in iter_line_blocks(path):
         yield [
@@ -301,7 +312,7 @@ def _texts(inputs: Sequence[Input]) -> Iterator[str]:
     for n, item in enumerate(inputs):
         last = ""
         if item.kind == "jsonl":
-            for lines in _json_texts(item.paths[0]):
+            for lines in json_texts(item.paths[0]):
                 yield "".join(line + "\n" for line in lines)
             continue
         for _, text in iter_decoded(item.paths[0]):

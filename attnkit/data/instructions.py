@@ -27,6 +27,7 @@ Shapes: ``B`` sequences, ``T`` tokens.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable, Iterator
 from collections.abc import Sequence as Seq
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -127,20 +128,32 @@ def read_instructions(path: str | Path, tokenizer: Tokenizer, *, max_len: int) -
     """Every record of a JSONL file, tokenized and cut to ``max_len + 1`` tokens (inputs
     and shifted targets of ``max_len`` positions). Blank lines are skipped."""
     path = Path(path)
+
+    def records() -> Iterator[tuple[str, Any]]:
+        for number, line in enumerate(read_lines(path), start=1):
+            if not line.strip():
+                continue
+            try:
+                yield f"{path}:{number}", json.loads(line)
+            except json.JSONDecodeError as e:
+                where = f"{path}:{number}"
+                raise DataError(f"{where}: not valid JSON ({e.msg}, column {e.colno})") from None
+
+    return encode_instructions(records(), tokenizer, max_len=max_len, path=path)
+
+
+def encode_instructions(
+    records: Iterable[tuple[str, Any]], tokenizer: Tokenizer, *, max_len: int, path: Path
+) -> InstructionSet:
+    """``(where, record)`` pairs (``where`` names the record in errors: ``file:line``)
+    tokenized as ``read_instructions`` does; ``path`` is the file they came from."""
     template = chat_template_of(tokenizer) if getattr(tokenizer, "chat_template", None) else None
     data = InstructionSet([], path=path)
-    for number, line in enumerate(read_lines(path), start=1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as e:
-            where = f"{path}:{number}"
-            raise DataError(f"{where}: not valid JSON ({e.msg}, column {e.colno})") from None
+    for where, record in records:
         try:
             sequence = encode_record(record, tokenizer, template)
         except DataError as e:
-            raise DataError(f"{path}:{number}: {e}") from None
+            raise DataError(f"{where}: {e}") from None
         if len(sequence.ids) > max_len + 1:
             data.truncated += 1
             sequence = Sequence(sequence.ids[: max_len + 1], sequence.scored[: max_len + 1])

@@ -34,18 +34,19 @@ __all__ = [
 # T5's pre-training of an encoder-decoder on one text file; text_to_text: an
 # encoder-decoder on several corpora (pairs, or labelled texts), each with a task prefix;
 # sentence_similarity: an encoder's pooled vectors on sentence pairs (Sentence-BERT);
-# token_classification: an encoder-only model tags every word (named entities).
+# token_classification: an encoder-only model tags every word (named entities);
+# summarization: texts and their summaries, an encoder-decoder or a decoder-only LM.
 Task = Literal[
     "translation", "lm", "mlm", "image_classification", "text_classification", "instruction",
     "span_corruption", "text_to_text", "sentence_similarity", "token_classification",
-    "question_answering",
+    "question_answering", "summarization",
 ]  # fmt: skip
 TASKS: tuple[str, ...] = (
     "translation", "lm", "mlm", "image_classification", "text_classification", "instruction",
     "span_corruption", "text_to_text", "sentence_similarity", "token_classification",
-    "question_answering",
+    "question_answering", "summarization",
 )  # fmt: skip
-SEQ2SEQ_TEXT = ("translation", "text_to_text")  # the tasks on text pairs
+SEQ2SEQ_TEXT = ("translation", "text_to_text", "summarization")  # the tasks on text pairs
 TEXT_CLASSIFICATION = ("text_classification",)
 TOKEN_CLASSIFICATION = ("token_classification",)  # named entities (tasks/token_classification.py)
 QA = ("question_answering",)  # extractive QA (tasks/question_answering.py)
@@ -65,7 +66,7 @@ TASK_KEYS: dict[str, tuple[str, ...]] = {
     "data.max_len": (*SEQ2SEQ_TEXT, *EXAMPLE_TASKS),
     "data.tag_scheme": TOKEN_CLASSIFICATION,
     "data.doc_stride": QA,
-    "data.block_size": (*LM_TASKS, "instruction"),
+    "data.block_size": (*LM_TASKS, "instruction", "summarization"),
     "data.pack": ("instruction",),
     "data.documents": ("mlm",),
     "data.skip_empty": SEQ2SEQ_TEXT,
@@ -81,7 +82,7 @@ TASK_KEYS: dict[str, tuple[str, ...]] = {
     "data.max_shift": IMAGE_TASKS,
     "train.label_smoothing": (*SEQ2SEQ_TEXT, *IMAGE_TASKS),
     "train.valid_bleu_sentences": SEQ2SEQ_TEXT,
-    "train.eval_blocks": (*LM_TASKS, "instruction"),
+    "train.eval_blocks": (*LM_TASKS, "instruction", "summarization"),
     "train.mask_prob": ("mlm", "span_corruption"),  # span_corruption: the noise density
     "train.nsp": ("mlm",),
     "train.nsp_weight": ("mlm",),

@@ -32,11 +32,13 @@ from attnkit.training.tasks.next_sentence import NextSentenceTask
 from attnkit.training.tasks.question_answering import QuestionAnsweringTask
 from attnkit.training.tasks.sentence_similarity import SentenceSimilarityTask
 from attnkit.training.tasks.span_corruption import SpanCorruptionTask
+from attnkit.training.tasks.summarization import SummarizationLMTask, SummarizationTask
 from attnkit.training.tasks.text_classification import TextClassificationTask
 from attnkit.training.tasks.text_to_text import TextToTextTask
 from attnkit.training.tasks.token_classification import TokenClassificationTask
 from attnkit.training.tasks.translation import TranslationTask
 from attnkit.training.warm_start import WarmStart
+from attnkit.training.warm_start_seq2seq import WARM_STARTED, seq2seq_initial
 
 TASK_CLASSES: dict[str, type[Task]] = {
     "translation": TranslationTask,  # an encoder-decoder on parallel text
@@ -50,6 +52,7 @@ TASK_CLASSES: dict[str, type[Task]] = {
     "sentence_similarity": SentenceSimilarityTask,  # sentence embeddings on sentence pairs
     "token_classification": TokenClassificationTask,  # an encoder tags words (named entities)
     "question_answering": QuestionAnsweringTask,  # an encoder finds answers in a context
+    "summarization": SummarizationTask,  # texts and their summaries (seq2seq or an LM)
 }
 
 
@@ -74,6 +77,8 @@ def task_from_run(
     run = with_dataset(run, log=log)
     if start is not None:
         tokenizer = start.tokenizer
+        if run.task in WARM_STARTED:  # an encoder-only start: its layers in both stacks
+            start = seq2seq_initial(start, seed=run.train.seed)
     return TASK_CLASSES[run.task].from_run(TaskInputs(run, tokenizer, start, log))
 
 
@@ -89,6 +94,8 @@ __all__ = [
     "TaskContext",
     "TaskInputs",
     "SpanCorruptionTask",
+    "SummarizationLMTask",
+    "SummarizationTask",
     "TextClassificationTask",
     "TextToTextTask",
     "TokenClassificationTask",

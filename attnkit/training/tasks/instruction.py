@@ -101,20 +101,25 @@ class InstructionTask:
         check_vocab_fits(self.model_config, ("vocab_size",), tok)
         data = run.data
         self.block = context_block(data.block_size, self.model_config.max_len)
-        train_file = data.one_file("train", run.task)
-        assert train_file is not None  # data.train is never null
-        train = read_instructions(Path(data.dir) / train_file, tok, max_len=self.block)
-        valid: InstructionSet | None
-        valid_file = data.one_file("valid", run.task)
-        if valid_file is not None:
-            valid = read_instructions(Path(data.dir) / valid_file, tok, max_len=self.block)
-        else:
+        train = self.read_split("train")
+        assert train is not None  # data.train is never null
+        valid = self.read_split("valid")
+        if valid is None:
             train, valid = _hold_out(train, data.held_out_fraction(run.task))
         self.train_set, self.valid_set = train, valid
         self.train_sequences = pack(train.sequences, self.block) if data.pack else train.sequences
         self.batch_size = max(1, self.cfg.max_tokens // self.block)
         self.batch_rng = torch.Generator().manual_seed(self.cfg.seed)
         self.context = TaskContext()
+
+    def read_split(self, split: str) -> InstructionSet | None:
+        """The examples of ``data.train``/``data.valid`` (``None``: not given), cut to the
+        block; a subclass may read another format into the same ``InstructionSet``."""
+        data = self.run.data
+        name = data.one_file(split, self.run.task)
+        if name is None:
+            return None
+        return read_instructions(Path(data.dir) / name, self.tokenizer, max_len=self.block)
 
     def setup(self, context: TaskContext) -> None:
         self.context = context

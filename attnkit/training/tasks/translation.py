@@ -173,7 +173,15 @@ class TranslationTask:
                 "source": np.concatenate([np.asarray(p.src.ids) for p in parts]),
                 "target": np.concatenate([np.asarray(p.tgt.ids) for p in parts]),
             })  # fmt: skip
-        return f"{self.data.describe()}{empty}), vocabulary {self.tokenizer.vocab_size}{unknown}"
+        warm = ""
+        if self.start is not None and self.start.source.family == "encoder_only":
+            warm = (  # attnkit.training.warm_start_seq2seq
+                "; warm-started from the encoder: its layers in the encoder and the decoder, "
+                "the cross-attention new"
+            )
+        return (
+            f"{self.data.describe()}{empty}), vocabulary {self.tokenizer.vocab_size}{unknown}{warm}"
+        )
 
     # -- batches -------------------------------------------------------------------
 
