@@ -63,13 +63,14 @@ def check_arguments(args: argparse.Namespace) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from attnkit.cli.common import check_input_file, load_for
+    from attnkit.cli.common import check_input_file, load_for, named_checkpoint
     from attnkit.data.summaries import read_documents
     from attnkit.decoding.summaries import is_decoder_only, summarize_texts
 
     check_arguments(args)
     check_input_file(args.input, "--input")  # a bad file fails before the model loads
     texts = read_documents(args.input) if args.input is not None else None
+    args.checkpoint = named_checkpoint(args.checkpoint)  # hf:ORG/NAME: imported once
     loaded = load_for("summarize", args.checkpoint, getattr(args, "device", None))
     beam = 1 if args.greedy or is_decoder_only(loaded.model) else args.beam
     if texts is None:
