@@ -6,7 +6,6 @@ import json
 
 import pytest
 import torch
-from attnkit.training.init import load_initial
 
 from attnkit.checkpoints import save_checkpoint
 from attnkit.data.tokenizers import CharTokenizer
@@ -16,6 +15,7 @@ from attnkit.models.encoder_only import EncoderOnlyModel
 from attnkit.models.lm_config import EncoderOnlyConfig
 from attnkit.training.runconfig import RunConfig
 from attnkit.training.tasks import SummarizationTask, task_from_run
+from attnkit.training.warm_start import load_warm_start as load_initial
 from attnkit.training.warm_start_seq2seq import seq2seq_initial, seq2seq_state
 
 
