@@ -107,7 +107,8 @@ class LineProgress:
             self._emit()
 
     def write(self, message: str) -> None:
-        print(message, file=self.file, flush=True)
+        # messages go where tqdm.write sends them (standard output), the progress to stderr
+        print(message, file=sys.stdout, flush=True)
 
     def set_postfix(self, **values: Any) -> None:
         self._postfix = " ".join(f"{k}={v}" for k, v in values.items())
@@ -135,7 +136,7 @@ class _Silent:
         pass
 
     def write(self, message: str) -> None:
-        print(message, file=sys.stderr, flush=True)
+        print(message, file=sys.stdout, flush=True)
 
     def set_postfix(self, **values: Any) -> None:
         pass

@@ -22,13 +22,18 @@ def test_a_file_gets_a_line_every_five_percent():
     for _ in range(1000):
         bar.update(1)
     bar.set_postfix(loss="1.234")
-    bar.write("a message")
     bar.close()
     lines = out.getvalue().splitlines()
     assert "\r" not in out.getvalue()
     assert 19 <= len(lines) <= 22, lines
     assert lines[0].startswith("step 50/1,000 (5%)") and "left" in lines[0]
-    assert "a message" in lines and lines[-1].startswith("step 1,000/1,000 (100%)")
+    assert lines[-1].startswith("step 1,000/1,000 (100%)")
+
+
+def test_messages_go_to_standard_output_as_tqdm_writes_them(capsys):
+    progress(10, file=io.StringIO()).write("a message")
+    progress(10, disable=True).write("another")
+    assert capsys.readouterr().out == "a message\nanother\n"
 
 
 def test_bytes_and_a_restart():
