@@ -32,9 +32,9 @@ from attnkit.serve.encoder_batch import (
     is_classifier,
     label_names,
 )
-from attnkit.serve.explore_payloads import EXPLORE_NOTES
 from attnkit.serve.handles import RequestHandle
 from attnkit.serve.model_host import Filled, MaskJob, ModelHost, RequestError
+from attnkit.serve.model_roles import EncoderRole, note_of
 from attnkit.serve.openai_api import model_name
 from attnkit.serve.openai_schemas import EmbeddingRequest
 from attnkit.serve.routes.base import ServedRouter, ServerParts, submit
@@ -177,7 +177,7 @@ def _build(parts: ServerParts) -> APIRouter:
         if req.explore:
             payload, _ = await batcher.call(lambda: engine.masked_payload(masked, filled),
                                             handle=handle)  # fmt: skip
-            answer["explore"], answer["explore_note"] = payload, EXPLORE_NOTES["masked_lm"]
+            answer["explore"], answer["explore_note"] = payload, note_of(engine.role)
         return answer
 
     @router.post("/v1/classify", response_model=ClassifyResponse,
@@ -238,7 +238,7 @@ def _build(parts: ServerParts) -> APIRouter:
 
 
 def _refusal(engine: ModelHost, endpoint: str) -> RequestError:
-    return engine.wrong_model("masked_lm", endpoint)
+    return engine.wrong_model(EncoderRole.kind, endpoint)
 
 
 def _lists(engine: ModelHost, endpoint: str) -> bool:

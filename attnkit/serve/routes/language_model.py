@@ -20,10 +20,10 @@ from attnkit import jsonio
 from attnkit.serve.completion import Completion, OnDelta, generate_choices
 from attnkit.serve.continuous import GENERATE, GenerationJob
 from attnkit.serve.deps import Handle, timing
-from attnkit.serve.explore_payloads import EXPLORE_NOTES
 from attnkit.serve.fairness import row_share, run_shared, split
 from attnkit.serve.handles import RequestHandle, watch_disconnect
 from attnkit.serve.model_host import ModelHost, RequestError
+from attnkit.serve.model_roles import LanguageModelRole, note_of
 from attnkit.serve.openai_api import COMPLETIONS_DEFAULT_TOKENS, Answer, model_name, stream
 from attnkit.serve.openai_schemas import ChatCompletionRequest, CompletionRequest, _Sampling
 from attnkit.serve.routes.base import ServedRouter, ServerParts, token_budget
@@ -75,7 +75,7 @@ def _build(parts: ServerParts) -> APIRouter:
         if req.explore:
             payload, _ = await batcher.call(lambda: engine.causal_payload(prompt, new),
                                             handle=handle)  # fmt: skip
-            answer["explore"], answer["explore_note"] = payload, EXPLORE_NOTES["causal_lm"]
+            answer["explore"], answer["explore_note"] = payload, note_of(engine.role)
         return answer
 
     completions = _Completions(parts)
@@ -218,7 +218,7 @@ class _Completions:
 
 
 def _refusal(engine: ModelHost, endpoint: str) -> RequestError:
-    return engine.wrong_model("causal_lm", endpoint)
+    return engine.wrong_model(LanguageModelRole.kind, endpoint)
 
 
 ROUTER = ServedRouter(

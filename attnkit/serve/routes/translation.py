@@ -18,6 +18,7 @@ from attnkit.decoding.common import DecodeResult
 from attnkit.serve.deps import Handle, timing
 from attnkit.serve.handles import RequestHandle
 from attnkit.serve.model_host import ModelHost, RequestError
+from attnkit.serve.model_roles import TranslationRole
 from attnkit.serve.routes.base import ServedRouter, ServerParts, submit
 from attnkit.serve.schemas import TranslateRequest, TranslateResponse
 
@@ -88,7 +89,7 @@ def _build(parts: ServerParts) -> APIRouter:
 
 
 def _refusal(engine: ModelHost, endpoint: str) -> RequestError:
-    return engine.wrong_model("seq2seq", endpoint)
+    return engine.wrong_model(TranslationRole.kind, endpoint)
 
 
 ROUTER = ServedRouter(
