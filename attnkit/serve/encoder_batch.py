@@ -29,6 +29,7 @@ from attnkit.data.classification import collate_examples, encode_example
 from attnkit.serve.cancellable import live_requests
 from attnkit.serve.handles import RequestHandle
 from attnkit.serve.model_host import ModelHost, RequestError
+from attnkit.serve.model_roles import labels_texts
 
 __all__ = [
     "ClassifyJob",
@@ -56,12 +57,7 @@ class ClassifyJob:
 
 def is_classifier(engine: ModelHost) -> bool:
     """Whether ``engine`` holds an encoder-only checkpoint with a classification head."""
-    config = engine.model.config
-    return (
-        engine.is_encoder
-        and int(getattr(config, "num_labels", 0)) > 0
-        and getattr(config, "label_level", "sequence") == "sequence"  # not a token head
-    )
+    return engine.is_encoder and labels_texts(engine.model.config)
 
 
 def label_names(engine: ModelHost) -> list[str]:

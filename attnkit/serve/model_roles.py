@@ -9,26 +9,31 @@ and ``attnkit explore`` ask the role; nothing else branches on the kind.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
+from torch import nn
+
+from attnkit.decoding.common import DecodeResult
 from attnkit.serve.explore_payloads import EXPLORE_NOTES
 from attnkit.serve.handles import RequestHandle
+from attnkit.serve.mask_filling import MaskCandidates, MaskedText
 from attnkit.serve.model_host_types import KIND_ENDPOINTS, ExplorePayload
 from attnkit.visualize.explorer.page import ServedForm
-
-if TYPE_CHECKING:
-    from attnkit.serve.model_host import ModelHost
 
 __all__ = [
     "CLASSIFIER_FORM",
     "PAGE_FORMS",
     "ROLES",
+    "RoleHost",
     "EncoderRole",
     "ExploreOptions",
     "LanguageModelRole",
     "ModelRole",
     "TranslationRole",
+    "labels_texts",
+    "note_of",
 ]
 
 # The explorer page's text box, by the kind of model served: its button says what it does.
@@ -63,6 +68,49 @@ class ExploreOptions:
     max_new_tokens: int = 20
 
 
+class RoleHost(Protocol):
+    """What a role uses of its host (``ModelHost``): the model and its operations."""
+
+    @property
+    def model(self) -> nn.Module: ...
+
+    def encode_sources(self, texts: Sequence[str], field: str = "text") -> list[list[int]]: ...
+
+    def translate(
+        self,
+        sources: Sequence[Sequence[int]],
+        *,
+        beam: int,
+        alpha: float,
+        nbest: int,
+        handles: Sequence[RequestHandle] | None = None,
+    ) -> list[DecodeResult]: ...
+
+    def translation_payload(self, src: Sequence[int], result: DecodeResult) -> ExplorePayload: ...
+
+    def encode_prompt(self, prompt: str, field: str = "prompt") -> list[int]: ...
+
+    def generate(
+        self,
+        prompt: Sequence[int],
+        *,
+        max_new_tokens: int,
+        temperature: float,
+        top_k: int,
+        top_p: float,
+        seed: int,
+        handle: RequestHandle | None = None,
+    ) -> list[int]: ...
+
+    def causal_payload(self, prompt: Sequence[int], new: Sequence[int]) -> ExplorePayload: ...
+
+    def encode_masked(self, text: str, marker: str, field: str = "text") -> MaskedText: ...
+
+    def fill_mask(self, masked: MaskedText, top_k: int) -> tuple[str, list[MaskCandidates]]: ...
+
+    def masked_payload(self, masked: MaskedText, filled: str) -> ExplorePayload: ...
+
+
 class ModelRole(Protocol):
     """The behaviour of one kind of model (module doc)."""
 
@@ -70,18 +118,18 @@ class ModelRole(Protocol):
     endpoint: str  # the endpoint that serves it (and the one a refusal points to)
     page_url: str  # what the explorer page posts to
 
-    def form(self, host: ModelHost) -> ServedForm:
+    def form(self, host: RoleHost) -> ServedForm:
         """The explorer page's text box."""
         ...
 
-    def explore_tokens(self, host: ModelHost, text: str, max_new_tokens: int) -> int | None:
+    def explore_tokens(self, host: RoleHost, text: str, max_new_tokens: int) -> int | None:
         """Check ``text`` before it is queued (a 422); the new tokens it will generate,
         for the server's budget (``None``: it generates none)."""
         ...
 
     def explore(
         self,
-        host: ModelHost,
+        host: RoleHost,
         text: str,
         options: ExploreOptions,
         field: str,
@@ -89,6 +137,15 @@ class ModelRole(Protocol):
     ) -> ExplorePayload:
         """The explorer payload of ``text`` (runs the model: the worker thread)."""
         ...
+
+
+def labels_texts(config: object) -> bool:
+    """Whether an encoder-only model's ``config`` has a text classification head (labels
+    per text, not per token)."""
+    return (
+        int(getattr(config, "num_labels", 0)) > 0
+        and getattr(config, "label_level", "sequence") == "sequence"  # not a token head
+    )
 
 
 def _check(handle: RequestHandle | None) -> None:
@@ -104,16 +161,16 @@ class TranslationRole:
     endpoint = KIND_ENDPOINTS["seq2seq"]
     page_url = "/v1/translate"
 
-    def form(self, host: ModelHost) -> ServedForm:
+    def form(self, host: RoleHost) -> ServedForm:
         return PAGE_FORMS[self.kind]
 
-    def explore_tokens(self, host: ModelHost, text: str, max_new_tokens: int) -> int | None:
+    def explore_tokens(self, host: RoleHost, text: str, max_new_tokens: int) -> int | None:
         host.encode_sources([text])  # a 422 before queueing
         return None
 
     def explore(
         self,
-        host: ModelHost,
+        host: RoleHost,
         text: str,
         options: ExploreOptions,
         field: str,
@@ -136,15 +193,15 @@ class LanguageModelRole:
     endpoint = KIND_ENDPOINTS["causal_lm"]
     page_url = "/v1/explore"
 
-    def form(self, host: ModelHost) -> ServedForm:
+    def form(self, host: RoleHost) -> ServedForm:
         return PAGE_FORMS[self.kind]
 
-    def explore_tokens(self, host: ModelHost, text: str, max_new_tokens: int) -> int | None:
+    def explore_tokens(self, host: RoleHost, text: str, max_new_tokens: int) -> int | None:
         return max_new_tokens
 
     def explore(
         self,
-        host: ModelHost,
+        host: RoleHost,
         text: str,
         options: ExploreOptions,
         field: str,
@@ -164,17 +221,15 @@ class EncoderRole:
     endpoint = KIND_ENDPOINTS["masked_lm"]
     page_url = "/v1/explore"
 
-    def form(self, host: ModelHost) -> ServedForm:
-        from attnkit.serve.encoder_batch import is_classifier
+    def form(self, host: RoleHost) -> ServedForm:
+        return CLASSIFIER_FORM if labels_texts(host.model.config) else PAGE_FORMS[self.kind]
 
-        return CLASSIFIER_FORM if is_classifier(host) else PAGE_FORMS[self.kind]
-
-    def explore_tokens(self, host: ModelHost, text: str, max_new_tokens: int) -> int | None:
+    def explore_tokens(self, host: RoleHost, text: str, max_new_tokens: int) -> int | None:
         return None
 
     def explore(
         self,
-        host: ModelHost,
+        host: RoleHost,
         text: str,
         options: ExploreOptions,
         field: str,
