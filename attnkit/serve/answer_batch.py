@@ -1,6 +1,6 @@
 """Extractive question answering in dynamic batches: ``POST /v1/answer``.
 
-Concurrent requests are grouped by the batcher under the key ``ANSWER`` (the
+Concurrent requests are grouped by the batcher (``routes.encoder.AnswerBatch``: the
 token budget counts each request's question and context characters) and run
 as one pass over all their windows (``attnkit.evaluation.question_answering``):
 a window is padded like any other row, which the encoder masks out, so each
@@ -10,8 +10,8 @@ defaults (``qa_windows.default_windows``). Requests cancelled before the pass ar
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Sequence
-from typing import Any
+from collections.abc import Sequence
+from typing import TypedDict
 
 import torch
 from pydantic import BaseModel, Field, model_validator
@@ -23,9 +23,8 @@ from attnkit.serve.handles import RequestHandle
 from attnkit.serve.model_host import ModelHost
 from attnkit.serve.schemas import _STRICT, MAX_CHARS, Text, Timing
 
-__all__ = ["ANSWER", "AnswerRequest", "AnswerResponse", "answer", "is_reader"]
+__all__ = ["AnswerRequest", "AnswerResponse", "AnswerSpan", "answer", "is_reader"]
 
-ANSWER: Hashable = ("answer",)
 MAX_CONTEXT_CHARS = 20 * MAX_CHARS  # a context is longer than a sentence: ~40 KB
 
 
@@ -55,11 +54,20 @@ class AnswerResponse(BaseModel):
     timing: Timing
 
 
+class AnswerSpan(TypedDict):
+    """One request's answer (``AnswerResponse`` without its timing)."""
+
+    answer: str
+    score: float
+    start: int
+    end: int
+
+
 def is_reader(engine: ModelHost) -> bool:
     """Whether ``engine`` holds an extractive QA checkpoint (a start/end token head)."""
     from attnkit.evaluation.question_answering import is_qa_config
 
-    return engine.kind == "masked_lm" and is_qa_config(engine.model.config)
+    return engine.is_encoder and is_qa_config(engine.model.config)
 
 
 @torch.no_grad()
@@ -67,13 +75,13 @@ def answer(
     engine: ModelHost,
     jobs: Sequence[AnswerRequest],
     handles: Sequence[RequestHandle] | None = None,
-) -> list[dict[str, Any] | None]:
+) -> list[AnswerSpan | None]:
     """Each live request's best span, all windows of all requests in one batched pass."""
     from attnkit.data.qa_windows import make_windows
     from attnkit.evaluation.question_answering import decode_answers, window_logits
 
     live = live_requests(handles, len(jobs))
-    results: list[dict[str, Any] | None] = [None] * len(jobs)
+    results: list[AnswerSpan | None] = [None] * len(jobs)
     if not live:
         return results
     window, stride = default_windows(engine.max_len)

@@ -13,7 +13,7 @@ import asyncio
 import time
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TypeVar
 
 from attnkit.serve.handles import RequestHandle
 
@@ -29,7 +29,9 @@ __all__ = [
     "resolve",
 ]
 
-RunBatch = Callable[[Hashable, list[Any], list[RequestHandle]], Sequence[Any]]
+T = TypeVar("T")
+
+RunBatch = Callable[[Hashable, list[object], list[RequestHandle]], Sequence[object]]
 """``run_batch(key, payloads, handles) -> results``: one result per payload; ``handles[i]``
 is the request of ``payloads[i]`` (for the work to check at step boundaries)."""
 
@@ -51,15 +53,15 @@ class BatchInfo:
 @dataclass
 class QueuedItem:
     key: Hashable | None  # None: a plain job
-    payload: Any  # the sources of a batchable item; the function of a job
+    payload: object  # the payload of a batchable item; the function of a job
     cost: int
     sentences: int
-    future: asyncio.Future[Any]
+    future: asyncio.Future[tuple[object, BatchInfo]]
     loop: asyncio.AbstractEventLoop
     handle: RequestHandle
     enqueued: float = field(default_factory=time.monotonic)
 
-    def settle(self, value: Any, error: BaseException | None) -> None:
+    def settle(self, value: tuple[object, BatchInfo] | None, error: BaseException | None) -> None:
         """Hand the result (or error) to the waiting coroutine, from any thread."""
         try:
             self.loop.call_soon_threadsafe(resolve, self.future, value, error)
@@ -71,12 +73,12 @@ class QueuedItem:
 class Admitted:
     """A continuous item in the runner's hands: answer it once with ``finish``."""
 
-    payload: Any
+    payload: object  # what was submitted under the runner's key (the runner knows its type)
     handle: RequestHandle
-    finish: Callable[[Any, BaseException | None], None]
+    finish: Callable[[object, BaseException | None], None]
 
 
-Take = Callable[[Callable[[Any], bool]], "Admitted | None"]
+Take = Callable[[Callable[[object], bool]], "Admitted | None"]
 ContinuousRun = Callable[[Admitted, Take], None]
 """``run(first, take)``: serve ``first`` and what ``take(fits)`` hands over (the oldest
 queued item of the same key, if ``fits(payload)``; else ``None``) until all are finished."""
@@ -96,10 +98,11 @@ class BatcherStats:
     cancelled_running: int = 0  # cancelled while their batch or job ran
 
 
-def resolve(future: asyncio.Future[Any], value: Any, error: BaseException | None) -> None:
+def resolve(future: asyncio.Future[T], value: T | None, error: BaseException | None) -> None:
     if future.done():  # cancelled: the client went away
         return
     if error is not None:
         future.set_exception(error)
     else:
+        assert value is not None  # settled with a value or an error
         future.set_result(value)

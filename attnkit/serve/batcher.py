@@ -9,7 +9,7 @@ decodes and each goes whole to its own decoder; plain jobs and continuous runs
 through the queue:
 
 * batchable items (``submit``): a request's token-id sources under a batching
-  ``key`` (for translation ``(beam, alpha, nbest)``). The worker takes the
+  ``key`` (for translation a ``TranslationBatch``: its beam, alpha, nbest). The worker takes the
   oldest item, then, for up to ``max_wait_ms`` after that item arrived, adds
   later items with the *same* key while the batch stays within ``max_tokens``
   (the sum of each item's ``cost``, e.g. source tokens x beam) and
@@ -47,7 +47,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Hashable, Sequence
-from typing import Any
+from typing import TypeVar, cast
 
 from attnkit.serve.batch_types import (
     Admitted,
@@ -65,6 +65,8 @@ from attnkit.serve.handles import (
     RequestCancelled,
     RequestHandle,
 )
+
+T = TypeVar("T")
 
 # The records live in ``attnkit.serve.batch_types``; importable from here as before.
 __all__ = ["Admitted", "BatchInfo", "BatcherClosed", "ContinuousRun", "DynamicBatcher", "RunBatch"]
@@ -158,12 +160,12 @@ class DynamicBatcher:
     async def submit(
         self,
         key: Hashable,
-        payload: Any,
+        payload: object,
         *,
         cost: int,
         sentences: int = 1,
         handle: RequestHandle | None = None,
-    ) -> tuple[Any, BatchInfo]:
+    ) -> tuple[object, BatchInfo]:
         """Queue a batchable item; return its result and how it was batched.
 
         Raises ``RequestCancelled`` as soon as ``handle`` is cancelled.
@@ -173,24 +175,25 @@ class DynamicBatcher:
         return await self._enqueue(key, payload, max(1, cost), max(1, sentences), handle)
 
     async def call(
-        self, fn: Callable[[], Any], *, handle: RequestHandle | None = None
-    ) -> tuple[Any, BatchInfo]:
+        self, fn: Callable[[], T], *, handle: RequestHandle | None = None
+    ) -> tuple[T, BatchInfo]:
         """Run ``fn()`` alone in the worker thread; return its result.
 
         ``fn`` should obey ``handle`` itself (e.g. decode through a
         ``CancellableStepper``); the batcher skips it if it is cancelled before
         it starts and never returns its result once cancelled.
         """
-        return await self._enqueue(None, fn, 1, 1, handle)
+        result, info = await self._enqueue(None, fn, 1, 1, handle)
+        return cast(T, result), info  # what ``fn()`` returned (``_run``)
 
     async def _enqueue(
         self,
         key: Hashable | None,
-        payload: Any,
+        payload: object,
         cost: int,
         sentences: int,
         handle: RequestHandle | None,
-    ) -> tuple[Any, BatchInfo]:
+    ) -> tuple[object, BatchInfo]:
         loop = asyncio.get_running_loop()
         handle = handle or RequestHandle()
         item = QueuedItem(key, payload, cost, sentences, loop.create_future(), loop, handle)
@@ -204,7 +207,7 @@ class DynamicBatcher:
         # At the deadline, reading ``cancelled`` cancels the handle, which answers here.
         timer = None if left is None else loop.call_later(max(0.0, left), lambda: handle.cancelled)
         try:
-            result: tuple[Any, BatchInfo] = await item.future
+            result = await item.future
         except asyncio.CancelledError:  # the coroutine itself was cancelled: drop the work
             handle.cancel(CLIENT_GONE)
             raise
@@ -298,7 +301,7 @@ class DynamicBatcher:
             self.stats.batched_requests += 1
             self.stats.largest_batch = max(self.stats.largest_batch, len(open_items))
 
-            def finish(value: Any, error: BaseException | None) -> None:
+            def finish(value: object, error: BaseException | None) -> None:
                 if open_items.pop(id(item), None) is None:
                     return  # answered already
                 with self._cond:
@@ -313,7 +316,7 @@ class DynamicBatcher:
 
             return Admitted(item.payload, item.handle, finish)
 
-        def take(fits: Callable[[Any], bool]) -> Admitted | None:
+        def take(fits: Callable[[object], bool]) -> Admitted | None:
             with self._cond:
                 while self._pending:
                     item = self._pending[0]
@@ -345,7 +348,7 @@ class DynamicBatcher:
     def _run(self, key: Hashable | None, items: list[QueuedItem]) -> None:
         """Run a job (``key`` None) or a batch; hand each item its result or the error."""
         start = time.monotonic()
-        results: Sequence[Any] = ()
+        results: Sequence[object] = ()
         error: BaseException | None = None
         with self._cond:
             self._running.extend(items)
@@ -355,7 +358,8 @@ class DynamicBatcher:
                 item.handle.cancel(SHUTTING_DOWN)
         try:
             if key is None:
-                results = [items[0].payload()]
+                job = cast(Callable[[], object], items[0].payload)  # ``call``'s function
+                results = [job()]
             else:
                 handles = [i.handle for i in items]
                 results = self.run_batch(key, [i.payload for i in items], handles)

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Any
 
 import torch
 from torch import Tensor
@@ -90,7 +89,7 @@ class Owners:
 class _OwnedState:
     """The wrapped search state plus, per row, the index of its owner group."""
 
-    inner: Any
+    inner: DecodingState
     owner: Tensor  # (B,) long, into groups
     groups: tuple[Group, ...]
 

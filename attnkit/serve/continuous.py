@@ -67,7 +67,7 @@ def supports(engine: ModelHost) -> bool:
     """Whether ``engine``'s model can have sequences at different positions in one batch."""
     config = engine.model.config
     return (
-        engine.kind == "causal_lm"
+        engine.generates
         and getattr(config, "positions", None) in ("rotary", "alibi", "none")
         and getattr(config, "attention", "dense") == "dense"
         and hasattr(engine.model, "decode")
@@ -89,6 +89,12 @@ class GenerationJob:
     first_index: int = 0
     top_k: int = 0  # sample from the k best (0: all)
     until_eos: bool = True  # False: ``/v1/generate``'s ``max_tokens`` tokens, EOS or not
+
+
+def _job(payload: object) -> GenerationJob:
+    """The job of an item queued under ``GENERATE`` (only generation jobs are)."""
+    assert isinstance(payload, GenerationJob), f"not a generation job: {type(payload).__name__}"
+    return payload
 
 
 @dataclass
@@ -137,11 +143,12 @@ class ContinuousGenerator:
     @torch.no_grad()
     def __call__(self, first: Admitted, take: Take) -> None:
         seqs: list[_Sequence] = []
-        position = len(first.payload.prompt) - 1
+        position = len(_job(first.payload).prompt) - 1
         cache = self._cache(0, position)
         inputs: list[int] = []  # the next token each row feeds
 
-        def fits(job: GenerationJob) -> bool:
+        def fits(payload: object) -> bool:
+            job = _job(payload)
             rows = sum(len(s.rows) for s in seqs)
             # A longer prompt moves the batch's positions right: every row must still fit.
             at = max(position, len(job.prompt) - 1)
@@ -152,7 +159,7 @@ class ContinuousGenerator:
         admitted: Admitted | None = first
         while True:
             while admitted is not None:  # join: prefill alone, then merge
-                job: GenerationJob = admitted.payload
+                job = _job(admitted.payload)
                 lift = len(job.prompt) - 1 - position
                 if lift > 0:  # its prompt needs more positions than the batch has so far
                     cache.shift(lift, self._rotate)
@@ -194,7 +201,7 @@ class ContinuousGenerator:
                                    device=self.device)  # fmt: skip
 
     def _prefill(self, admitted: Admitted, cache: RowStartCache, position: int) -> _Sequence:
-        job: GenerationJob = admitted.payload
+        job = _job(admitted.payload)
         prefix = len(job.prompt) - 1
         alone = RowStartCache.empty(self.layers, self.heads, self.head_dim,
                                     capacity=cache.capacity, position=position - prefix, rows=1,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import AsyncIterator
-from typing import Annotated, Any
+from typing import Annotated, TypedDict
 
 from fastapi import Depends, Request
 
@@ -17,10 +17,20 @@ from attnkit.serve.batch_types import BatchInfo
 from attnkit.serve.handles import RequestHandle, watch_disconnect
 from attnkit.serve.settings import ServeSettings
 
-__all__ = ["Handle", "timing"]
+__all__ = ["Handle", "TimingJSON", "timing"]
 
 
-def timing(info: BatchInfo, started: float) -> dict[str, Any]:
+class TimingJSON(TypedDict):
+    """A response's ``timing`` (``schemas.Timing``)."""
+
+    queue_ms: float
+    compute_ms: float
+    total_ms: float
+    batch_requests: int
+    batch_sentences: int
+
+
+def timing(info: BatchInfo, started: float) -> TimingJSON:
     """A response's ``timing``: how the request was queued and batched."""
     return {
         "queue_ms": round(info.queue_ms, 3),

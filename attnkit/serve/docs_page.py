@@ -45,7 +45,11 @@ def _e(x: object) -> str:
 
 
 class _Schemas:
-    """``$ref`` resolution and one-line type names over the document's components."""
+    """``$ref`` resolution and one-line type names over the document's components.
+
+    The document is FastAPI's ``app.openapi()`` (a ``dict[str, Any]``): its values are
+    read as what OpenAPI says they are, hence ``Any`` here (as for ASGI messages in ``limits``).
+    """
 
     def __init__(self, openapi: Mapping[str, Any]) -> None:
         self.components: Mapping[str, Any] = openapi.get("components", {}).get("schemas", {})

@@ -1,7 +1,8 @@
 """Encoder-only checkpoints in dynamic batches: fill-mask, text classification, embeddings.
 
 Concurrent ``/v1/fill-mask`` and ``/v1/classify`` requests are grouped by the
-batcher as translations are (``attnkit.serve.batcher``: one key each, the
+batcher as translations are (``attnkit.serve.batcher``: one batch kind each,
+``attnkit.serve.routes.encoder``, the
 token budget ``--max-batch-tokens`` and ``--max-batch-sentences``, at most
 ``--max-wait-ms`` of waiting) and run as one forward pass. The rows are
 right-padded with the model's ``pad_id``, which the encoder masks out of
@@ -19,9 +20,8 @@ too); classification is here.
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 
@@ -29,13 +29,9 @@ from attnkit.data.classification import collate_examples, encode_example
 from attnkit.serve.cancellable import live_requests
 from attnkit.serve.handles import RequestHandle
 from attnkit.serve.model_host import ModelHost, RequestError
-from attnkit.serve.tag_batch import TAG, tag
+from attnkit.serve.model_roles import labels_texts
 
 __all__ = [
-    "CLASSIFY",
-    "EMBED",
-    "ENCODER_KEYS",
-    "FILL_MASK",
     "ClassifyJob",
     "EmbedJob",
     "classify",
@@ -44,13 +40,7 @@ __all__ = [
     "encode_examples",
     "is_classifier",
     "label_names",
-    "run_encoder_batch",
 ]
-
-FILL_MASK: Hashable = ("fill-mask",)  # the batcher keys (translation's are (beam, alpha, nbest))
-CLASSIFY: Hashable = ("classify",)
-EMBED: Hashable = ("embed",)
-ENCODER_KEYS = (FILL_MASK, CLASSIFY, TAG, EMBED)  # the keys run_encoder_batch runs
 
 
 @dataclass(frozen=True)
@@ -67,12 +57,7 @@ class ClassifyJob:
 
 def is_classifier(engine: ModelHost) -> bool:
     """Whether ``engine`` holds an encoder-only checkpoint with a classification head."""
-    config = engine.model.config
-    return (
-        engine.kind == "masked_lm"
-        and int(getattr(config, "num_labels", 0)) > 0
-        and getattr(config, "label_level", "sequence") == "sequence"  # not a token head
-    )
+    return engine.is_encoder and labels_texts(engine.model.config)
 
 
 def label_names(engine: ModelHost) -> list[str]:
@@ -182,21 +167,3 @@ def embed(
         k = len(jobs[i].ids)
         results[i], n = rows[n : n + k], n + k
     return results
-
-
-def run_encoder_batch(
-    engine: ModelHost, key: Hashable, payloads: list[Any], handles: list[RequestHandle]
-) -> list[Any]:
-    """The batcher's ``run_batch`` for the ``ENCODER_KEYS`` (``TAG``: ``serve.tag_batch``;
-    an ``EMBED`` payload is ``(EmbedJob, pooling, normalize)``: one checkpoint, one way)."""
-    if key == FILL_MASK:
-        return list(engine.fill_masks(payloads, handles))
-    if key == CLASSIFY:
-        return list(classify(engine, payloads, handles))
-    if key == EMBED:
-        _, pooling, normalize = payloads[0]
-        jobs = [job for job, _, _ in payloads]
-        return list(embed(engine, jobs, handles, pooling=pooling, normalize=normalize))
-    if key == TAG:
-        return list(tag(engine, payloads, handles))
-    raise ValueError(f"not an encoder-only batch key: {key!r}")

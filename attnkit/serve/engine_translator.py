@@ -30,12 +30,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Sequence
-from typing import Any
 
 import torch
 
 from attnkit.checkpoints.loading import LoadedModel
 from attnkit.decoding.common import DecodeResult, Hypothesis
+from attnkit.decoding.protocol import AnyStepper
 from attnkit.engines.registry import ENGINES, DecodeOptions, Engine, RunOptions, open_engine
 from attnkit.errors import UsageError
 from attnkit.serve.cancellable import CancellableStepper, Owners
@@ -99,7 +99,7 @@ class EngineTranslator:
 
     def _search(
         self,
-        stepper: Any,
+        stepper: AnyStepper,
         sources: Sequence[Sequence[int]],
         decode: DecodeOptions,
         handles: Sequence[RequestHandle] | None,
@@ -120,7 +120,7 @@ class EngineTranslator:
         return DecodeOptions(beam=beam, alpha=alpha, nbest=nbest, max_len_b=MAX_LEN_B,
                              batch_size=max(1, rows))  # fmt: skip
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> dict[str, object]:
         """What ``GET /v1/model`` shows under ``engine``."""
         return {
             "name": self.name,

@@ -14,9 +14,9 @@ front of the app) builds its body here, so both shapes hold for every error.
 
 from __future__ import annotations
 
-from typing import Any
+__all__ = ["OPENAI_PATHS", "JSONObject", "error_body", "error_status", "is_openai"]
 
-__all__ = ["OPENAI_PATHS", "error_body", "error_status", "is_openai"]
+JSONObject = dict[str, object]  # a JSON object the server answers (its values: JSON values)
 
 OPENAI_PATHS = ("/v1/chat/completions", "/v1/completions", "/v1/models", "/v1/embeddings")
 
@@ -41,7 +41,7 @@ def _param(message: str) -> str | None:
 
 def error_body(
     path: str, message: str, status: int, *, param: str | None = None, code: str | None = None
-) -> dict[str, Any]:
+) -> JSONObject:
     """The body answering ``message`` with ``status`` on ``path``."""
     if not is_openai(path):
         return {"error": message}

@@ -12,8 +12,7 @@ by ``attnkit.serve.limits``.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -28,7 +27,7 @@ from attnkit.serve.model_host import RequestError
 __all__ = ["install_error_handlers", "validation_message"]
 
 
-def _where(loc: Sequence[Any]) -> str:
+def _where(loc: Sequence[object]) -> str:
     """``("body", "text", 0)`` -> ``text[0]``."""
     parts = [p for p in loc if p != "body"]
     out = ""
@@ -37,11 +36,15 @@ def _where(loc: Sequence[Any]) -> str:
     return out or "body"
 
 
-def _error_message(e: Any) -> str:
-    """One pydantic error as ``field: what is wrong``."""
-    kind, where = e.get("type", ""), _where(e.get("loc", ()))
+def _error_message(e: Mapping[str, object]) -> str:
+    """One pydantic error (``ErrorDetails``) as ``field: what is wrong``."""
+    kind = e.get("type", "")
+    loc = e.get("loc", ())
+    where = _where(loc if isinstance(loc, tuple | list) else ())
     if kind == "json_invalid":
-        return f"body: malformed JSON ({e.get('ctx', {}).get('error', 'cannot parse')})"
+        ctx = e.get("ctx")
+        why = ctx.get("error", "cannot parse") if isinstance(ctx, Mapping) else "cannot parse"
+        return f"body: malformed JSON ({why})"
     if kind == "extra_forbidden":
         return f"{where}: unknown field"
     if kind == "missing":

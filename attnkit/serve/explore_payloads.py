@@ -11,16 +11,17 @@ and ``masked_payload`` call them with the engine's checkpoint.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 import torch
 
 from attnkit.checkpoints.loading import LoadedModel
 from attnkit.decoding.common import DecodeResult
 from attnkit.serve.mask_filling import MaskedText
-from attnkit.serve.model_host_types import RequestError
+from attnkit.serve.model_host_types import ExplorePayload, RequestError
 
-__all__ = ["EXPLORE_NOTES", "causal_payload", "masked_payload", "translation_payload"]
+__all__ = [
+    "EXPLORE_NOTES", "ExplorePayload", "causal_payload", "masked_payload", "translation_payload",
+]  # fmt: skip
 
 EXPLORE_NOTES: dict[str, str] = {
     "seq2seq": "translated with beam search, then the source and BOS + the best output were "
@@ -37,7 +38,7 @@ EXPLORE_NOTES: dict[str, str] = {
 
 def translation_payload(
     loaded: LoadedModel, src: Sequence[int], result: DecodeResult
-) -> dict[str, Any]:
+) -> ExplorePayload:
     """A translation's payload: ``src`` and its n-best list (``result``), teacher-forced."""
     from attnkit.visualize.explorer import build_payload
     from attnkit.visualize.explorer.from_model import seq2seq_example
@@ -58,7 +59,7 @@ def translation_payload(
 
 def causal_payload(
     loaded: LoadedModel, prompt: Sequence[int], new: Sequence[int]
-) -> dict[str, Any]:
+) -> ExplorePayload:
     """A generation's payload: ``prompt`` and its continuation ``new``."""
     from attnkit.visualize.explorer import build_payload
     from attnkit.visualize.explorer.from_model import causal_lm_example
@@ -70,7 +71,7 @@ def causal_payload(
     return build_payload(example)
 
 
-def masked_payload(loaded: LoadedModel, masked: MaskedText, filled: str) -> dict[str, Any]:
+def masked_payload(loaded: LoadedModel, masked: MaskedText, filled: str) -> ExplorePayload:
     """A fill-mask request's payload: the masked text, ``filled`` as its output."""
     from attnkit.visualize.explorer import build_payload
     from attnkit.visualize.explorer.from_model import masked_lm_example

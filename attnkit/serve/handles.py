@@ -21,7 +21,6 @@ import threading
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
 
 __all__ = [
     "CLIENT_GONE",
@@ -139,7 +138,7 @@ class RequestHandle:
 
 
 async def _cancel_on_disconnect(
-    receive: Callable[[], Awaitable[Mapping[str, Any]]], handle: RequestHandle
+    receive: Callable[[], Awaitable[Mapping[str, object]]], handle: RequestHandle
 ) -> None:
     while (await receive())["type"] != "http.disconnect":
         pass
@@ -147,7 +146,7 @@ async def _cancel_on_disconnect(
 
 
 def watch_disconnect(
-    receive: Callable[[], Awaitable[Mapping[str, Any]]], handle: RequestHandle
+    receive: Callable[[], Awaitable[Mapping[str, object]]], handle: RequestHandle
 ) -> asyncio.Future[None]:
     """A task cancelling ``handle`` when the client disconnects; cancel it once answered.
 

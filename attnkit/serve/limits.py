@@ -27,8 +27,9 @@ import h11
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from attnkit import jsonio
-from attnkit.serve.error_shape import error_body
+from attnkit.serve.error_shape import JSONObject, error_body
 
+# ASGI scopes and messages hold values of every type (Starlette and uvicorn type them so).
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
@@ -43,7 +44,7 @@ async def send_error(send: Send, scope: Scope, status: int, message: str) -> Non
     await send_json(send, status, error_body(scope.get("path", ""), message, status), close=True)
 
 
-async def send_json(send: Send, status: int, body: dict[str, Any], *, close: bool) -> None:
+async def send_json(send: Send, status: int, body: JSONObject, *, close: bool) -> None:
     data = jsonio.dumps(body).encode("utf-8")
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(data)).encode())]
     if close:
@@ -147,7 +148,7 @@ class HeaderTimeoutH11(H11Protocol):
     header_timeout: float = 10.0
     _header_timer: asyncio.TimerHandle | None = None
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, **kwargs: Any) -> None:  # uvicorn's, passed through
         super().__init__(*args, **kwargs)
         # uvicorn's own check answers in plain text: take it over (same rule, JSON answer).
         self._limit, self.limit_concurrency = self.limit_concurrency, None

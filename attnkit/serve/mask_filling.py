@@ -11,15 +11,19 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TypedDict
 
 import torch
+from torch import nn
 
+from attnkit.data.tokenizers import Tokenizer
 from attnkit.serve.cancellable import live_requests
 from attnkit.serve.handles import RequestHandle
-from attnkit.serve.model_host_types import RequestError
+from attnkit.serve.model_host_types import Candidate, RequestError
 
-__all__ = ["Filled", "MaskJob", "MaskedText", "encode_masked", "fill_masks"]
+__all__ = [
+    "Candidate", "Filled", "MaskCandidates", "MaskJob", "MaskedText", "encode_masked", "fill_masks",
+]  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -36,11 +40,16 @@ class MaskJob:
     top_k: int
 
 
-Filled = tuple[str, list[dict[str, Any]]]  # the filled text and each mask's candidates
+class MaskCandidates(TypedDict):
+    position: int  # the mask's token index in the input
+    candidates: list[Candidate]
+
+
+Filled = tuple[str, list[MaskCandidates]]  # the filled text and each mask's candidates
 
 
 def encode_masked(
-    tokenizer: Any, mask_id: int, max_len: int, text: str, marker: str, field: str = "text"
+    tokenizer: Tokenizer, mask_id: int, max_len: int, text: str, marker: str, field: str = "text"
 ) -> MaskedText:
     """The ids of ``text`` with each ``marker`` as ``mask_id``; a 422 naming ``field`` if
     it holds more than ``max_len`` tokens or none."""
@@ -59,8 +68,8 @@ def encode_masked(
 
 @torch.no_grad()
 def fill_masks(
-    model: Any,
-    tokenizer: Any,
+    model: nn.Module,
+    tokenizer: Tokenizer,
     jobs: Sequence[MaskJob],
     handles: Sequence[RequestHandle] | None = None,
     *,
@@ -90,7 +99,7 @@ def fill_masks(
     for i in live:
         masked, top_k = jobs[i].masked, jobs[i].top_k
         filled = list(masked.ids)
-        masks = []
+        masks: list[MaskCandidates] = []
         for pos in masked.positions:
             top = probs[n].topk(min(top_k, vocab))
             n += 1

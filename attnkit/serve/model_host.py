@@ -19,17 +19,24 @@ lives beside it: the fill-mask encoding and pass in ``attnkit.serve.mask_filling
 the explorer payloads in ``attnkit.serve.explore_payloads``, and the error, the
 endpoint table and the ``Translator`` protocol in ``attnkit.serve.model_host_types``
 (all importable from here, as before).
+
+What differs between the kinds of model (the endpoint that serves it, the
+explorer's form, what ``explore`` runs) is the engine's ``role``
+(``attnkit.serve.model_roles``), chosen once from the checkpoint's family; the
+server asks the engine what it offers (``translates``, ``generates``,
+``is_encoder``, ``summarizes``) and never compares kinds.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any
+from functools import cached_property
 
 import torch
 
 from attnkit.checkpoints.loading import LoadedModel
+from attnkit.data.tokenizers import Tokenizer
 from attnkit.decoding.common import DecodeResult
 from attnkit.decoding.protocol import AnyStepper
 from attnkit.inference.plan import InferencePlan
@@ -37,12 +44,31 @@ from attnkit.serve import explore_payloads, mask_filling
 from attnkit.serve.cancellable import CancellableStepper, Owners
 from attnkit.serve.explore_payloads import EXPLORE_NOTES
 from attnkit.serve.handles import RequestHandle
-from attnkit.serve.mask_filling import Filled, MaskedText, MaskJob
-from attnkit.serve.model_host_types import KIND_ENDPOINTS, MAX_LEN_B, RequestError, Translator
+from attnkit.serve.mask_filling import Filled, MaskCandidates, MaskedText, MaskJob
+from attnkit.serve.model_host_types import (
+    KIND_ENDPOINTS,
+    MAX_LEN_B,
+    ExploreAnswer,
+    ExplorePayload,
+    RequestError,
+    TranslationJSON,
+    Translator,
+)
+from attnkit.serve.model_roles import (
+    ROLES,
+    EncoderRole,
+    ExploreOptions,
+    LanguageModelRole,
+    ModelRole,
+    TranslationRole,
+    note_of,
+)
+from attnkit.visualize.explorer.page import ServedForm
 
 # The names callers import from here (their homes: engine_types, mask_filling, explore_payloads).
 __all__ = [
     "EXPLORE_NOTES",
+    "ExploreAnswer",
     "KIND_ENDPOINTS",
     "MAX_LEN_B",
     "ModelHost",
@@ -50,6 +76,7 @@ __all__ = [
     "MaskJob",
     "MaskedText",
     "RequestError",
+    "TranslationJSON",
     "Translator",
 ]
 
@@ -72,8 +99,11 @@ class ModelHost:
         # ``serve --engine``: what decodes /v1/translate's batches (None: this model)
         self.translator = translator
         self.model = loaded.model
-        self.tokenizer = loaded.tokenizer
+        self.tokenizer: Tokenizer = loaded.tokenizer
+        # The family's kind, as /v1/health and /v1/model report it; what depends on it
+        # is the role's (``attnkit.serve.model_roles``), chosen here once.
         self.kind: str = loaded.family.kind
+        self.role: ModelRole = ROLES[self.kind]()
         self.device = next(self.model.parameters()).device
         self.max_len: int = self.model.config.max_len
         # How the model runs: the inference plan (``attnkit.inference``) that ``serve`` made
@@ -90,19 +120,58 @@ class ModelHost:
 
     # -- checks (event loop) -----------------------------------------------------------
 
-    def require(self, kind: str, endpoint: str) -> None:
-        """``RequestError`` (400) naming the right endpoint unless the model is of ``kind``."""
-        if self.kind != kind:
-            from attnkit.models.registry import KIND_NAMES
+    # -- what it offers --------------------------------------------------------------
 
-            name = self.loaded.family.name
-            article = "an" if name[0] in "aeiou" else "a"
-            raise RequestError(
-                f"{endpoint} needs a {KIND_NAMES[kind]}, but this server holds {article} "
-                f"{name} checkpoint (a {KIND_NAMES[self.kind]}): "
-                f"use POST {KIND_ENDPOINTS[self.kind]}",
-                status=400,
-            )
+    @property
+    def translates(self) -> bool:
+        """An encoder-decoder: /v1/translate."""
+        return isinstance(self.role, TranslationRole)
+
+    @property
+    def generates(self) -> bool:
+        """A decoder-only LM: /v1/generate and the OpenAI completions."""
+        return isinstance(self.role, LanguageModelRole)
+
+    @property
+    def is_encoder(self) -> bool:
+        """An encoder-only model: /v1/fill-mask and the task heads' endpoints."""
+        return isinstance(self.role, EncoderRole)
+
+    @cached_property
+    def summarizes(self) -> bool:
+        """A checkpoint trained with ``task: summarization`` (its run's config says so):
+        /v1/summarize, beside its kind's own endpoints."""
+        from attnkit.interop.model_card import run_config
+
+        if not (self.translates or self.generates):
+            return False
+        run = run_config(self.loaded)
+        return isinstance(run, dict) and run.get("task") == "summarization"
+
+    @property
+    def page_url(self) -> str:
+        """What the explorer page at / posts its text to."""
+        return self.role.page_url
+
+    @property
+    def page_form(self) -> ServedForm:
+        """The explorer page's text box (its button says what it does)."""
+        return self.role.form(self)
+
+    def wrong_model(self, needs: str, endpoint: str) -> RequestError:
+        """The 400 answering ``endpoint`` (which needs a model of the family kind ``needs``)
+        on this model, naming the endpoint that fits it."""
+        from attnkit.models.registry import KIND_NAMES
+
+        name = self.loaded.family.name
+        article = "an" if name[0] in "aeiou" else "a"
+        return RequestError(
+            f"{endpoint} needs a {KIND_NAMES[needs]}, but this server holds {article} "
+            f"{name} checkpoint (a {KIND_NAMES[self.kind]}): use POST {self.role.endpoint}",
+            status=400,
+        )
+
+    # -- checks (event loop) -----------------------------------------------------------
 
     def encode_sources(self, texts: Sequence[str], field: str = "text") -> list[list[int]]:
         """Source ids (EOS last) of each text; a text past the model's positions is a 422.
@@ -187,7 +256,7 @@ class ModelHost:
         decode = self.translate if self.translator is None else self.translator.translate
         return decode(sources, beam=beam, alpha=alpha, nbest=nbest, handles=handles)
 
-    def result_json(self, result: DecodeResult, nbest: int) -> dict[str, Any]:
+    def result_json(self, result: DecodeResult, nbest: int) -> TranslationJSON:
         hyps = result.nbest[0][:nbest]
         return {
             "translation": self.tokenizer.decode(result.tokens[0]),
@@ -197,7 +266,7 @@ class ModelHost:
             ],  # fmt: skip
         }
 
-    def translation_payload(self, src: Sequence[int], result: DecodeResult) -> dict[str, Any]:
+    def translation_payload(self, src: Sequence[int], result: DecodeResult) -> ExplorePayload:
         return explore_payloads.translation_payload(self.loaded, src, result)
 
     @torch.no_grad()
@@ -238,10 +307,10 @@ class ModelHost:
             )
         ]
 
-    def causal_payload(self, prompt: Sequence[int], new: Sequence[int]) -> dict[str, Any]:
+    def causal_payload(self, prompt: Sequence[int], new: Sequence[int]) -> ExplorePayload:
         return explore_payloads.causal_payload(self.loaded, prompt, new)
 
-    def fill_mask(self, masked: MaskedText, top_k: int) -> tuple[str, list[dict[str, Any]]]:
+    def fill_mask(self, masked: MaskedText, top_k: int) -> tuple[str, list[MaskCandidates]]:
         """The text with every mask filled by its best token, and each mask's candidates."""
         filled = self.fill_masks([MaskJob(masked, top_k)])[0]
         assert filled is not None
@@ -256,7 +325,7 @@ class ModelHost:
         model, tokenizer = self.model, self.tokenizer
         return mask_filling.fill_masks(model, tokenizer, jobs, handles, device=self.device)
 
-    def masked_payload(self, masked: MaskedText, filled: str) -> dict[str, Any]:
+    def masked_payload(self, masked: MaskedText, filled: str) -> ExplorePayload:
         return explore_payloads.masked_payload(self.loaded, masked, filled)
 
     def explore(
@@ -268,43 +337,33 @@ class ModelHost:
         max_new_tokens: int = 20,
         field: str = "text[0]",
         handle: RequestHandle | None = None,
-    ) -> dict[str, Any]:
+    ) -> ExploreAnswer:
         """``{"explore", "explore_note", "output"}`` for one text, for every family.
 
         Translation: beam search then the teacher-forced pass; causal LM: a
         greedy continuation of ``max_new_tokens``; masked LM: the text as is,
-        ``[MASK]`` markers filled in the output. Runs in the calling thread;
-        a cancelled ``handle`` stops the decoding at the next step.
+        ``[MASK]`` markers filled in the output (``model_roles``). Runs in the
+        calling thread; a cancelled ``handle`` stops the decoding at the next step.
         """
-        handles = None if handle is None else [handle]
-        if self.kind == "seq2seq":
-            src = self.encode_sources([text], field)[0]
-            result = self.translate(
-                [src], beam=beam, alpha=0.6, nbest=min(nbest, beam), handles=handles
-            )[0]
-            _check(handle)
-            payload = self.translation_payload(src, result)
-        elif self.kind == "causal_lm":
-            prompt = self.encode_prompt(text, field)
-            new = self.generate(prompt, max_new_tokens=max_new_tokens, temperature=0.0,
-                                top_k=0, top_p=1.0, seed=0, handle=handle)  # fmt: skip
-            _check(handle)
-            payload = self.causal_payload(prompt, new)
-        else:
-            masked = self.encode_masked(text, "[MASK]", field)
-            filled, _ = self.fill_mask(masked, 1) if masked.positions else (text, [])
-            payload = self.masked_payload(masked, filled)
-        note = EXPLORE_NOTES[self.kind]
-        return {"explore": payload, "explore_note": note, "output": payload["output"]}
+        options = ExploreOptions(beam, nbest, max_new_tokens)
+        payload = self.role.explore(self, text, options, field, handle)
+        output = payload["output"]
+        assert isinstance(output, str)
+        return {"explore": payload, "explore_note": note_of(self.role), "output": output}
 
-    def describe(self) -> dict[str, Any]:
+    def explore_tokens(self, text: str, max_new_tokens: int) -> int | None:
+        """Check ``text`` for ``explore`` before it is queued (a 422); the new tokens it
+        will generate (``None``: none), for the server's budget."""
+        return self.role.explore_tokens(self, text, max_new_tokens)
+
+    def describe(self) -> dict[str, object]:
         """What ``GET /v1/model`` shows: family, config, vocabulary, parameters."""
         config = self.model.config
         family = self.loaded.family
         return {
             "family": family.name,
             "kind": self.kind,
-            "endpoint": KIND_ENDPOINTS[self.kind],
+            "endpoint": self.role.endpoint,
             "checkpoint": self.loaded.directory.name,
             "config": config.to_dict(),
             "vocab_size": self.tokenizer.vocab_size,
@@ -315,12 +374,6 @@ class ModelHost:
             # serve --engine: what decodes /v1/translate (the explorer always reads this model)
             "engine": self.translator.describe() if self.translator else {"name": "attnkit"},
         }
-
-
-def _check(handle: RequestHandle | None) -> None:
-    """Stop here if ``handle`` was cancelled (before a pass that cannot stop midway)."""
-    if handle is not None:
-        handle.check()
 
 
 def _finite(x: float) -> float | None:

@@ -11,12 +11,46 @@ import them from here, with no import of the engine.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Protocol
+from typing import Protocol, TypedDict
 
 from attnkit.decoding.common import DecodeResult
 from attnkit.serve.handles import RequestHandle
 
-__all__ = ["KIND_ENDPOINTS", "MAX_LEN_B", "RequestError", "Translator"]
+__all__ = [
+    "KIND_ENDPOINTS",
+    "MAX_LEN_B",
+    "Candidate",
+    "ExploreAnswer",
+    "ExplorePayload",
+    "RequestError",
+    "TranslationJSON",
+    "Translator",
+]
+
+# The explorer page's payload (``attnkit.visualize.explorer.build_payload``): a JSON object.
+ExplorePayload = dict[str, object]
+
+
+class Candidate(TypedDict):
+    text: str
+    score: float | None  # a log-probability in /v1/translate's n-best; fill-mask: a probability
+
+
+class TranslationJSON(TypedDict):
+    """One translation as /v1/translate answers it (``ModelHost.result_json``)."""
+
+    translation: str
+    score: float | None
+    nbest: list[Candidate]
+
+
+class ExploreAnswer(TypedDict):
+    """``ModelHost.explore``'s answer: the page's payload, how it was made, the output."""
+
+    explore: ExplorePayload
+    explore_note: str
+    output: str
+
 
 # The endpoint (and CLI command) that serves each kind of model.
 KIND_ENDPOINTS: dict[str, str] = {
@@ -59,4 +93,4 @@ class Translator(Protocol):
         handles: Sequence[RequestHandle] | None = None,
     ) -> list[DecodeResult]: ...
 
-    def describe(self) -> dict[str, Any]: ...
+    def describe(self) -> dict[str, object]: ...

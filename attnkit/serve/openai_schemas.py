@@ -13,7 +13,7 @@ as in attnkit's own API (a misspelt name would otherwise be ignored).
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -90,7 +90,7 @@ class _Sampling(BaseModel):
     user: str | None = Field(None, description="accepted, unused")
 
     @model_validator(mode="after")
-    def _supported(self) -> Any:
+    def _supported(self) -> Self:
         for name in ("presence_penalty", "frequency_penalty"):
             if getattr(self, name) != 0:
                 raise ValueError(f"{name}: not supported by this server (0 only)")
@@ -116,7 +116,7 @@ class ChatCompletionRequest(_Sampling):
     max_completion_tokens: int | None = Field(None, ge=1, description="max_tokens' newer name")
     logprobs: bool | None = Field(None, description="false only")
     top_logprobs: int | None = Field(None, description="none only")
-    response_format: dict[str, Any] | None = Field(None, description='{"type": "text"} only')
+    response_format: dict[str, object] | None = Field(None, description='{"type": "text"} only')
 
     @model_validator(mode="after")
     def _chat_supported(self) -> ChatCompletionRequest:
@@ -180,7 +180,7 @@ class EmbeddingRequest(BaseModel):
 
     @model_validator(mode="before")
     @classmethod
-    def _no_token_ids(cls, data: Any) -> Any:
+    def _no_token_ids(cls, data: object) -> object:
         value = data.get("input") if isinstance(data, dict) else None
         if isinstance(value, list) and value and not isinstance(value[0], str):
             raise ValueError("input: token-id inputs are not supported; send text")

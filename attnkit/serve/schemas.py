@@ -9,7 +9,7 @@ are checked once the text is tokenized (``attnkit.serve.model_host``).
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -173,7 +173,7 @@ class TranslateResponse(BaseModel):
     scores: list[float | None]
     nbest: list[list[Candidate]]
     timing: Timing
-    explore: dict[str, Any] | None = None
+    explore: dict[str, object] | None = None
 
 
 class GenerateResponse(BaseModel):
@@ -181,7 +181,7 @@ class GenerateResponse(BaseModel):
     full_text: str = Field(description="prompt + continuation")
     new_tokens: int
     timing: Timing
-    explore: dict[str, Any] | None = None
+    explore: dict[str, object] | None = None
     explore_note: str | None = None
 
 
@@ -194,7 +194,7 @@ class FillMaskResponse(BaseModel):
     filled: str
     masks: list[MaskPrediction]
     timing: Timing
-    explore: dict[str, Any] | None = None
+    explore: dict[str, object] | None = None
     explore_note: str | None = None
 
 
@@ -210,7 +210,7 @@ class ClassifyResponse(BaseModel):
 
 
 class ExploreResponse(BaseModel):
-    explore: dict[str, Any]
+    explore: dict[str, object]
     explore_note: str
     output: str
 

@@ -22,7 +22,6 @@ from __future__ import annotations
 import asyncio
 import socket
 from collections.abc import Callable, Sequence
-from typing import Any
 
 import uvicorn
 
@@ -76,7 +75,7 @@ def guard_access(
 
 
 def build_server(
-    app: Any,
+    app: ASGIApp,
     *,
     on_shutdown: Callable[[], None],
     host: str,

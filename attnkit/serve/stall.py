@@ -27,12 +27,15 @@ import asyncio
 import contextlib
 import socket
 import time
-from typing import Any
 
 from attnkit.serve.handles import CancelReason, RequestHandle
 from attnkit.serve.limits import HeaderTimeoutH11
 
+# A piece of a streamed answer: (choice index, its new text, its finish reason if done).
+Delta = tuple[int, str, str | None]
+
 __all__ = [
+    "Delta",
     "DEFAULT_STALL_TIMEOUT_S",
     "MAX_BACKLOG_CHUNKS",
     "SEND_BUFFER_BYTES",
@@ -93,7 +96,7 @@ class StallTimeoutH11(HeaderTimeoutH11):
 def server_protocol(header_timeout: float, stall_timeout: float) -> type[StallTimeoutH11]:
     """The h11 protocol class ``attnkit serve`` gives uvicorn (``http=``): header and stall
     timeouts in seconds."""
-    attrs: dict[str, Any] = {"header_timeout": float(header_timeout),
+    attrs: dict[str, float] = {"header_timeout": float(header_timeout),
                              "stall_timeout": float(stall_timeout)}  # fmt: skip
     return type("StallTimeoutH11", (StallTimeoutH11,), attrs)
 
@@ -120,10 +123,10 @@ class StreamBacklog:
         self, handle: RequestHandle, stall_timeout: float, max_chunks: int = MAX_BACKLOG_CHUNKS
     ) -> None:
         self.handle, self.stall_timeout, self.max_chunks = handle, stall_timeout, max_chunks
-        self._queue: asyncio.Queue[Any] = asyncio.Queue()
+        self._queue: asyncio.Queue[Delta | None] = asyncio.Queue()
         self._since = time.monotonic()  # when the response last took a chunk, or found none
 
-    def put(self, item: Any) -> None:
+    def put(self, item: Delta) -> None:
         """Queue ``item`` (in the event loop); stop the request if its client stalls."""
         now = time.monotonic()
         if self._queue.empty():
@@ -136,7 +139,7 @@ class StreamBacklog:
         """No more pieces: ``get`` returns ``None`` once it has handed out the rest."""
         self._queue.put_nowait(None)
 
-    async def get(self) -> Any:
+    async def get(self) -> Delta | None:
         """The next piece (``None``: the end), waiting for it."""
         item = await self._queue.get()
         self._since = time.monotonic()

@@ -3,7 +3,7 @@
 A request holds sentences (``text``, each split into words at whitespace, as
 ``attnkit tag`` reads its lines); the answer has, per sentence, its words, their
 tags (``scheme``: BIO by default) and the entity spans. Concurrent requests are
-grouped by the batcher under the key ``TAG`` and run as one padded pass, as
+grouped by the batcher (``routes.encoder.TagBatch``) and run as one padded pass, as
 ``/v1/classify`` is (``attnkit.serve.encoder_batch``); a request cancelled
 before its pass starts is left out of it. A sentence longer than the model's
 positions is a 422 naming it (``attnkit tag`` cuts it instead, with a warning).
@@ -11,9 +11,9 @@ positions is a 422 naming it (``attnkit tag`` cuts it instead, with a warning).
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal, TypedDict
 
 import torch
 from pydantic import BaseModel, Field, model_validator
@@ -25,10 +25,8 @@ from attnkit.serve.model_host import ModelHost, RequestError
 from attnkit.serve.schemas import _STRICT, MAX_SENTENCES, Text, Timing
 
 __all__ = [
-    "TAG", "TagJob", "TagRequest", "TagResponse", "encode_sentences", "is_tagger", "tag", "tagged",
+    "TagJob", "TagRequest", "TagResponse", "encode_sentences", "is_tagger", "tag", "tagged",
 ]  # fmt: skip
-
-TAG: Hashable = ("tag",)  # the batcher key
 
 
 class TagRequest(BaseModel):
@@ -83,7 +81,7 @@ def is_tagger(engine: ModelHost) -> bool:
     """Whether ``engine`` holds an encoder-only checkpoint that tags entities."""
     from attnkit.evaluation.token_classification import is_tagger as tags_entities
 
-    return engine.kind == "masked_lm" and tags_entities(engine.model.config)
+    return engine.is_encoder and tags_entities(engine.model.config)
 
 
 def encode_sentences(engine: ModelHost, texts: Sequence[str]) -> TagJob:
@@ -126,10 +124,29 @@ def tag(
     return results
 
 
-def tagged(words: list[str], tags: list[str], scheme: str) -> dict[str, Any]:
+class EntityJSON(TypedDict):
+    """One entity of the response (``EntitySpan``)."""
+
+    type: str
+    start: int
+    end: int
+    text: str
+
+
+class TaggedJSON(TypedDict):
+    """One sentence of the response (``TaggedSentence``)."""
+
+    words: list[str]
+    tags: list[str]
+    entities: list[EntityJSON]
+
+
+def tagged(words: list[str], tags: list[str], scheme: str) -> TaggedJSON:
     """One sentence of the response: its words, its tags in ``scheme``, its entities."""
     from attnkit.data.tag_schemes import entities, from_bio
 
-    spans = [{"type": e.type, "start": e.start, "end": e.end,
-              "text": " ".join(words[e.start : e.end])} for e in entities(tags)]  # fmt: skip
+    spans: list[EntityJSON] = [
+        {"type": e.type, "start": e.start, "end": e.end, "text": " ".join(words[e.start : e.end])}
+        for e in entities(tags)
+    ]
     return {"words": words, "tags": from_bio(tags, scheme), "entities": spans}
