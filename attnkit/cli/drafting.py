@@ -15,7 +15,7 @@ import argparse
 import sys
 import time
 from collections.abc import Callable, Iterable, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from attnkit.cli.argtypes import integer
 from attnkit.errors import UsageError
@@ -96,7 +96,7 @@ def run(
                                 stepper=stepper, stats=stats)  # fmt: skip
     print_tokens(_ints(tokens))
     seconds = time.perf_counter() - began
-    if getattr(args, "debug", False):
+    if getattr(args, "debug", False) and stats.tokens:
         plain = _plain_rate(loaded.model, stepper, prompt_ids, stats.tokens, sampling)
         print(_stats_line(label, stats, drafter, stats.tokens / seconds, plain), file=sys.stderr)
 
@@ -121,12 +121,14 @@ def _drafter(
     return ModelDrafter(draft.model, sampling=sampling, stepper=draft.stepper), k, "draft model"
 
 
-class _Draft:
-    def __init__(self, model: Any, stepper: AnyStepper) -> None:
-        self.model, self.stepper = model, stepper
+class PreparedDraft(NamedTuple):
+    """The draft model (what verifies several tokens) and what steps it."""
+
+    model: Any
+    stepper: AnyStepper
 
 
-def load_draft(path: str, target: LoadedModel, args: argparse.Namespace) -> _Draft:
+def load_draft(path: str, target: LoadedModel, args: argparse.Namespace) -> PreparedDraft:
     """The ``--draft`` checkpoint, prepared as the target is (precision, device)."""
     from typing import cast
 
@@ -152,7 +154,7 @@ def load_draft(path: str, target: LoadedModel, args: argparse.Namespace) -> _Dra
             "draft must share the model's tokenizer"
         )
     stepper = prepare(loaded, plan_for(loaded, args, "generate", rows=1, calibrate=True))
-    return _Draft(loaded.model, cast("AnyStepper", stepper))
+    return PreparedDraft(loaded.model, cast("AnyStepper", stepper))
 
 
 def vocabulary_mismatch(a: Tokenizer | None, b: Tokenizer | None) -> str | None:

@@ -20,10 +20,8 @@ VOCAB = 12
 
 def tiny(seed: int, **fields) -> DecoderOnlyLM:
     torch.manual_seed(seed)
-    fields = {"max_len": 96, **fields}
-    config = DecoderOnlyConfig.from_preset(
-        "small", vocab_size=VOCAB, d_model=32, num_heads=4, num_layers=2, d_ff=64, **fields
-    )
+    shape = {"d_model": 32, "num_heads": 4, "num_layers": 2, "d_ff": 64, "max_len": 96}
+    config = DecoderOnlyConfig.from_preset("small", vocab_size=VOCAB, **{**shape, **fields})
     return DecoderOnlyLM(config).eval()
 
 
