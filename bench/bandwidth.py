@@ -88,14 +88,20 @@ def read_bandwidth(gib: float = 1.0, threads: int = 2, repeats: int = 5) -> floa
 def weight_bytes_read(model: nn.Module) -> int:
     """Bytes of weights one batch-1 decode step reads: every parameter, buffer and packed
     weight at its stored width (oneDNN-packed fp32/bf16, int8 and int4 packed sizes),
-    once each, except the token and position embedding tables, of which a step reads
-    one row (a tied output matrix is still counted: the output layer reads all of it)."""
+    once each, except the token and position tables (embeddings, rotary cos/sin), of which
+    a step reads one row (a tied output matrix is still counted: the output layer reads
+    all of it)."""
     from attnkit.models.embeddings import TokenEmbedding
+    from attnkit.positions.learned import LearnedPositions
+    from attnkit.positions.relative import NoPositions
+    from attnkit.positions.rotary import RotaryEmbedding
+    from attnkit.positions.sinusoidal import SinusoidalPositions
     from attnkit.quantize.int4 import Int4Linear
     from attnkit.quantize.linear import Int8Linear, PackedLinear
     from attnkit.quantize.model import QuantizedTokenEmbedding
 
-    lookups = (nn.Embedding, TokenEmbedding, QuantizedTokenEmbedding)
+    lookups = (nn.Embedding, TokenEmbedding, QuantizedTokenEmbedding, LearnedPositions,
+               RotaryEmbedding, SinusoidalPositions, NoPositions)  # fmt: skip
     seen: set[int] = set()
     total = 0
     for module in model.modules():

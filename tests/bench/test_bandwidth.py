@@ -13,14 +13,15 @@ import bandwidth  # noqa: E402  (bench/ is not a package)
 
 from attnkit.models.decoder_only import DecoderOnlyLM  # noqa: E402
 from attnkit.models.lm_config import DecoderOnlyConfig  # noqa: E402
+from attnkit.positions.learned import LearnedPositions  # noqa: E402
 from attnkit.quantize import quantize_model  # noqa: E402
 
 
-def tiny(tied: bool) -> DecoderOnlyLM:
+def tiny(tied: bool, **fields: object) -> DecoderOnlyLM:
     torch.manual_seed(0)
     config = DecoderOnlyConfig.from_preset(
         "small", vocab_size=512, d_model=64, num_heads=4, num_layers=2, d_ff=128, max_len=32,
-        tie_embeddings=tied,
+        tie_embeddings=tied, **fields,
     )  # fmt: skip
     return DecoderOnlyLM(config).eval()
 
@@ -30,12 +31,17 @@ def test_weights_read_leave_out_the_lookup_table_unless_it_is_the_output_matrix(
         model = tiny(tied)
         every = sum(p.numel() * p.element_size() for p in model.parameters())  # tied: once
         table = model.embed.tokens.weight.numel() * 4
-        lookups = sum(
-            p.numel() * 4 for m in model.modules()
-            if isinstance(m, torch.nn.Embedding) for p in m.parameters(recurse=False)
+        positions = sum(
+            p.numel() * 4 for m in model.modules() if isinstance(m, LearnedPositions)
+            for p in m.parameters()
         )  # fmt: skip
-        expected = every - (0 if tied else table) - lookups
+        assert positions > 0
+        expected = every - (0 if tied else table) - positions
         assert bandwidth.weight_bytes_read(model) == expected
+    # rotary positions: their cos/sin tables are read a row a step, like an embedding's
+    rotary = tiny(True, positions="rotary")
+    every = sum(p.numel() * p.element_size() for p in rotary.parameters())
+    assert bandwidth.weight_bytes_read(rotary) == every
 
 
 def test_int8_weights_are_counted_at_their_packed_width():
