@@ -37,8 +37,19 @@ Engines (``--engines``):
 
 Token agreement with the first attnkit engine is printed for each engine.
 
+The bandwidth limit (issue 47): a batch-1 decode step reads every weight once and
+the KV cache of every earlier position, so ``decode tok/s <= bandwidth / bytes per
+token``. Each row prints its bytes per token (weights as the engine holds them:
+fp32, bf16, int8 or int4 packed sizes, GGUF tensors at their stored types; the
+embedding table counted only where it is the output matrix too; plus the KV
+cache at the decode's mean position: fp32 for attnkit and HF, f16 for llama.cpp),
+the ceiling that implies at ``--bandwidth`` GB/s (default: measured at start by
+``bench/bandwidth.py``'s read of a 1 GiB buffer on ``--threads`` threads), and the
+row's share of it.
+
     python bench/cpu_generate.py --checkpoint runs/smollm2 --gguf SmolLM2-135M-Instruct.Q4_1.gguf
     python bench/cpu_generate.py ... --engines attnkit --profile   # torch.profiler of decode steps
+    python bench/cpu_generate.py ... --bandwidth 20.5   # the ceiling at a bandwidth measured before
 """
 
 from __future__ import annotations
@@ -52,18 +63,21 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from bandwidth import gguf_weight_bytes, kv_bytes_per_position, read_bandwidth, weight_bytes_read
 from common import cpu_features, cpu_name, environment, format_table, load_average
 from torch import Tensor
 
 PROMPT = "<|im_start|>user\nWrite a short story about a robot who learns to paint.<|im_end|>\n"
 PROMPT += "<|im_start|>assistant\n"
 Run = Callable[[list[int], int], tuple[float, float, list[int]]]
+# What an engine reads per token: (weight bytes, KV cache bytes per cached position).
+Traffic = tuple[int, int]
 
 
 # -- attnkit ----------------------------------------------------------------------------
 
 
-def attnkit_engine(checkpoint: Path, variant: str) -> tuple[float, Run]:
+def attnkit_engine(checkpoint: Path, variant: str) -> tuple[float, Run, Traffic]:
     from attnkit.checkpoints import load_model
     from attnkit.decoding.static import StaticCacheStepper
     from attnkit.inference import CheckpointInfo, Machine, Options, make_plan, prepare, stepper_for
@@ -88,6 +102,9 @@ def attnkit_engine(checkpoint: Path, variant: str) -> tuple[float, Run]:
         plan = make_plan(CheckpointInfo.of(model, loaded.family.kind), Machine.of(model), options)
         stepper = prepare(loaded, plan)
     seconds = time.perf_counter() - start
+    # the model as it runs (converted in place); the cache in the activations' dtype
+    cache_dtype = next(p for p in model.parameters() if p.is_floating_point()).dtype
+    traffic = (weight_bytes_read(model), kv_bytes_per_position(model.config, cache_dtype.itemsize))
 
     @torch.inference_mode()
     def run(ids: list[int], n: int) -> tuple[float, float, list[int]]:
@@ -104,13 +121,13 @@ def attnkit_engine(checkpoint: Path, variant: str) -> tuple[float, Run]:
             out.append(int(token))
         return t1 - t0, time.perf_counter() - t1, out
 
-    return seconds, run
+    return seconds, run, traffic
 
 
 # -- Hugging Face -----------------------------------------------------------------------
 
 
-def hf_engine(gguf: Path) -> tuple[float, Run]:
+def hf_engine(gguf: Path) -> tuple[float, Run, Traffic]:
     import transformers
 
     start = time.perf_counter()
@@ -141,7 +158,10 @@ def hf_engine(gguf: Path) -> tuple[float, Run]:
         # ends the prefill; the sampling after the last tick belongs to the decode.
         return clock.times[0] - t0, end - clock.times[0], out[0, len(ids) :].tolist()
 
-    return seconds, run
+    c = model.config
+    head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
+    kv = 2 * c.num_hidden_layers * c.num_key_value_heads * head_dim * 4  # fp32 cache
+    return seconds, run, (weight_bytes_read(model), kv)
 
 
 # -- llama.cpp --------------------------------------------------------------------------
@@ -168,17 +188,25 @@ def _llama_cpp_greedy(llm: Any, ids: list[int], n: int) -> tuple[float, float, l
     return t1 - t0, time.perf_counter() - t1, out
 
 
-def llama_cpp_engine(gguf: Path, threads: int) -> tuple[float, Run]:
+def _llama_cpp_traffic(path: Path, kv_f32: int) -> Traffic:
+    """The GGUF's tensors as stored; llama.cpp's default f16 KV cache (half the fp32 bytes)."""
+    return gguf_weight_bytes(path), kv_f32 // 2
+
+
+def llama_cpp_engine(gguf: Path, threads: int, kv_f32: int) -> tuple[float, Run, Traffic]:
     from llama_cpp import Llama
 
     start = time.perf_counter()
     llm = Llama(model_path=str(gguf), n_ctx=512, n_batch=512, n_threads=threads,
                 n_threads_batch=threads, verbose=False)  # fmt: skip
     seconds = time.perf_counter() - start
-    return seconds, lambda ids, n: _llama_cpp_greedy(llm, ids, n)
+    traffic = _llama_cpp_traffic(gguf, kv_f32)
+    return seconds, lambda ids, n: _llama_cpp_greedy(llm, ids, n), traffic
 
 
-def attnkit_llama_cpp_engine(checkpoint: Path, name: str, threads: int) -> tuple[float, Run]:
+def attnkit_llama_cpp_engine(
+    checkpoint: Path, name: str, threads: int, kv_f32: int
+) -> tuple[float, Run, Traffic]:
     """``attnkit generate --engine llama.cpp --precision fp32|int8``: the checkpoint's own
     GGUF export (f32 / q8_0, converted once into its engine cache) on llama.cpp."""
     from attnkit.checkpoints import load_model
@@ -190,7 +218,8 @@ def attnkit_llama_cpp_engine(checkpoint: Path, name: str, threads: int) -> tuple
     engine = open_generator("llama.cpp", checkpoint, run, 512,
                             load=lambda d: load_model(d, "cpu"), say=print)  # fmt: skip
     seconds = time.perf_counter() - start  # a cache hit: the conversion is done before
-    return seconds, lambda ids, n: _llama_cpp_greedy(engine.model, ids, n)
+    traffic = _llama_cpp_traffic(Path(engine.model.model_path), kv_f32)
+    return seconds, lambda ids, n: _llama_cpp_greedy(engine.model, ids, n), traffic
 
 
 # -- the measurement --------------------------------------------------------------------
@@ -200,7 +229,7 @@ def profile_decode(checkpoint: Path, variant: str, ids: list[int], steps: int = 
     """torch.profiler over ``steps`` decode steps: the ops by self CPU time."""
     from torch.profiler import ProfilerActivity, profile
 
-    _, run = attnkit_engine(checkpoint, variant)
+    _, run, _ = attnkit_engine(checkpoint, variant)
     run(ids, steps + 1)  # warm-up (and compile)
     with profile(activities=[ProfilerActivity.CPU]) as prof:
         run(ids, steps + 1)
@@ -221,6 +250,10 @@ def main() -> None:
     parser.add_argument("--prompt", default=PROMPT)
     parser.add_argument("--profile", action="store_true", help="profile the first engine's decode")
     parser.add_argument("--json", type=Path, help="also write the results here")
+    parser.add_argument(
+        "--bandwidth", type=float, metavar="GBS",
+        help="memory read bandwidth in GB/s for the ceilings (default: measured at start)",
+    )  # fmt: skip
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
 
@@ -236,21 +269,33 @@ def main() -> None:
     print(f"# cpu_generate: {cpu_name()}, {args.threads} threads, prompt {len(ids)} tokens, "
           f"{args.new_tokens} new, load before {load_average()}")  # fmt: skip
     print(f"# cpu features: {cpu_features()}")
+    if args.bandwidth is None:
+        args.bandwidth = read_bandwidth(threads=args.threads)
+        print(f"# bandwidth: {args.bandwidth:.1f} GB/s measured (bench/bandwidth.py's torch "
+              f"read of 1 GiB, {args.threads} threads, best of 5)")  # fmt: skip
+    else:
+        print(f"# bandwidth: {args.bandwidth:.1f} GB/s (--bandwidth)")
+    from attnkit.checkpoints import load_model
+
+    # fp32 keys and values per cached position (the engines' cache widths follow from it)
+    kv_f32 = kv_bytes_per_position(load_model(args.checkpoint, "cpu").config, 4)
 
     loads: dict[str, float] = {}
     runs: dict[str, Run] = {}
+    traffic: dict[str, Traffic] = {}
     for name in names:
         try:
             if name.startswith("attnkit"):
-                loads[name], runs[name] = attnkit_engine(args.checkpoint, name)
+                loads[name], runs[name], traffic[name] = attnkit_engine(args.checkpoint, name)
             elif name == "hf":
-                loads[name], runs[name] = hf_engine(args.gguf)
+                loads[name], runs[name], traffic[name] = hf_engine(args.gguf)
             elif name == "llama_cpp":
-                loads[name], runs[name] = llama_cpp_engine(args.gguf, args.threads)
+                engine = llama_cpp_engine(args.gguf, args.threads, kv_f32)
+                loads[name], runs[name], traffic[name] = engine
             elif name in ("llama_cpp_f32", "llama_cpp_q8_0"):
-                attnkit_llama_cpp_engine(args.checkpoint, name, args.threads)  # converts once
-                loads[name], runs[name] = attnkit_llama_cpp_engine(args.checkpoint, name,
-                                                                   args.threads)  # fmt: skip
+                attnkit_llama_cpp_engine(args.checkpoint, name, args.threads, kv_f32)  # converts
+                engine = attnkit_llama_cpp_engine(args.checkpoint, name, args.threads, kv_f32)
+                loads[name], runs[name], traffic[name] = engine
             else:
                 raise SystemExit(f"--engines: unknown engine {name!r}")
         except ImportError as e:
@@ -268,6 +313,8 @@ def main() -> None:
             samples[name].append((prefill, decode))
 
     reference = tokens[next(iter(runs))]
+    # The decode steps attend over the prompt and, on average, half the new tokens.
+    mean_cached = len(ids) + args.new_tokens / 2
     hf_rate = None
     rows, results = [], []
     for name in runs:
@@ -277,9 +324,15 @@ def main() -> None:
         if name == "hf":
             hf_rate = rate
         same = sum(a == b for a, b in zip(tokens[name], reference))
+        weights, kv = traffic[name]
+        per_token = weights + kv * mean_cached
+        ceiling = args.bandwidth * 1e9 / per_token
         results.append({"engine": name, "load_s": loads[name], "first_run_s": warm[name],
                         "prefill_ms": 1000 * prefill, "decode_tok_s": rate,
-                        "decode_tok_s_all": rates, "same_tokens": same})  # fmt: skip
+                        "decode_tok_s_all": rates, "same_tokens": same,
+                        "weight_bytes": weights, "kv_bytes_per_token": kv * mean_cached,
+                        "bytes_per_token": per_token, "ceiling_tok_s": ceiling,
+                        "share_of_ceiling": rate / ceiling})  # fmt: skip
     llama_rate = next((r["decode_tok_s"] for r in results if r["engine"] == "llama_cpp"), None)
     for r in results:
         vs_hf = f"{r['decode_tok_s'] / hf_rate:.2f}x" if hf_rate else "-"
@@ -288,16 +341,19 @@ def main() -> None:
                                                max(r["decode_tok_s_all"])))  # fmt: skip
         rows.append([r["engine"], f"{r['load_s']:.2f}", f"{r['first_run_s']:.1f}",
                      f"{r['prefill_ms']:.0f}", f"{r['decode_tok_s']:.1f} ({spread})", vs_hf,
-                     vs_llama, f"{r['same_tokens']}/{args.new_tokens}"])  # fmt: skip
+                     vs_llama, f"{r['same_tokens']}/{args.new_tokens}",
+                     f"{r['bytes_per_token'] / 1e6:.1f}", f"{r['ceiling_tok_s']:.1f}",
+                     f"{100 * r['share_of_ceiling']:.0f}%"])  # fmt: skip
     headers = ["engine", "load s", "first run s", "prefill ms", "decode tok/s (min-max)",
-               "vs HF", "vs llama.cpp", "same tokens"]  # fmt: skip
+               "vs HF", "vs llama.cpp", "same tokens", "MB/token", "ceiling tok/s",
+               "of ceiling"]  # fmt: skip
     print(format_table(headers, rows))
     print(f"# load after {load_average()}")
     if args.json:
         env = environment(torch.device("cpu"))
         payload: dict[str, Any] = {
             "env": env, "prompt_tokens": len(ids), "new_tokens": args.new_tokens,
-            "threads": args.threads, "results": results,
+            "threads": args.threads, "bandwidth_gb_s": args.bandwidth, "results": results,
         }  # fmt: skip
         args.json.write_text(json.dumps(payload, indent=2) + "\n")
 

@@ -15,15 +15,19 @@ it), ending with the assistant's header, and only the reply is printed.
   attnkit generate --checkpoint runs/smollm2 --chat --prompt "Name three primes." \
       --temperature 0
 
---prompt-lookup K (greedy only) drafts up to K tokens per step by finding the
-text's last few tokens earlier in the prompt and output and proposing what
-followed them; the model checks a whole draft in one pass. The output is the
-same as plain greedy's, faster when the reply copies from the prompt (a
-quote, a summary, an edit). With --debug, stderr gets the tokens per model
-pass and tokens/s.
+Speculative decoding drafts several tokens that the model checks in one pass:
+--prompt-lookup K drafts up to K tokens by finding the text's last few tokens
+earlier in the prompt and output and proposing what followed them (faster when
+the reply copies from the prompt: a quote, a summary, an edit); --draft CKPT
+has a small decoder-only model with the same tokenizer draft --draft-tokens K
+(default 4). Greedy prints the same text as without a drafter; sampling draws
+from the same distribution (the standard acceptance rule). With --debug,
+stderr gets the tokens per model pass, the draft tokens accepted per step,
+tokens/s and the speed-up over plain decoding (timed after it).
 
   attnkit generate --checkpoint runs/smollm2 --chat --temperature 0 \
       --prompt "Repeat this paragraph: ..." --prompt-lookup 10
+  attnkit generate --checkpoint runs/smollm2-360m --draft runs/smollm2 --draft-tokens 4
 
 --engine llama.cpp runs a Llama-type checkpoint on llama.cpp (llama-cpp-python)
 instead: the first use exports it to GGUF into CHECKPOINT/engines/, reused
@@ -38,6 +42,7 @@ import sys
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, cast
 
+from attnkit.cli import drafting
 from attnkit.cli.argtypes import finite_float, integer, seed
 from attnkit.cli.common import (
     CHECKPOINT_HELP,
@@ -78,14 +83,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="--prompt is a user message: apply the model's chat template, print the reply",
     )
     parser.add_argument("--system", help="with --chat: a system message before the prompt")
-    parser.add_argument(
-        "--prompt-lookup",
-        type=integer,
-        default=0,
-        metavar="K",
-        help="greedy only: draft up to K tokens per step from earlier text (prompt-lookup "
-        "speculative decoding; the same output, faster on replies that copy; 0 = off)",
-    )
+    drafting.add_arguments(parser)
     add_precision_argument(parser)
     add_device_argument(parser)
     parser.add_argument(
@@ -109,14 +107,7 @@ def check_arguments(args: argparse.Namespace) -> None:
         raise UsageError(f"--top-p must be in (0, 1], got {args.top_p}")
     if args.system is not None and not args.chat:
         raise UsageError("--system: only with --chat")
-    if args.prompt_lookup < 0:
-        raise UsageError(f"--prompt-lookup must be >= 0, got {args.prompt_lookup}")
-    if args.prompt_lookup and args.temperature != 0:
-        raise UsageError("--prompt-lookup: greedy only, add --temperature 0")
-    if args.prompt_lookup and args.engine != "attnkit":
-        raise UsageError(
-            f"--prompt-lookup: attnkit's own decoding only, not --engine {args.engine}"
-        )
+    drafting.check_arguments(args)
 
 
 def chat_prompt(tokenizer: Any, user: str, system: str | None = None) -> str:
@@ -204,8 +195,12 @@ def run(args: argparse.Namespace) -> int:
     prompt_ids = torch.tensor([prompt], dtype=torch.long, device=device)
     generator = torch.Generator(device=device).manual_seed(args.seed)
     eos_id = None if args.ignore_eos else model.eos_id
-    if args.prompt_lookup:
-        _lookup(args, model, stepper, tokenizer, prompt, prompt_ids, eos_id)
+    if drafting.wanted(args):
+        from attnkit.decoding.speculative import Sampling
+
+        sampling = Sampling(args.temperature, args.top_k, args.top_p, generator)
+        drafting.run(args, loaded, stepper, prompt_ids, sampling, eos_id,
+                     lambda tokens: _print(args, tokenizer, prompt, tokens))  # fmt: skip
         return 0
     tokens = stream(
         model,
@@ -220,35 +215,6 @@ def run(args: argparse.Namespace) -> int:
     )
     _print(args, tokenizer, prompt, (int(t[0]) for t in tokens))
     return 0
-
-
-def _lookup(
-    args: argparse.Namespace,
-    model: Any,
-    stepper: AnyStepper,
-    tokenizer: Any,
-    prompt: list[int],
-    prompt_ids: Any,
-    eos_id: int | None,
-) -> None:
-    """``--prompt-lookup K``: greedy, drafted from earlier text; ``--debug``: the counts."""
-    import time
-
-    from attnkit.decoding.lookup import LookupStats, lookup_stream
-
-    stats = LookupStats()
-    began = time.perf_counter()
-    tokens = lookup_stream(model, prompt_ids, args.max_new_tokens, num_tokens=args.prompt_lookup,
-                           eos_id=eos_id, stepper=stepper, stats=stats)  # fmt: skip
-    _print(args, tokenizer, prompt, (int(t[0]) for t in tokens))
-    seconds = time.perf_counter() - began
-    if getattr(args, "debug", False):
-        print(
-            f"prompt lookup: {stats.tokens} tokens in {stats.forwards} model passes "
-            f"({stats.tokens_per_forward:.2f} tokens/pass; {stats.accepted} of "
-            f"{stats.drafted} drafted accepted), {stats.tokens / seconds:.1f} tokens/s",
-            file=sys.stderr,
-        )
 
 
 def _prompt_ids(args: argparse.Namespace, tokenizer: Any) -> list[int]:

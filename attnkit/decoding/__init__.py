@@ -1,4 +1,5 @@
-"""Decoding on the stepping protocol: greedy search, beam search and sampling.
+"""Decoding on the stepping protocol: greedy search, beam search and sampling, and
+speculative decoding (prompt lookup or a draft model) for decoder-only LMs.
 
 The searches take any ``Stepper``; the inference plan (``attnkit.inference``)
 decides the fast (static cache), compiled or reference path for a model and
@@ -14,19 +15,27 @@ from attnkit.decoding.common import (
     output_limits,
 )
 from attnkit.decoding.constraints import MinLength
+from attnkit.decoding.draft import ModelDrafter
 from attnkit.decoding.generate import generate, stream
 from attnkit.decoding.greedy import greedy_search
-from attnkit.decoding.lookup import LookupStats, lookup_stream
-from attnkit.decoding.protocol import CausalStepper, DecodingState, Stepper
+from attnkit.decoding.lookup import LookupStats, NgramDrafter, lookup_stream
+from attnkit.decoding.protocol import CausalStepper, DecodingState, Draft, Drafter, Stepper
 from attnkit.decoding.sampling import filter_logits, sample
+from attnkit.decoding.speculative import Sampling, SpeculativeStats, speculative_stream
 from attnkit.decoding.static import StaticCacheStepper, SupportsStaticCache, build_stepper
 
 __all__ = [
     "CausalStepper",
     "DecodeResult",
     "DecodingState",
+    "Draft",
+    "Drafter",
     "Hypothesis",
     "LookupStats",
+    "ModelDrafter",
+    "NgramDrafter",
+    "Sampling",
+    "SpeculativeStats",
     "SearchSettings",
     "MinLength",
     "StaticCacheStepper",
@@ -41,5 +50,6 @@ __all__ = [
     "lookup_stream",
     "output_limits",
     "sample",
+    "speculative_stream",
     "stream",
 ]

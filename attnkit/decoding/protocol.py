@@ -25,8 +25,10 @@ Capabilities beyond it are declared by protocols too, never probed:
 ``CausalStepper`` (a language model with a context length, for ``stream``),
 ``SupportsStaticCache`` (``attnkit.decoding.static``), ``FixedBatch`` (a
 stepper that wants the batch size to stay put), and ``Verifier`` with
-``RewindableState`` (several tokens per step and a rollback: prompt-lookup
-decoding, ``attnkit.decoding.lookup``).
+``RewindableState`` (several tokens per step and a rollback: speculative
+decoding, ``attnkit.decoding.speculative``), whose drafts come from a
+``Drafter`` (prompt lookup, ``attnkit.decoding.lookup``, or a small draft
+model, ``attnkit.decoding.draft``).
 
 Beam search also reorders to fewer rows (``indices`` shorter than the batch):
 the done sentences leave the batch, each kept sentence's ``K`` rows staying
@@ -37,7 +39,7 @@ from one old group (``DecoderState``), and otherwise makes it follow the rows.
 
 from __future__ import annotations
 
-from typing import Any, Protocol, Self, TypeVar, runtime_checkable
+from typing import Any, NamedTuple, Protocol, Self, TypeVar, runtime_checkable
 
 from torch import Tensor
 
@@ -108,6 +110,37 @@ class Verifier(Protocol[S]):
     def verify(self, tokens: Tensor, state: S) -> tuple[Tensor, S]:
         """Feed ``tokens`` ``(B, t)``; return the logits after each ``(B, t, V)``."""
         ...
+
+
+class Draft(NamedTuple):
+    """Tokens proposed to follow a sequence, and how they were drawn.
+
+    Attributes:
+        tokens: the proposed ids, ``d`` of them (empty: no proposal).
+        probs: ``(d, V)``, row ``i`` the distribution ``tokens[i]`` was drawn from
+            (a draft model's, after the same temperature/top-k/top-p as the target's);
+            ``None`` when the tokens were chosen deterministically (a lookup, an argmax),
+            i.e. each row is one-hot at its token.
+    """
+
+    tokens: list[int]
+    probs: Tensor | None = None
+
+
+@runtime_checkable
+class Drafter(Protocol):
+    """What proposes a draft for speculative decoding to verify (one sequence).
+
+    ``propose(ids, k)`` drafts up to ``k`` tokens to follow ``ids`` (the whole
+    sequence so far, prompt included; it only ever grows at the end between calls,
+    apart from what ``accepted`` says was rejected). ``accepted(n)`` tells the
+    drafter that the first ``n`` tokens of its last non-empty draft were kept and
+    the rest thrown away, so it can roll back what it built on them (its cache).
+    """
+
+    def propose(self, ids: list[int], k: int) -> Draft: ...
+
+    def accepted(self, n: int) -> None: ...
 
 
 AnyStepper = Stepper[Any]

@@ -1,4 +1,4 @@
-"""`attnkit generate --prompt-lookup K`: the greedy text, drafted from earlier text."""
+"""`attnkit generate --prompt-lookup K`: the greedy text, drafted from earlier text; sampling."""
 
 from __future__ import annotations
 
@@ -52,12 +52,34 @@ def test_prompt_lookup_prints_the_greedy_text(run, attnkit, n):
     assert rc == 0 and looked_up == plain and len(plain) > len(PROMPT) + 20
     line = next(x for x in err.splitlines() if x.startswith("prompt lookup:"))
     assert f"{n} tokens in" in line and "tokens/pass" in line and "tokens/s" in line
+    assert "accepted tokens/step" in line and "speed-up" in line
+
+
+def test_prompt_lookup_samples_reproducibly(run, attnkit):
+    base = [
+        "generate",
+        "--checkpoint",
+        str(run),
+        "--prompt",
+        PROMPT,
+        "--temperature",
+        "0.8",
+        "--top-k",
+        "5",
+        "--max-new-tokens",
+        "30",
+        "--ignore-eos",
+        "--prompt-lookup",
+        "6",
+    ]
+    rc, first, _ = attnkit(*base, "--seed", "3")
+    assert rc == 0 and len(first) > len(PROMPT)
+    assert attnkit(*base, "--seed", "3")[1] == first
 
 
 @pytest.mark.parametrize(
     ("extra", "message"),
-    [(["--temperature", "0.7"], "--prompt-lookup: greedy only"),
-     (["--temperature", "0", "--engine", "llama.cpp"], "--prompt-lookup: attnkit's own"),
+    [(["--temperature", "0", "--engine", "llama.cpp"], "--prompt-lookup: attnkit's own"),
      (["--prompt-lookup", "-1", "--temperature", "0"], "--prompt-lookup must be >= 0")],
 )  # fmt: skip
 def test_refused_combinations_are_one_line_errors(run, attnkit, extra, message):
