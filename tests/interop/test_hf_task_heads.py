@@ -231,3 +231,27 @@ def test_minilm_with_a_token_head_imports_with_its_logits(tmp_path):
         theirs = hf(**enc).logits
         ours = loaded.model(enc.input_ids, mlm=False).token_logits
     assert (ours - theirs).abs().max().item() <= 1e-5
+
+
+@pytest.mark.parametrize(
+    "fields, field",
+    [({}, None), ({"label_level": "sequence"}, "label_level"),
+     ({"norm_position": "pre"}, "norm_position"),
+     ({"positions": "rotary"}, "positions"), ({"scale_embeddings": True}, "scale_embeddings")],
+)  # fmt: skip
+def test_what_bert_cannot_hold_is_refused_naming_the_field(fields, field):
+    from attnkit.errors import ConfigError
+    from attnkit.interop.hf.bert_export import to_hf_bert
+    from attnkit.models.encoder_only import EncoderOnlyModel
+    from attnkit.models.lm_config import EncoderOnlyConfig
+
+    bert = {"d_model": 16, "num_heads": 2, "d_ff": 32, "num_layers": 1, "vocab_size": 40,
+            "mask_id": 39, "max_len": 16, "positions": "learned", "scale_embeddings": False,
+            "embedding_norm": True, "activation": "gelu", "label_level": "token",
+            "num_labels": 3}  # fmt: skip
+    model = EncoderOnlyModel(EncoderOnlyConfig.from_dict({**bert, **fields}))
+    if field is None:  # BERT's own options: exported
+        assert type(to_hf_bert(model)).__name__ == "BertForTokenClassification"
+        return
+    with pytest.raises(ConfigError, match=f"^{field}: "):
+        to_hf_bert(model)
