@@ -3,7 +3,9 @@
 Targets (--to):
   hf           a Hugging Face directory (MarianMTModel, PreTrainedTokenizerFast,
                generation_config.json, README.md model card) that transformers
-               loads with no attnkit installed
+               loads with no attnkit installed; a token-classification or
+               question-answering checkpoint (an encoder with a token-level head)
+               as BertForTokenClassification / BertForQuestionAnswering
   onnx         encoder and decoder-with-past ONNX graphs (onnxruntime); decode them
                with python -m attnkit.engines.onnx_runner DIR
   ctranslate2  a CTranslate2 model directory, converted by CTranslate2's own
@@ -12,16 +14,17 @@ Targets (--to):
                model with its byte-level BPE tokenizer and chat template, for llama.cpp,
                Ollama, LM Studio; --precision f32 (default), f16, q8_0 or q4_0
 
-hf, onnx and ctranslate2 take encoder-decoder Transformers, gguf Llama-type
-decoder-only models; a variant a target cannot express (pre-LN, learned/relative/
-rotary positions, RMSNorm, SwiGLU, grouped-query attention, ... for the first three;
-learned positions, LayerNorm, GELU, biases, ... for gguf) is a one-line error naming
-the config field. The exports need pip install 'attnkit[export]' (transformers,
-onnx, onnxruntime, ctranslate2, gguf).
+hf, onnx and ctranslate2 take encoder-decoder Transformers (hf also the encoders
+above), gguf Llama-type decoder-only models; a variant a target cannot express
+(pre-LN, learned/relative/rotary positions, RMSNorm, SwiGLU, grouped-query
+attention, ... for the first three; learned positions, LayerNorm, GELU, biases,
+... for gguf) is a one-line error naming the config field. The exports need
+pip install 'attnkit[export]' (transformers, onnx, onnxruntime, ctranslate2, gguf).
 
 Examples:
   attnkit export --checkpoint runs/de_en --to hf --out exports/de_en_hf \\
       --metrics test_metrics.json
+  attnkit export --checkpoint runs/ner --to hf --out exports/ner_hf
   attnkit export --checkpoint runs/de_en --to ctranslate2 --out exports/de_en_ct2
   attnkit export --checkpoint runs/de_en --to onnx --out exports/de_en_onnx
   attnkit export --checkpoint runs/smollm2 --to gguf --precision q8_0 --out smollm2.gguf

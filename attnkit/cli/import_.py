@@ -3,7 +3,9 @@
 Sources (--from):
   hf     a Hugging Face model, by name on the Hub (ORG/NAME[@REVISION]) or as a
          local directory: MarianMTModel (as attnkit export --to hf writes it),
-         BERT (BertModel, BertForMaskedLM, ...), GPT-2 (GPT2LMHeadModel), Llama
+         BERT (BertModel, BertForMaskedLM, BertForSequenceClassification, and
+         BertForTokenClassification / BertForQuestionAnswering, which attnkit tag /
+         attnkit answer run as imported), GPT-2 (GPT2LMHeadModel), Llama
          (LlamaForCausalLM) or T5; config.json, model.safetensors and
          tokenizer.json, never a pickle (pytorch_model.bin is refused unread)
   gguf   a GGUF file (Llama-architecture models such as SmolLM2), local or on

@@ -97,10 +97,12 @@ def score_summaries_of(
 ) -> dict[str, Any]:
     from attnkit.decoding.summaries import is_decoder_only
     from attnkit.evaluation.summaries import score_summaries
+    from attnkit.inference import stepper_for
 
     beam = 1 if args.greedy or is_decoder_only(loaded.model) else args.beam
     result, hyps = score_summaries(loaded.model, loaded.tokenizer, pairs, beam=beam,
-                                   alpha=args.alpha, batch_size=args.batch_size)  # fmt: skip
+                                   alpha=args.alpha, batch_size=args.batch_size,
+                                   stepper=stepper_for(loaded.model))  # fmt: skip
     if args.hyp_out:
         write_text(args.hyp_out, "".join(h + "\n" for h in hyps), option="--hyp-out",
                    inputs=inputs)  # fmt: skip

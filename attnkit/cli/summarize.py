@@ -66,6 +66,7 @@ def run(args: argparse.Namespace) -> int:
     from attnkit.cli.common import check_input_file, load_for, named_checkpoint
     from attnkit.data.summaries import read_documents
     from attnkit.decoding.summaries import is_decoder_only, summarize_texts
+    from attnkit.inference import stepper_for
 
     check_arguments(args)
     check_input_file(args.input, "--input")  # a bad file fails before the model loads
@@ -78,7 +79,7 @@ def run(args: argparse.Namespace) -> int:
     summaries = summarize_texts(
         loaded.model, loaded.tokenizer, texts, beam=beam, alpha=args.alpha,
         max_tokens=args.max_tokens, text_tokens=args.max_source_tokens,
-        batch_size=args.batch_size,
+        batch_size=args.batch_size, stepper=stepper_for(loaded.model),
     )  # fmt: skip
     out = sys.stdout
     for summary in summaries:

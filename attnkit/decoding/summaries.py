@@ -6,35 +6,49 @@
   ``max_tokens`` tokens.
 * A decoder-only LM is given the instruction prompt
   (``attnkit.data.summaries.prompt_text``: the text cut to ``text_tokens``, in
-  the chat template) and continues it greedily (or by sampling) until its
-  end-of-sequence token, at most ``max_tokens`` new tokens, one text at a
-  time (prompts differ in length; no left padding).
+  the chat template) and continues it greedily until its end-of-sequence
+  token, at most ``max_tokens`` new tokens, ``batch_size`` prompts at a time
+  (``attnkit.decoding.ragged.continue_prompts``: each at its own positions,
+  the tokens it gets alone).
+
+``stepper`` is what decodes the model (the caller's choice, e.g.
+``attnkit.inference.stepper_for(model)``: the device's attention backend and
+cache; default: the model itself, the reference path). The batched
+decoder-only path decodes the model directly on its own cache; the backend
+the stepper installed in its attention modules is kept.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Protocol, cast
 
 import torch
+from torch import nn
 
 from attnkit.data.summaries import prompt_text
 from attnkit.data.tokenizers import Tokenizer
-from attnkit.decoding.generate import generate
+from attnkit.decoding.protocol import AnyStepper
+from attnkit.decoding.ragged import RaggedModel, continue_prompts
 from attnkit.decoding.text import decode_ids, source_ids
 from attnkit.errors import UsageError
-from attnkit.inference.prepare import stepper_for
 
 # A decoder-only model's default cut of the text (its context may be far longer).
 DECODER_TEXT_TOKENS = 448
 
 
-def is_decoder_only(model: Any) -> bool:
+class _Positions(Protocol):
+    """A model config's position count (``max_len``)."""
+
+    max_len: int
+
+
+def is_decoder_only(model: nn.Module) -> bool:
     return getattr(model.config, "family", None) == "decoder_only"
 
 
 def summarize_texts(
-    model: Any,  # an EncoderDecoder, RNNSeq2Seq or DecoderOnlyLM, held as an nn.Module
+    model: nn.Module,  # an EncoderDecoder, RNNSeq2Seq or DecoderOnlyLM
     tokenizer: Tokenizer,
     texts: Sequence[str],
     *,
@@ -44,6 +58,7 @@ def summarize_texts(
     text_tokens: int | None = None,
     batch_size: int = 32,
     device: torch.device | str | None = None,
+    stepper: AnyStepper | None = None,
 ) -> list[str]:
     """One summary per text (``""`` for a blank one), in order; see the module doc."""
     if not texts:
@@ -53,16 +68,19 @@ def summarize_texts(
     was_training = model.training
     model.eval()
     device = device or next(model.parameters()).device
+    steps = cast(AnyStepper, model) if stepper is None else stepper
     try:
         if is_decoder_only(model):
             if beam != 1:
                 raise UsageError("a decoder-only model summarizes greedily: use beam 1")
-            return [_continue(model, tokenizer, t, max_tokens, text_tokens, device) for t in texts]
-        positions = int(model.config.max_len)
+            return _continue(cast(RaggedModel, model), tokenizer, texts, max_tokens=max_tokens,
+                             text_tokens=text_tokens, batch_size=batch_size, device=device,
+                             stepper=steps)  # fmt: skip
+        positions = cast(_Positions, model.config).max_len
         limit = min(text_tokens or positions - 1, positions - 1)
         src = [source_ids(tokenizer, t, limit) for t in texts]
         results = decode_ids(
-            stepper_for(model), src, beam=beam, alpha=alpha, batch_size=batch_size,
+            steps, src, beam=beam, alpha=alpha, batch_size=batch_size,
             max_len=min(max_tokens, positions - 1), device=device,
         )  # fmt: skip
         return [tokenizer.decode(r.tokens[0]).strip() for r in results]
@@ -70,22 +88,25 @@ def summarize_texts(
         model.train(was_training)
 
 
-@torch.no_grad()
 def _continue(
-    model: Any,
+    model: RaggedModel,
     tokenizer: Tokenizer,
-    text: str,
+    texts: Sequence[str],
+    *,
     max_tokens: int,
     text_tokens: int | None,
+    batch_size: int,
     device: torch.device | str,
-) -> str:
-    if not text.strip():
-        return ""
-    prompt = tokenizer.encode(
-        prompt_text(tokenizer, text, text_tokens=text_tokens or DECODER_TEXT_TOKENS)
-    )
-    ids = torch.tensor([prompt], dtype=torch.long, device=device)
-    out = generate(model, ids, max_tokens, temperature=0.0, eos_id=model.eos_id,
-                   stepper=stepper_for(model))  # fmt: skip
-    new = [int(t) for t in out[0, len(prompt) :].tolist() if int(t) != model.eos_id]
-    return tokenizer.decode(new).strip()
+    stepper: AnyStepper,
+) -> list[str]:
+    """The decoder-only summaries: the prompts continued ``batch_size`` at a time."""
+    kept = [i for i, text in enumerate(texts) if text.strip()]
+    budget = text_tokens or DECODER_TEXT_TOKENS
+    prompts = [tokenizer.encode(prompt_text(tokenizer, texts[i], text_tokens=budget))
+               for i in kept]  # fmt: skip
+    new = continue_prompts(model, prompts, max_tokens, eos_id=model.eos_id,
+                           batch_size=batch_size, stepper=stepper, device=device)  # fmt: skip
+    out = [""] * len(texts)
+    for i, tokens in zip(kept, new, strict=True):
+        out[i] = tokenizer.decode(tokens).strip()
+    return out

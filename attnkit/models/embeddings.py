@@ -60,7 +60,8 @@ class InputEmbedding(nn.Module):
 
         ``offset`` is an ``int`` (checked against ``max_len``), or a ``(1,)``
         device tensor (a static cache's position: no host sync, nothing that
-        makes a compiled step recompile; the cache checks the bound on the host).
+        makes a compiled step recompile; the cache checks the bound on the host),
+        or ``(B, 1)``: each row's own (``attnkit.attention.ragged_cache``).
         ``extra`` ``(B, T, D)``: another input term added before the norm (BERT's
         token-type embeddings).
         """

@@ -30,5 +30,6 @@ class LearnedPositions(nn.Module):
 
     def at(self, index: Tensor) -> Tensor:
         """Encodings ``(t, D)`` of the positions in ``index`` ``(t,)`` (a device tensor,
-        so a compiled decode step never reads a changing Python number)."""
-        return self.weight.index_select(0, index)
+        so a compiled decode step never reads a changing Python number); ``(B, t, D)``
+        for per-row positions ``(B, t)`` (``attnkit.attention.ragged_cache``)."""
+        return nn.functional.embedding(index, self.weight)

@@ -50,5 +50,6 @@ class SinusoidalPositions(nn.Module):
 
     def at(self, index: Tensor) -> Tensor:
         """Encodings ``(t, D)`` of the positions in ``index`` ``(t,)`` (a device tensor,
-        so a compiled decode step never reads a changing Python number)."""
-        return self.table.index_select(0, index)
+        so a compiled decode step never reads a changing Python number); ``(B, t, D)``
+        for per-row positions ``(B, t)`` (``attnkit.attention.ragged_cache``)."""
+        return nn.functional.embedding(index, self.table)

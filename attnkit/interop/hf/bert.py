@@ -1,5 +1,6 @@
 """BERT checkpoints (``BertModel``, ``BertForMaskedLM``, ``BertForSequenceClassification``,
-``BertForPreTraining``) -> attnkit ``EncoderOnlyModel``.
+``BertForPreTraining``, ``BertForTokenClassification``, ``BertForQuestionAnswering``)
+-> attnkit ``EncoderOnlyModel``.
 
 The mapping (``config.json`` field -> attnkit config):
 
@@ -28,13 +29,20 @@ The mapping (``config.json`` field -> attnkit config):
   labels (``num_labels=0``, ``pooler=True``), so fine-tuning a classifier
   starts from the pretrained pooler as transformers' does; ``pooling`` is then
   ``"mean"`` (sentence-transformers' pooling for sentence embeddings);
+* a token-level task head (``BertForTokenClassification``'s ``classifier``,
+  ``BertForQuestionAnswering``'s ``qa_outputs``) -> ``token_classifier``
+  with ``label_level="token"`` and the label names (``id2label``; start and
+  end), so ``attnkit tag`` / ``attnkit answer`` run the import as it is
+  (``attnkit.interop.hf.bert_heads``); such a file's pooler, if any, is
+  dropped, as transformers' classes have none;
 * ids from the tokenizer files: ``[PAD]`` -> ``pad_id``, ``[CLS]`` ->
   ``bos_id``, ``[SEP]`` -> ``eos_id``, ``[MASK]`` -> ``mask_id``, ``[UNK]``.
 
 The keys are tables (``attnkit.interop.keymap``): ``BERT_LAYERS``, the
 positions and token types (``BERT_POSITIONS_ONLY``, ``BERT_TOKEN_TYPES``),
-``BERT_MLM_HEAD`` and ``BERT_CLASSIFIER`` when the file has those heads
-(``bert_table``); a file's ``bert.`` prefix is optional.
+``BERT_MLM_HEAD`` and ``BERT_CLASSIFIER`` or a task head's rule
+(``bert_heads.TASK_HEADS``) when the file has those heads (``bert_table``); a
+file's ``bert.`` prefix is optional.
 """
 
 from __future__ import annotations
@@ -43,9 +51,12 @@ import torch
 from torch import Tensor
 
 from attnkit.data.pretrained_tokenizer import PretrainedTokenizer
+from attnkit.errors import CheckpointError
 from attnkit.interop.conventions import activation_from_hf
+from attnkit.interop.hf.bert_heads import TaskHead, labels_from_hf, task_head_of
 from attnkit.interop.hf.files import (
     CONFIG,
+    WEIGHTS,
     HFDirectory,
     map_weights,
     read_tokenizer,
@@ -115,8 +126,12 @@ def bert_tokenizer(d: HFDirectory) -> PretrainedTokenizer:
     )
 
 
-def bert_table(keys: set[str]) -> tuple[Table, list[str], str | None]:
-    """The table for a file holding ``keys`` (its heads), its notes, and the classifier key."""
+def bert_table(keys: set[str], head: TaskHead | None = None) -> tuple[Table, list[str], str | None]:
+    """The table for a file holding ``keys`` (its heads), its notes, and the classifier key.
+
+    ``head``: the file's token-level task head (``bert_heads.task_head_of``), mapped
+    in place of the sequence classifier; a pooler beside it is skipped.
+    """
     has = {k.removeprefix("bert.") for k in keys}.__contains__
     rules, ignore, notes = [*BERT_LAYERS], [*BERT_IGNORED], []
     rules.append(BERT_POSITIONS_ONLY)
@@ -128,7 +143,11 @@ def bert_table(keys: set[str]) -> tuple[Table, list[str], str | None]:
         notes.append(PLACEHOLDER_NOTE)
     classifier = next((n for n in ("classifier.weight", "cls.seq_relationship.weight")
                        if has(n)), None)  # fmt: skip
-    if classifier is not None and has("pooler.dense.weight"):
+    if head is not None:  # transformers' token-level classes have no pooler
+        rules.append(head.rule)
+        ignore += ["pooler.dense.{wb}", "classifier.{wb}", "cls.seq_relationship.{wb}"]
+        classifier = head.their_weight
+    elif classifier is not None and has("pooler.dense.weight"):
         rules += BERT_CLASSIFIER
     else:
         classifier = None
@@ -162,8 +181,10 @@ def import_bert(d: HFDirectory) -> Imported:
         raise d.error("position_embedding_type", message)
     tokenizer = bert_tokenizer(d)
     weights = read_weights(d)
-    table, notes, classifier = bert_table(set(weights))
+    head = task_head_of(d.get("architectures"), weights)
+    table, notes, classifier = bert_table(set(weights), head)
     num_labels = int(weights[_prefixed(weights, classifier)].size(0)) if classifier else 0
+    labels = _head_labels(d, head, num_labels)
     D, vocab = d.integer("hidden_size"), d.integer("vocab_size")
     values = {"D": D, "F": d.integer("intermediate_size"), "V": vocab,
               "P": d.integer("max_position_embeddings"), "T": d.integer("type_vocab_size", 2),
@@ -191,6 +212,8 @@ def import_bert(d: HFDirectory) -> Imported:
         vocab_size=vocab,
         num_labels=num_labels,
         pooling="first" if num_labels else "mean",
+        label_level="sequence" if head is None else "token",
+        label_names=labels,
         pooler="classifier.pooler.weight" in state,
         type_vocab_size=type_vocab_size,
         pad_id=tokenizer.pad_id,
@@ -202,6 +225,8 @@ def import_bert(d: HFDirectory) -> Imported:
         ),
     )
     details = {"architectures": d.config.get("architectures")}
+    if head is not None:  # what `attnkit tag` / `attnkit answer` and train --init read
+        details["task"] = head.task
     sentence = sentence_embedding_details(d.path)
     if sentence is not None:  # a sentence-transformers model: how `attnkit embed` pools
         details["sentence_embedding"] = sentence
@@ -210,3 +235,17 @@ def import_bert(d: HFDirectory) -> Imported:
 
 def _prefixed(weights: dict[str, Tensor], name: str) -> str:
     return name if name in weights else f"bert.{name}"
+
+
+def _head_labels(d: HFDirectory, head: TaskHead | None, count: int) -> tuple[str, ...]:
+    """The label names of a token-level head (``()`` for any other model)."""
+    if head is None:
+        return ()
+    if head.labels is None:
+        return labels_from_hf(d.get("id2label"), count)
+    if count != len(head.labels):
+        raise CheckpointError(
+            f"{d.file(WEIGHTS)}: tensor {head.their_weight}: {count} rows, expected "
+            f"{len(head.labels)} ({', '.join(head.labels)})"
+        )
+    return head.labels

@@ -1,4 +1,15 @@
-"""``attnkit export --to hf``: a Marian directory that ``transformers`` loads without attnkit.
+"""``attnkit export --to hf``: a directory that ``transformers`` loads without attnkit.
+
+An encoder-decoder Transformer becomes a Marian model (below); an encoder with
+a token-level head (``task: token_classification`` or ``question_answering``)
+becomes ``BertForTokenClassification`` or ``BertForQuestionAnswering``
+(``attnkit.interop.hf.bert_export``) with ``config.json``,
+``model.safetensors``, ``tokenizer.json``, ``tokenizer_config.json`` and
+``special_tokens_map.json``: ``AutoModelForTokenClassification`` /
+``AutoModelForQuestionAnswering`` and ``AutoTokenizer`` load it, and
+``attnkit import --from hf`` reads it back (labels included).
+
+For the Marian export:
 
 The directory holds::
 
@@ -49,8 +60,15 @@ from attnkit import jsonio
 from attnkit.checkpoints import safe_files
 from attnkit.checkpoints.loading import LoadedModel
 from attnkit.errors import ConfigError, UsageError
+from attnkit.interop.hf.bert_export import to_hf_bert
 from attnkit.interop.hf.marian import check_marian_expressible, to_hf_marian
-from attnkit.interop.hf.tokenizer import hf_tokenizer_config, hf_tokenizer_json, remap_ids
+from attnkit.interop.hf.tokenizer import (
+    encoder_tokenizer_config,
+    encoder_tokenizer_json,
+    hf_tokenizer_config,
+    hf_tokenizer_json,
+    remap_ids,
+)
 from attnkit.interop.model_card import RUN_FILE, model_card, run_config
 from attnkit.interop.outdir import staged_directory
 
@@ -189,12 +207,40 @@ def write_hf_directory(
 def export_hf(
     loaded: LoadedModel, out: Path, *, overwrite: bool = False, metrics: Path | None = None
 ) -> Path:
-    """Write ``loaded`` (an encoder-decoder Transformer) to ``out`` as a Hugging Face Marian model.
+    """Write ``loaded`` to ``out`` as a Hugging Face model: an encoder-decoder Transformer
+    as Marian, an encoder with a token-level head as BERT's (see the module doc).
 
     ``metrics``: a JSON file from ``attnkit evaluate --json`` for the model
-    card. Variants Marian cannot express raise ``ConfigError`` naming the field.
+    card (Marian only). Variants the target cannot express raise ``ConfigError``
+    naming the field.
     """
+    if getattr(loaded.config, "family", None) == "encoder_only":
+        if metrics is not None:
+            raise UsageError("--metrics: the model card is written for translation exports only")
+        return export_hf_encoder(loaded, out, overwrite=overwrite)
     hf, tokenizer_json = build_hf_marian(loaded)
     with staged_directory(out, overwrite=overwrite) as tmp:
         write_hf_directory(tmp, hf, tokenizer_json, loaded, metrics=metrics)
+    return Path(out)
+
+
+def export_hf_encoder(loaded: LoadedModel, out: Path, *, overwrite: bool = False) -> Path:
+    """Write ``loaded`` (an encoder with a token-level head) to ``out`` as BERT's task class."""
+    _need_transformers()
+    if loaded.tokenizer is None:
+        raise ConfigError(f"{loaded.directory}: the checkpoint has no tokenizer.json to export")
+    hf = to_hf_bert(loaded.model)
+    tokenizer = loaded.tokenizer
+    config = encoder_tokenizer_config(tokenizer, loaded.config.max_len)
+    with staged_directory(out, overwrite=overwrite) as tmp:
+        with quiet_transformers():
+            hf.save_pretrained(tmp)
+        text = jsonio.dumps(encoder_tokenizer_json(tokenizer), ensure_ascii=False)
+        safe_files.write_text(tmp / "tokenizer.json", text)
+        safe_files.write_json(tmp / "tokenizer_config.json", config)
+        specials = {k: v for k, v in config.items() if k.endswith("_token")}
+        safe_files.write_json(tmp / "special_tokens_map.json", specials)
+        run = run_config(loaded)
+        if run is not None:
+            safe_files.write_json(tmp / RUN_FILE, run)
     return Path(out)

@@ -4,7 +4,9 @@ Dispatch on ``config.json``'s ``model_type``:
 
 * ``marian`` -> ``EncoderDecoder`` (``attnkit.interop.hf.marian_import``), including
   the directories ``attnkit export --to hf`` writes (bit-exact round trip);
-* ``bert`` -> ``EncoderOnlyModel`` (``attnkit.interop.hf.bert``);
+* ``bert`` -> ``EncoderOnlyModel`` (``attnkit.interop.hf.bert``), with a token-level
+  head for ``BertForTokenClassification`` / ``BertForQuestionAnswering``
+  (``attnkit.interop.hf.bert_heads``);
 * ``gpt2`` -> ``DecoderOnlyLM`` (``attnkit.interop.hf.gpt2``);
 * ``llama`` -> ``DecoderOnlyLM`` (``attnkit.interop.hf.llama``), the GGUF import's path;
 * ``t5`` -> ``EncoderDecoder`` with T5's options (``attnkit.interop.hf.t5_import``).

@@ -19,7 +19,9 @@ SentencePiece. The file is made to tokenize as ``attnkit translate`` does:
 * ``clean_up_tokenization_spaces`` off: attnkit's decode does no clean-up.
 
 ``remap_ids`` renumbers every id in such a file (the CTranslate2 export puts
-``<pad>`` last).
+``<pad>`` last). An encoder's export (``encoder_tokenizer_json``: BERT's task
+heads) frames a text as attnkit's encoders read it instead, ``<s> text </s>``
+(an imported BERT's own file, ``[CLS] text [SEP]``, is kept as it is).
 """
 
 from __future__ import annotations
@@ -94,6 +96,31 @@ def hf_tokenizer_json(tokenizer: Tokenizer) -> dict[str, Any]:
     return data
 
 
+def encoder_tokenizer_json(tokenizer: Tokenizer) -> dict[str, Any]:
+    """``tokenizer.json`` for an encoder's export: BOS, the text, EOS (a pair: BOS, the
+    first, EOS, the second, EOS, with token types 0 then 1), as attnkit's encoders read
+    it; a ``PretrainedTokenizer``'s own file (BERT's post-processor does the same)."""
+    if isinstance(tokenizer, PretrainedTokenizer):
+        return base_tokenizer_json(tokenizer)
+    data = hf_tokenizer_json(tokenizer)
+    (bos, bos_id), (eos, eos_id) = _specials(tokenizer)["bos"], _specials(tokenizer)["eos"]
+
+    def special(token: str, type_id: int) -> dict[str, Any]:
+        return {"SpecialToken": {"id": token, "type_id": type_id}}
+
+    def text(name: str, type_id: int) -> dict[str, Any]:
+        return {"Sequence": {"id": name, "type_id": type_id}}
+
+    data["post_processor"] = {
+        "type": "TemplateProcessing",
+        "single": [special(bos, 0), text("A", 0), special(eos, 0)],
+        "pair": [special(bos, 0), text("A", 0), special(eos, 0), text("B", 1), special(eos, 1)],
+        "special_tokens": {token: {"id": token, "ids": [i], "tokens": [token]}
+                           for token, i in ((bos, bos_id), (eos, eos_id))},
+    }  # fmt: skip
+    return data
+
+
 def hf_tokenizer_config(tokenizer: Tokenizer, max_len: int) -> dict[str, Any]:
     """``tokenizer_config.json``: the class, the special tokens, attnkit's encoding rules.
 
@@ -111,6 +138,19 @@ def hf_tokenizer_config(tokenizer: Tokenizer, max_len: int) -> dict[str, Any]:
         "clean_up_tokenization_spaces": False,
         "split_special_tokens": True,
     }
+
+
+def encoder_tokenizer_config(tokenizer: Tokenizer, max_len: int) -> dict[str, Any]:
+    """``tokenizer_config.json`` of an encoder's export: BERT's roles (``cls_token`` =
+    BOS, ``sep_token`` = EOS, pad, unknown, and the mask token where the vocabulary has
+    one), which ``attnkit import --from hf`` reads back."""
+    roles = {"cls_token": tokenizer.bos_id, "sep_token": tokenizer.eos_id,
+             "pad_token": tokenizer.pad_id, "unk_token": tokenizer.unk_id,
+             "mask_token": tokenizer.mask_id}  # fmt: skip
+    named = {role: tokenizer.id_to_token(i) for role, i in roles.items()
+             if i is not None and i < tokenizer.vocab_size}  # fmt: skip
+    return {"tokenizer_class": "PreTrainedTokenizerFast", **named, "model_max_length": max_len,
+            "padding_side": "right", "clean_up_tokenization_spaces": False}  # fmt: skip
 
 
 def remap_ids(data: dict[str, Any], new_id: Callable[[int], int]) -> dict[str, Any]:

@@ -66,10 +66,11 @@ def _rouge(
     """ROUGE of greedy summaries of ``pairs``' texts against their summaries."""
     from attnkit.decoding.summaries import summarize_texts
     from attnkit.evaluation.rouge import rouge_scores
+    from attnkit.inference import stepper_for
 
     with dist_util.gathered_parameters(model):  # FSDP: decoding needs them all
         hyps = summarize_texts(model, tokenizer, [t for t, _ in pairs], beam=1,
-                               device=device, **kw)  # fmt: skip
+                               device=device, stepper=stepper_for(model), **kw)  # fmt: skip
     return rouge_scores(hyps, [s for _, s in pairs])
 
 
