@@ -11,7 +11,8 @@ each writes what ``attnkit summarize`` writes (``attnkit.decoding.summaries``):
   the engine's stepper (``routes.summarization.SummaryBatch``), each request's
   rows stopping at the next step once it is cancelled;
 * a decoder-only LM continues the instruction prompt greedily until its
-  end-of-sequence token, one text at a time (``summarize_texts``), the
+  end-of-sequence token (``summarize_texts``: a request's texts batched
+  where the model allows it, through the engine's prepared stepper), the
   batch's requests in turn; a cancelled request's texts are skipped.
 
 The texts are tokenized in the event loop (the batch's token budget counts
@@ -132,7 +133,8 @@ def summarize(
             if handles[i].cancelled:  # since the batch began: its texts are skipped
                 continue
             results[i] = summarize_texts(engine.model, engine.tokenizer, jobs[i].texts, beam=1,
-                                         max_tokens=max_tokens, device=engine.device)  # fmt: skip
+                                         max_tokens=max_tokens, device=engine.device,
+                                         stepper=engine.stepper)  # fmt: skip
         return results
     from attnkit.decoding.text import decode_ids
 
