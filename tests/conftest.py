@@ -36,6 +36,15 @@ def _data_cache(tmp_path_factory) -> Iterator[None]:
     del os.environ["ATTNKIT_CACHE_DIR"]
 
 
+@pytest.fixture(autouse=True)
+def _machine_not_busy(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Kernel choices are kept (``ChoiceCache.put``) whatever the load of the machine that
+    runs the tests; ``tests/kernels/test_machine_choice.py`` checks the busy case."""
+    from attnkit.kernels import machine_choice
+
+    monkeypatch.setattr(machine_choice, "machine_busy", lambda: False)
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _fp32_linears_packed() -> Iterator[None]:
     """``--precision fp32`` packs its linears in every test (as it did before the

@@ -11,12 +11,17 @@ torch or model measures again. Two users of it, beside it in this package:
 training's ``train.cpu_matmul: auto`` (``matmul_choice``) and inference's fp32
 linears (``fp32_choice``, which the inference plan consults).
 A cache that cannot be read is empty; one that cannot be written is not an error.
+A choice timed while the machine is oversubscribed (``machine_busy``) is used
+for that run but not kept: under contention oneDNN's packed linears lost 2.8x
+to MKL's at one row on an AMD EPYC where, idle, they win by 2.8x, and a kept
+wrong answer would slow every later run.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
 import platform
 import time
 from collections.abc import Callable, Iterable
@@ -51,6 +56,14 @@ def machine_key(parts: Iterable[str]) -> str:
     return digest.hexdigest()[:32]
 
 
+def machine_busy() -> bool:
+    """More runnable tasks than CPUs over the last minute: a timing now says little."""
+    try:
+        return os.getloadavg()[0] > (os.cpu_count() or 1)
+    except OSError:  # no load average on this platform: trust the timing
+        return False
+
+
 class ChoiceCache:
     """``CACHE/file``: key -> one of ``allowed`` (anything else in the file is ignored).
 
@@ -82,7 +95,9 @@ class ChoiceCache:
         return self._read().get(key)
 
     def put(self, key: str, choice: str) -> None:
-        """Keep ``choice`` for ``key`` (best effort: never raises)."""
+        """Keep ``choice`` for ``key`` (best effort: never raises); not on a busy machine."""
+        if machine_busy():  # timed under contention: measured again on a quieter run
+            return
         entries = self._read()
         entries[key] = choice
         try:
