@@ -13,7 +13,7 @@ user asked for (``Options``), every "how to run" choice into one frozen
   ``attnkit.kernels.fp32_choice``), bf16, int8 (with SmoothQuant calibration
   for a decoder-only LM given its tokenizer), int8w or int4 (4-bit group-wise weights);
   with no precision asked for, the checkpoint's own (``CheckpointInfo.weights``:
-  ``int4`` for one stored as int4 blocks, on the CPU; else fp32);
+  ``int4`` for one stored as int4 blocks, on the CPU, run as loaded; else fp32);
 * ``attention``: the attention backend of the decode step (``one-query``, two
   batched GEMVs, on the CPU; the fused ``reference`` kernel elsewhere and in a
   compiled step);
@@ -273,6 +273,10 @@ def _linears(
 
         if why := int4_unavailable():
             raise UsageError(f"--precision int4: {why}; use int8w or upgrade torch")
+        if checkpoint.weights == "int4" and options.precision is None:
+            # int4 blocks run as stored: their linears, and the embedding as the file had it
+            # (SmolLM2's Q8_0 one as int8 rows cost 11 points of next-token agreement)
+            return "as-loaded", "checkpoint", ""
     if precision == "int8" and options.calibrate and checkpoint.decoder_only_lm:
         return "int8-smooth", "checkpoint", ""
     return precision, "option", ""

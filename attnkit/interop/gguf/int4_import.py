@@ -88,8 +88,8 @@ def settle_records(
     notes = [f"--keep-quantized: {n} tensor(s) {r}; dequantized to float32" for r, n in why.items()]
     for kind, n in sorted(unkept.items()):
         if kind not in (*_FLOAT_TYPES, *Q4_TYPES):
-            notes.append(f"--keep-quantized: {n} {kind} tensor(s) have no int4 form; "
-                         "dequantized to float32")  # fmt: skip
+            notes.append(f"--keep-quantized: {n} {kind} tensor(s) have no exact int4 (or "
+                         "per-row int8) form; dequantized to float32")  # fmt: skip
     return notes
 
 
