@@ -10,6 +10,7 @@ be kept is dequantized with a note.
 from __future__ import annotations
 
 import json
+import struct
 
 import gguf
 import numpy as np
@@ -187,3 +188,20 @@ def test_smollm2_q4_1_runs_as_its_own_blocks(smollm2, smollm2_run, tmp_path):
             got = kept.model(full).logits.argmax(-1)[0, ids.size(1) - 1 : -1]
         agree, positions = agree + int((got == want).sum()), positions + want.numel()
     assert agree >= 0.9 * positions
+
+
+def test_q4_rows_that_are_not_whole_blocks_are_one_line(tmp_path, capsys):
+    """ggml never writes one (nor does gguf's writer): the tensor table is edited to say
+    that blk.0.ffn_down's rows hold 80 values, 2.5 Q4_0 blocks."""
+    name = "blk.0.ffn_down.weight"
+    source = _q4_file(tmp_path, "Q4_0")
+    data = source.read_bytes()
+    entry = name.encode() + struct.pack("<IQQI", 2, 96, 64, 2)  # dims (ne0, ne1), Q4_0
+    assert data.count(entry) == 1
+    source.write_bytes(data.replace(entry, name.encode() + struct.pack("<IQQI", 2, 80, 64, 2)))
+    for extra in ([], ["--keep-quantized"]):
+        assert main(["import", "--from", "gguf", str(source), *extra, "--out",
+                     str(tmp_path / "x")]) != 0  # fmt: skip
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and name in err and str(source) in err, err
+        assert "rows of 80 values do not split into Q4_0 blocks of 32" in err
