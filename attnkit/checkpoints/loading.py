@@ -25,6 +25,7 @@ from torch import Tensor, nn
 
 from attnkit.checkpoints.adapters import adapted_weights
 from attnkit.checkpoints.files import CONFIG_FILE, MODEL_FILE, TOKENIZER_FILE, load_checkpoint
+from attnkit.checkpoints.int4_weights import load_int4_state, read_int4_record
 from attnkit.checkpoints.rundir import latest_checkpoint, resolve_checkpoint
 from attnkit.data.tokenizer_kinds import Tokenizer, tokenizer_from_json
 from attnkit.device import resolve_device
@@ -94,6 +95,7 @@ class LoadedModel:
     tokenizer: Any  # a Tokenizer; None for a family that reads no text (images)
     family: Family
     directory: Path
+    weights: str = "fp32"  # "int4": linears loaded as the int4 blocks stored (int4_weights)
 
     @property
     def config(self) -> Any:
@@ -152,7 +154,10 @@ def load_model(
     ``"masked_lm"``); another family raises ``WrongFamilyError``. A LoRA
     checkpoint (``attnkit.checkpoints.adapters``) comes back with its adapters
     merged into its base's weights; ``base`` names that base checkpoint in place
-    of the recorded path (it must still have the recorded hash).
+    of the recorded path (it must still have the recorded hash). A checkpoint
+    stored as int4 blocks (``attnkit.checkpoints.int4_weights``) comes back with
+    those linears as ``Int4Linear`` (``weights="int4"``) on the CPU, and as float
+    linears holding exactly the stored weights on another device.
     """
     directory = resolve_checkpoint(path)
     state = load_checkpoint(directory, load_optimizer=False)
@@ -191,10 +196,21 @@ def load_model(
     model = build_for_loading(config)
     # A LoRA checkpoint (adapter.json): its base's weights, then its adapters, merged.
     adapted = adapted_weights(directory, state.model_state, set(model.state_dict()), base=base)
-    if adapted is None:
-        load_model_state(model, state.model_state, source=directory / MODEL_FILE)
-    else:
+    int4 = read_int4_record(directory)
+    weights = "fp32"
+    if adapted is not None:
         load_model_state(model, adapted.model_state, source=adapted.source)
         adapted.install(model, merge=True)
+    elif int4 is not None:
+        load_int4_state(model, state.model_state, int4, source=directory / MODEL_FILE)
+        weights = "int4"
+        if target.type != "cpu":  # the int4 kernel is a CPU kernel: the exact float weights
+            from attnkit.quantize import float_linears
+
+            float_linears(model)
+            weights = "fp32"
+    else:
+        load_model_state(model, state.model_state, source=directory / MODEL_FILE)
     model = model.to(target).eval()
-    return LoadedModel(model=model, tokenizer=tokenizer, family=family, directory=directory)
+    return LoadedModel(model=model, tokenizer=tokenizer, family=family, directory=directory,
+                       weights=weights)  # fmt: skip

@@ -114,10 +114,27 @@ def add_device_argument(parser: argparse.ArgumentParser) -> None:
     )
 
 
+class _PrecisionGiven(argparse.Action):
+    """Stores ``--precision`` and notes that it was given: left out, a checkpoint stored
+    as int4 blocks runs as int4 (``args.precision_from_checkpoint``; ``inference_args``)."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: object,
+        option_string: str | None = None,
+    ) -> None:
+        setattr(namespace, self.dest, values)
+        namespace.precision_from_checkpoint = False
+
+
 def add_precision_argument(parser: argparse.ArgumentParser) -> None:
+    parser.set_defaults(precision_from_checkpoint=True)
     parser.add_argument(
         "--precision",
         default="fp32",
+        action=_PrecisionGiven,
         choices=("fp32", "bf16", "int8", "int8w", "int4"),
         help="CPU inference weights: fp32 (default; oneDNN-packed or plain MKL linears, "
         "whichever this machine runs faster: timed once per model, then cached), "
@@ -125,7 +142,8 @@ def add_precision_argument(parser: argparse.ArgumentParser) -> None:
         "activations; fastest, smallest; a language model is first calibrated on built-in "
         "text for SmoothQuant, which moves its activation outliers into the weights, ~1 s), "
         "int8w (int8 weights, bf16 activations), int4 (4-bit weights in groups of 32, "
-        "ATTNKIT_INT4_GROUP=32|64|128 to change; bf16 activations; smallest). "
+        "ATTNKIT_INT4_GROUP=32|64|128 to change; bf16 activations; smallest; the default "
+        "for a checkpoint stored as int4 blocks: import --from gguf --keep-quantized). "
         "bf16/int8/int8w/int4 change results: see the README",
     )
 

@@ -12,7 +12,7 @@ Targets (--to):
                TransformersConverter from the hf export
   gguf         one llama.cpp GGUF file (--out model.gguf) of a Llama-type decoder-only
                model with its byte-level BPE tokenizer and chat template, for llama.cpp,
-               Ollama, LM Studio; --precision f32 (default), f16, q8_0 or q4_0
+               Ollama, LM Studio; --precision f32 (default), f16, q8_0, q4_0 or q4_1
 
 hf, onnx and ctranslate2 take encoder-decoder Transformers (hf also the encoders
 above), gguf Llama-type decoder-only models; a variant a target cannot express
@@ -66,8 +66,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--precision",
-        choices=("f32", "f16", "q8_0", "q4_0"),
-        help="gguf only: tensor type of the weight matrices (default: f32; norms stay f32)",
+        choices=("f32", "f16", "q8_0", "q4_0", "q4_1"),
+        help="gguf only: tensor type of the weight matrices (default: f32; norms stay f32); "
+        "from a checkpoint imported with --keep-quantized, q4_0/q4_1 write its int4 blocks "
+        "back byte for byte where the type holds them",
     )
 
 

@@ -28,6 +28,7 @@ Examples:
   attnkit import --from gguf ORG/NAME-GGUF@REVISION:FILE.Q8_0.gguf --out runs/from_gguf
   attnkit import --from hf exports/de_en_hf --out runs/de_en_back
   attnkit import --from gguf SmolLM2-135M-Instruct.Q4_1.gguf --out runs/smollm2
+  attnkit import --from gguf SmolLM2-135M-Instruct.Q4_1.gguf --keep-quantized --out runs/smollm2_q4
 """
 
 from __future__ import annotations
@@ -58,11 +59,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--out", required=True, help="run directory to write the checkpoint to")
     parser.add_argument("--overwrite", action="store_true", help="replace --out if it exists")
+    parser.add_argument(
+        "--keep-quantized",
+        action="store_true",
+        help="gguf only: keep Q4_0/Q4_1 weight matrices as the file's 4-bit blocks (exactly, "
+        "no second rounding), so the checkpoint runs as --precision int4 by default; other "
+        "tensor types are dequantized to float32 as without it",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
     out = Path(args.out)
     source = Path(args.source)
+    options = {"keep_quantized": True} if args.keep_quantized else {}
+    if options and args.source_format != "gguf":
+        raise UsageError("--keep-quantized: only --from gguf holds quantized blocks")
     if not source.exists():
         from attnkit.interop.hub.client import looks_like_repo
 
@@ -72,13 +83,15 @@ def run(args: argparse.Namespace) -> int:
 
         target = check_replaceable_dir(out, overwrite=args.overwrite)
         check_not_in_run_checkpoints(target)  # a run's checkpoints/ holds its own steps only
-        written = import_named(args.source_format, args.source, out, overwrite=args.overwrite)
+        written = import_named(
+            args.source_format, args.source, out, overwrite=args.overwrite, **options
+        )
         print(f"imported {args.source} into {written}")
         return 0
     target = check_replaceable_dir(out, overwrite=args.overwrite, inputs=[source])
     check_not_in_run_checkpoints(target)  # a run's checkpoints/ holds its own steps only
     module, _, name = IMPORTERS[args.source_format].partition(":")
     importer = getattr(importlib.import_module(module), name)
-    written = importer(source, out, overwrite=args.overwrite)
+    written = importer(source, out, overwrite=args.overwrite, **options)
     print(f"imported {source} into {written}")
     return 0

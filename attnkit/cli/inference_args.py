@@ -95,8 +95,12 @@ def plan_options(args: argparse.Namespace, **known: Any) -> Options:
     threads, workers) as the plan's ``Options``."""
     from attnkit.inference import Options
 
+    # not given on the command line: the checkpoint's own (int4 blocks run as int4)
+    asked = getattr(args, "precision", None)
+    if getattr(args, "precision_from_checkpoint", False):
+        asked = None
     given: dict[str, Any] = {
-        "precision": getattr(args, "precision", "fp32"),
+        "precision": asked,
         "path": decode_path(args),
         "engine": getattr(args, "engine", "attnkit"),
     }
@@ -109,7 +113,7 @@ def plan_for(
     """The inference plan for ``loaded`` (already on its device) and ``args``."""
     from attnkit.inference import CheckpointInfo, Machine, make_plan
 
-    info = CheckpointInfo.of(loaded.model, loaded.family.kind)
+    info = CheckpointInfo.of(loaded.model, loaded.family.kind, loaded.weights)
     plan = make_plan(info, Machine.of(loaded.model), plan_options(args, **known))
     _show(plan, args, command)
     return plan

@@ -12,6 +12,8 @@ user asked for (``Options``), every "how to run" choice into one frozen
   fp32 as loaded, oneDNN-packed or plain (MKL) fp32 (measured per machine:
   ``attnkit.kernels.fp32_choice``), bf16, int8 (with SmoothQuant calibration
   for a decoder-only LM given its tokenizer), int8w or int4 (4-bit group-wise weights);
+  with no precision asked for, the checkpoint's own (``CheckpointInfo.weights``:
+  ``int4`` for one stored as int4 blocks, on the CPU, run as loaded; else fp32);
 * ``attention``: the attention backend of the decode step (``one-query``, two
   batched GEMVs, on the CPU; the fused ``reference`` kernel elsewhere and in a
   compiled step);
@@ -65,22 +67,26 @@ class CheckpointInfo:
         decoder_only_lm: a decoder-only LM (int8 calibrates it for SmoothQuant).
         model: the loaded model, whose linears the fp32 kernel choice times on
             this machine; ``None`` when another engine runs it (not loaded).
+        weights: how its linears were loaded (``LoadedModel.weights``): ``fp32``, or
+            ``int4`` for a checkpoint stored as int4 blocks (``Int4Linear`` modules).
     """
 
     kind: str = ""
     static_cache: bool = False
     decoder_only_lm: bool = False
     model: nn.Module | None = field(default=None, compare=False, repr=False)
+    weights: str = "fp32"
 
     @classmethod
-    def of(cls, model: object, kind: str = "") -> CheckpointInfo:
-        """The facts of a loaded ``model`` (of family kind ``kind``)."""
+    def of(cls, model: object, kind: str = "", weights: str = "fp32") -> CheckpointInfo:
+        """The facts of a loaded ``model`` (of family kind ``kind``, linears loaded as
+        ``weights``)."""
         from attnkit.decoding.static import SupportsStaticCache
         from attnkit.models import DecoderOnlyLM
 
         module = model if isinstance(model, nn.Module) else None
         return cls(kind, isinstance(model, SupportsStaticCache),
-                   isinstance(model, DecoderOnlyLM), module)  # fmt: skip
+                   isinstance(model, DecoderOnlyLM), module, weights)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -115,9 +121,10 @@ class Options:
     generation, beams x sentences for translation); ``convert=False`` keeps the
     weights as loaded (library callers wanting only a stepper); ``calibrate``:
     the command has the tokenizer, so int8 on a decoder-only LM is calibrated.
+    ``precision=None``: the checkpoint's own (module doc).
     """
 
-    precision: str = "fp32"
+    precision: str | None = None
     path: str = "fast"
     engine: str = ATTNKIT
     rows: int | None = None
@@ -146,6 +153,7 @@ class InferencePlan:
     search: SearchSettings
     why: tuple[tuple[str, Source], ...] = ()
     note: str = ""  # what a measurement found, for describe()
+    weights: str = "fp32"  # the checkpoint's linears as loaded (CheckpointInfo.weights)
 
     def decided(self, name: str) -> Source:
         """How field ``name`` was decided."""
@@ -181,16 +189,22 @@ def make_plan(checkpoint: CheckpointInfo, machine: Machine, options: Options) ->
     """
     if options.path not in PATHS:
         raise ValueError(f"path: expected one of {', '.join(PATHS)}; got {options.path!r}")
-    if options.precision not in PRECISIONS:
+    # int4 blocks run as stored where the int4 kernel runs: the CPU, not compiled
+    runs_int4 = machine.on_cpu and options.engine == ATTNKIT and options.path != "compiled"
+    own = checkpoint.weights if runs_int4 else "fp32"
+    precision = options.precision or own
+    if precision not in PRECISIONS:
         raise ValueError(f"precision: expected one of {', '.join(PRECISIONS)}")
     rows = max(1, options.rows or DEFAULT_ROWS)
     threads = options.threads or machine.threads
     given = "option"
-    precision_why = given if options.precision != "fp32" else "default"
+    precision_why = given if precision != "fp32" else "default"
+    if options.precision is None and precision != "fp32":
+        precision_why = "checkpoint"
     path_why = given if options.path != "fast" else "default"
     if options.engine != ATTNKIT:
         return InferencePlan(
-            options.engine, machine.device, options.precision, options.path, "engine",
+            options.engine, machine.device, precision, options.path, "engine",
             "engine", "engine", None, rows, threads, options.workers, SearchSettings(),
             _why([("engine", given), ("device", given), ("precision", precision_why)]),
         )  # fmt: skip
@@ -198,7 +212,7 @@ def make_plan(checkpoint: CheckpointInfo, machine: Machine, options: Options) ->
     if options.path == "compiled" and decodes and not checkpoint.static_cache:
         raise UsageError("--compile: only Transformer checkpoints have a compiled decode step")
     cpu = machine.on_cpu
-    linears, linears_why, note = _linears(checkpoint, cpu, options, rows)
+    linears, linears_why, note = _linears(checkpoint, cpu, precision, options, rows)
     search = SearchSettings(
         check_every=options.check_every
         if options.check_every is not None
@@ -220,13 +234,13 @@ def make_plan(checkpoint: CheckpointInfo, machine: Machine, options: Options) ->
            ("cache", "machine" if options.path == "fast" else path_why),
            ("search", given if options.check_every is not None else "machine")]  # fmt: skip
     return InferencePlan(
-        ATTNKIT, machine.device, options.precision, options.path, linears, attention, cache,
-        mode, rows, threads, options.workers, search, _why(why), note,
+        ATTNKIT, machine.device, precision, options.path, linears, attention, cache,
+        mode, rows, threads, options.workers, search, _why(why), note, checkpoint.weights,
     )  # fmt: skip
 
 
 def _linears(
-    checkpoint: CheckpointInfo, cpu: bool, options: Options, rows: int
+    checkpoint: CheckpointInfo, cpu: bool, precision: str, options: Options, rows: int
 ) -> tuple[str, Source, str]:
     """The weights' conversion (``attnkit.quantize``), how it was decided, and a note.
 
@@ -236,7 +250,7 @@ def _linears(
     ``nn.Linear`` modules. Off the CPU only fp32 exists (the packed and int8
     kernels are CPU kernels).
     """
-    precision, path = options.precision, options.path
+    path = options.path
     if not options.convert:
         return "as-loaded", "default", ""
     if not cpu:
@@ -259,6 +273,10 @@ def _linears(
 
         if why := int4_unavailable():
             raise UsageError(f"--precision int4: {why}; use int8w or upgrade torch")
+        if checkpoint.weights == "int4" and options.precision is None:
+            # int4 blocks run as stored: their linears, and the embedding as the file had it
+            # (SmolLM2's Q8_0 one as int8 rows cost 11 points of next-token agreement)
+            return "as-loaded", "checkpoint", ""
     if precision == "int8" and options.calibrate and checkpoint.decoder_only_lm:
         return "int8-smooth", "checkpoint", ""
     return precision, "option", ""

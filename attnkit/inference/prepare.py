@@ -39,7 +39,14 @@ class EngineOpener(Protocol):
 
 
 def convert(model: nn.Module, plan: InferencePlan, tokenizer: Tokenizer | None = None) -> nn.Module:
-    """``model`` with its weights converted in place for ``plan.linears``; returns it."""
+    """``model`` with its weights converted in place for ``plan.linears``; returns it.
+
+    A checkpoint loaded as int4 blocks (``plan.weights``) run at another precision
+    first gets float linears holding exactly the stored weights."""
+    if plan.weights == "int4" and plan.precision != "int4" and plan.linears != "engine":
+        from attnkit.quantize import float_linears
+
+        float_linears(model)
     if plan.linears in ("as-loaded", "engine"):
         return model
     from attnkit.quantize import quantize_model

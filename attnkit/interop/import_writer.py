@@ -70,6 +70,8 @@ class Imported:
         format: ``"hf"`` or ``"gguf"``; ``model_type``: the source's (``"bert"``, ``"llama"``).
         notes: what the import could not carry over exactly, in words.
         details: the format's own facts for ``import.json``.
+        extra_files: name -> text, written into the checkpoint beside its weights
+            (a GGUF import's ``int4.json``: ``attnkit.checkpoints.int4_weights``).
     """
 
     config: ModelConfig
@@ -79,6 +81,7 @@ class Imported:
     model_type: str
     notes: list[str] = field(default_factory=list)
     details: dict[str, Any] = field(default_factory=dict)
+    extra_files: dict[str, str] = field(default_factory=dict)
 
 
 def check_positions(count: int, width: int, where: str) -> None:
@@ -143,6 +146,7 @@ def write_import(
             model_state=_float32(imported.state),
             config=config.to_dict(),
             tokenizer_json=tokenizer.to_json(),
+            extra_files=imported.extra_files,
         )
         imported.state.clear()
         try:

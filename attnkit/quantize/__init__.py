@@ -11,6 +11,7 @@ from attnkit.quantize.linear import Int8Linear, PackedLinear, quantize_rows
 from attnkit.quantize.model import (
     PRECISIONS,
     QuantizedTokenEmbedding,
+    float_linears,
     model_bytes,
     quantize_model,
 )
@@ -23,6 +24,7 @@ __all__ = [
     "Int8WeightOnlyLinear",
     "PackedLinear",
     "QuantizedTokenEmbedding",
+    "float_linears",
     "model_bytes",
     "quantize_model",
     "quantize_rows",

@@ -23,6 +23,14 @@ needs) stays int8 weight-only (``quantize_model`` decides: ``fitting_group``).
 (even inputs in the low nibble), ``weight_scale`` and ``weight_zero``
 ``(N, K/group_size)`` fp32 (holding bf16 values); ``load_state_dict`` repacks
 for the kernel.
+
+**Given codes** (``Int4Linear.from_codes``: a GGUF file's Q4_0/Q4_1 blocks,
+``attnkit.interop.gguf.blocks``): the codes are used as they are, and scales
+and zeros that bf16 cannot hold exactly (a GGUF block's fp16 scale has 3 more
+mantissa bits) are kept beside the kernel's bf16 copy in fp32, so ``state_dict``,
+``weight`` and an export give back exactly what was given; the kernel itself
+multiplies by the bf16-rounded scales (the kernel takes scales in its
+activations' dtype only, and fp32 activations run its ~50x slower path).
 """
 
 from __future__ import annotations
@@ -125,27 +133,65 @@ class Int4Linear(nn.Module):
         activation: str = "none",
     ) -> None:
         super().__init__()
+        self._setup(weight.shape, bias, group_size, activation)
+        self._pack(*quantize_groups(weight, group_size))
+
+    def _setup(
+        self, shape: torch.Size, bias: Tensor | None, group_size: int, activation: str
+    ) -> None:
         check_activation(activation)
         self.activation = activation
-        self.out_features, self.in_features = weight.shape
+        self.out_features, self.in_features = shape
         if fitting_group(self.in_features, self.out_features, group_size) != group_size:
             raise ValueError(
                 f"group_size: {group_size} does not fit a ({self.out_features}, "
                 f"{self.in_features}) weight (N % 16, K % group_size)"
             )
         self.group_size = group_size
-        self._pack(*quantize_groups(weight, group_size))
         self._bias = None if bias is None else bias.detach().float().clone()
 
     @classmethod
     def from_linear(cls, linear: nn.Linear, **kwargs: Any) -> Int4Linear:
         return cls(linear.weight, linear.bias, **kwargs)
 
+    @classmethod
+    def from_codes(
+        cls,
+        q: Tensor,
+        scale: Tensor,
+        zero: Tensor,
+        bias: Tensor | None = None,
+        *,
+        activation: str = "none",
+    ) -> Int4Linear:
+        """The linear whose weight is exactly ``dequantize_groups(q, scale, zero)``.
+
+        ``q`` ``(N, K)`` values 0..15; ``scale``, ``zero`` ``(N, G)`` float (any values:
+        those bf16 cannot hold are kept in fp32 too, module doc); the group size is
+        ``K / G``. ``ValueError`` if the kernel cannot take the shape."""
+        n, k = q.shape
+        groups = scale.size(1)
+        if scale.shape != zero.shape or scale.size(0) != n or groups == 0 or k % groups:
+            raise ValueError(
+                f"scale, zero: {tuple(scale.shape)} and {tuple(zero.shape)} are not the "
+                f"groups of a ({n}, {k}) weight"
+            )
+        module = cls.__new__(cls)
+        nn.Module.__init__(module)
+        module._setup(q.shape, bias, k // groups, activation)
+        module._pack(q, scale.float(), zero.float())
+        return module
+
     def _pack(self, q: Tensor, scale: Tensor, zero: Tensor) -> None:
         self._packed = int4_pack(q)
         # The kernel wants (K/group, N, 2): scale and zero side by side, groups first.
         sz = torch.stack([scale.t(), zero.t()], dim=-1)
         self._scales_and_zeros = sz.to(torch.bfloat16).contiguous()
+        # Given scales or zeros that bf16 rounds (from_codes) are kept exactly as well.
+        exact = torch.equal(self._scales_and_zeros.float(), sz.float())
+        self._exact: tuple[Tensor, Tensor] | None = (
+            None if exact else (scale.float().contiguous(), zero.float().contiguous())
+        )
 
     def codes(self) -> Tensor:
         """The 4-bit values ``q`` ``(N, K)`` uint8, read back from the packed weight.
@@ -160,7 +206,10 @@ class Int4Linear(nn.Module):
         return (q_minus_8.t().float() + 8).round().to(torch.uint8)
 
     def unpacked(self) -> tuple[Tensor, Tensor, Tensor]:
-        """``(q (N, K), scale (N, G), zero (N, G))`` as ``quantize_groups`` gave them."""
+        """``(q (N, K), scale (N, G), zero (N, G))`` as ``quantize_groups`` or
+        ``from_codes`` gave them (fp32)."""
+        if self._exact is not None:
+            return self.codes(), self._exact[0].clone(), self._exact[1].clone()
         sz = self._scales_and_zeros.float()
         return self.codes(), sz[..., 0].t().contiguous(), sz[..., 1].t().contiguous()
 
@@ -199,7 +248,9 @@ class Int4Linear(nn.Module):
 
     @property
     def weight(self) -> Tensor:
-        """The dequantised float weight (a copy; the weights ``forward`` multiplies by)."""
+        """The dequantised float weight (a copy): the weights ``forward`` multiplies by,
+        except that from given codes (``from_codes``) it is the exact given weight, which
+        the kernel multiplies by with bf16-rounded scales and zeros."""
         return dequantize_groups(*self.unpacked())
 
     @property
@@ -207,10 +258,12 @@ class Int4Linear(nn.Module):
         return self._bias
 
     def nbytes(self) -> int:
-        """Resident bytes: packed 4-bit weight, bf16 scales and zeros, fp32 bias."""
+        """Resident bytes: packed 4-bit weight, bf16 scales and zeros (and their exact fp32
+        copy, if any), fp32 bias."""
         n = self.out_features
         groups = n * (self.in_features // self.group_size)
-        return self._packed.numel() + groups * 4 + (4 * n if self._bias is not None else 0)
+        exact = 0 if self._exact is None else 8 * groups
+        return self._packed.numel() + groups * 4 + exact + (4 * n if self._bias is not None else 0)
 
     def extra_repr(self) -> str:
         return (

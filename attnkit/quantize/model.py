@@ -265,6 +265,28 @@ def _quantize_embeddings(model: nn.Module, precision: str) -> None:
                 setattr(module, name, converted[id(child)])
 
 
+@torch.no_grad()
+def float_linears(model: nn.Module) -> nn.Module:
+    """Replace every ``Int4Linear`` of ``model`` (a checkpoint stored as int4 blocks:
+    ``attnkit.checkpoints.int4_weights``) by an ``nn.Linear`` holding its exact weight
+    (``Int4Linear.weight``), in place; returns ``model``. A module shared by two owners
+    stays one module. (Only ``quantize_model`` fuses a ReLU into an int4 linear, and
+    its models are not turned back: the loaded ones have none.)"""
+    done: dict[int, nn.Linear] = {}
+    for module in list(model.modules()):
+        for name, child in list(module.named_children()):
+            if isinstance(child, Int4Linear):
+                if id(child) not in done:
+                    bias = child.bias
+                    linear = nn.Linear(child.in_features, child.out_features, bias=bias is not None)
+                    linear.weight.copy_(child.weight)
+                    if bias is not None:
+                        linear.bias.copy_(bias)
+                    done[id(child)] = linear.eval()
+                setattr(module, name, done[id(child)])
+    return model
+
+
 def model_bytes(model: nn.Module) -> int:
     """Resident bytes of a model's weights: parameters, buffers and packed weights, once each."""
     seen: set[int] = set()

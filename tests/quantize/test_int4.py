@@ -96,6 +96,28 @@ def test_state_dict_round_trip_repacks_for_the_kernel():
         assert torch.equal(got, want)  # read back exactly from the kernel's layout
 
 
+def test_given_codes_keep_scales_bf16_cannot_hold():
+    """``from_codes`` (a GGUF file's blocks): the codes as given, fp16 scales and exact
+    zeros kept beside the kernel's bf16 copy, so state_dict and weight are exact."""
+    torch.manual_seed(0)
+    q = torch.randint(0, 16, (32, 64), dtype=torch.uint8)
+    scale = torch.rand(32, 2).half().float() / 50  # fp16 values: bf16 rounds most
+    zero = 8 * scale + torch.randn(32, 2).half().float() / 10
+    linear = Int4Linear.from_codes(q, scale, zero)
+    got_q, got_scale, got_zero = linear.unpacked()
+    assert torch.equal(got_q, q) and torch.equal(got_scale, scale) and torch.equal(got_zero, zero)
+    assert torch.equal(linear.weight, dequantize_groups(q, scale, zero))
+    back = Int4Linear.from_codes(q, torch.ones(32, 2), torch.zeros(32, 2))
+    back.load_state_dict(linear.state_dict())
+    assert torch.equal(back.unpacked()[1], scale)
+    x = torch.randn(3, 64)
+    reference = x @ linear.weight.t()
+    assert (linear(x) - reference).abs().max() <= INT4_REL_ERROR * reference.abs().max()
+    assert linear.nbytes() == 32 * 32 + 64 * 4 + 64 * 8  # codes, bf16 pairs, exact fp32 pairs
+    with pytest.raises(ValueError, match="groups"):
+        Int4Linear.from_codes(q, scale[:, :1].repeat(1, 3), zero[:, :1].repeat(1, 3))
+
+
 def test_shapes_the_kernel_cannot_take():
     assert isinstance(
         _convert(torch.randn(50, 64), None, "int4", group_size=64), Int8WeightOnlyLinear

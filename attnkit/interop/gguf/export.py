@@ -14,11 +14,18 @@ so llama.cpp and what is built on it (Ollama, LM Studio) run it, and
   ``LLAMA_KEYS`` splits attnkit's fused ``qkv_proj`` into Hugging Face's q, k,
   v; ``GGUF_LLAMA_KEYS`` renames to llama.cpp's names and permutes the q/k
   rows into llama.cpp's RoPE order. No second key map lives here.
-* **Precision** (``PRECISIONS``): ``f32``; ``f16``; ``q8_0`` and ``q4_0``
-  (llama.cpp's 32-weight blocks with one scale, quantized by the ``gguf``
-  package's numpy code; its k-quants are not implemented there). As llama.cpp's
-  converter does, the 1-D norm weights stay f32, and a matrix whose rows do
-  not split into 32-weight blocks falls back to f16.
+* **Precision** (``PRECISIONS``): ``f32``; ``f16``; ``q8_0``, ``q4_0`` and
+  ``q4_1`` (llama.cpp's 32-weight blocks with one scale, and a minimum for
+  ``q4_1``, quantized by the ``gguf`` package's numpy code; its k-quants are not
+  implemented there). As llama.cpp's converter does, the 1-D norm weights stay
+  f32, and a matrix whose rows do not split into 32-weight blocks falls back to f16.
+* **Int4 checkpoints** (``import --from gguf --keep-quantized``:
+  ``attnkit.checkpoints.int4_weights``): at ``q4_0``/``q4_1`` each int4 linear's
+  groups of 32 are written as the blocks they are, byte for byte what the
+  imported file held (``attnkit.interop.gguf.blocks.to_blocks``), where the type
+  holds them exactly (``q4_0``: groups without a zero term); a linear it cannot
+  hold is quantized from its exact float weights, as is every linear at the
+  other precisions.
 * **Metadata.** ``llama.*`` (context and embedding length, block count,
   feed-forward length, head counts, RoPE base and dimension, RMS epsilon,
   vocabulary size) and ``general.file_type``.
@@ -49,6 +56,14 @@ from attnkit import jsonio
 from attnkit.checkpoints.loading import LoadedModel
 from attnkit.data.pretrained_tokenizer import PretrainedTokenizer
 from attnkit.errors import UsageError
+from attnkit.interop.gguf.blocks import (
+    BLOCK,
+    Q4_TYPES,
+    dequantize_record,
+    is_record,
+    make_record,
+    to_blocks,
+)
 from attnkit.interop.gguf.read import GGUF_FIELDS, GGUF_LLAMA_KEYS, GGUF_SOURCE
 from attnkit.interop.gguf.tokenizer import (
     LLAMA_CPP_NAMES,
@@ -62,10 +77,12 @@ from attnkit.interop.llama import LlamaHParams, llama_dims, llama_keys
 from attnkit.models.lm_config import DecoderOnlyConfig
 from attnkit.models.presets import LLAMA_OPTIONS
 from attnkit.output_paths import atomic_file
+from attnkit.quantize.int4 import dequantize_groups, unpack_nibbles
 
 # --precision -> (ggml type of the matrices, llama.cpp's general.file_type name).
 PRECISIONS = {"f32": ("F32", "ALL_F32"), "f16": ("F16", "MOSTLY_F16"),
-              "q8_0": ("Q8_0", "MOSTLY_Q8_0"), "q4_0": ("Q4_0", "MOSTLY_Q4_0")}  # fmt: skip
+              "q8_0": ("Q8_0", "MOSTLY_Q8_0"), "q4_0": ("Q4_0", "MOSTLY_Q4_0"),
+              "q4_1": ("Q4_1", "MOSTLY_Q4_1")}  # fmt: skip
 
 # Config fields the "llama" architecture fixes, with the value it fixes them to (the
 # "llama" preset's). Dropout and the fields of unused variants change nothing at inference.
@@ -105,8 +122,24 @@ def llama_hparams(config: DecoderOnlyConfig) -> LlamaHParams:
     )  # fmt: skip
 
 
+def int4_as_weights(state: dict[str, Tensor], *, records: bool) -> dict[str, Tensor]:
+    """``state`` with each int4 linear's stored form (``weight_int4``, ``weight_scale``,
+    ``weight_zero``) as its ``weight``: a record of its blocks (``blocks``) where
+    ``records`` and its groups are of 32, else its exact float weight."""
+    out = dict(state)
+    for key in [k for k in state if k.endswith(".weight_int4")]:
+        name = key[: -len("_int4")]
+        q = unpack_nibbles(out.pop(key))
+        scale, zero = out.pop(f"{name}_scale"), out.pop(f"{name}_zero")
+        grouped = q.size(1) == scale.size(1) * BLOCK
+        out[name] = make_record(q, scale, zero) if records and grouped else (
+            dequantize_groups(q, scale.float(), zero.float()))  # fmt: skip
+    return out
+
+
 def gguf_tensors(state: dict[str, Tensor], hp: LlamaHParams) -> dict[str, Tensor]:
-    """attnkit's state dict -> llama.cpp's tensors: the import's two tables, backwards."""
+    """attnkit's state dict -> llama.cpp's tensors: the import's two tables, backwards
+    (records of int4 blocks move as their weights would: ``int4_as_weights``)."""
     hf = save_state(llama_keys(hp), state, llama_dims(hp))
     table = GGUF_LLAMA_KEYS.without(["lm_head.weight"]) if hp.tie_embeddings else GGUF_LLAMA_KEYS
     return save_state(table, hf, llama_dims(hp, GGUF_FIELDS, GGUF_SOURCE))
@@ -210,7 +243,13 @@ def gguf_vocab(tokenizer: Any, vocab_size: int) -> GGUFVocab:
 
 def _array(tensor: Tensor, qtype: Any, gguf: Any) -> tuple[np.ndarray, Any]:
     """``tensor`` as what ``GGUFWriter.add_tensor`` takes: an array and its raw ggml type
-    (None: the array's own float type)."""
+    (None: the array's own float type). A record of int4 blocks is written as its blocks
+    where ``qtype`` holds them exactly, else as its float weight."""
+    if is_record(tensor):
+        blocks = to_blocks(tensor, qtype.name) if qtype.name in Q4_TYPES else None
+        if blocks is not None:
+            return blocks, qtype
+        tensor = dequantize_record(tensor)
     values = tensor.detach().to("cpu").float().contiguous().numpy()
     kind = gguf.GGMLQuantizationType
     if values.ndim == 1 or qtype == kind.F32:
@@ -254,7 +293,8 @@ def export_gguf(
     config = check_expressible(loaded.model.config)
     hp = llama_hparams(config)
     vocab = gguf_vocab(loaded.tokenizer, hp.vocab_size)
-    tensors = gguf_tensors(loaded.model.state_dict(), hp)
+    state = int4_as_weights(loaded.model.state_dict(), records=precision in ("q4_0", "q4_1"))
+    tensors = gguf_tensors(state, hp)
     type_name, file_type = PRECISIONS[precision]
     qtype = gguf.GGMLQuantizationType[type_name]
 

@@ -36,8 +36,10 @@ class _Corrupt(Exception):
     pass
 
 
-def _check_layout(blob: np.ndarray) -> None:
-    """Walk the header; raise ``_Corrupt`` if a length or count runs past the end."""
+def _check_layout(blob: np.ndarray, blocks: dict[int, tuple[str, int]]) -> None:
+    """Walk the header; raise ``_Corrupt`` if a length or count runs past the end, or a
+    tensor's rows do not split into the blocks of its type (``blocks``: ggml type ->
+    its name and block size)."""
     size = len(blob)
     pos = 0
 
@@ -86,11 +88,17 @@ def _check_layout(blob: np.ndarray) -> None:
         (kind,) = take("<I")
         skip_value(kind)
     for _ in range(tensors):
+        start = pos
         skip_string()
+        name = bytes(blob[start + 8 : pos]).decode("utf-8", "replace")
         (dims,) = take("<I")
         if dims > _MAX_DIMS:
             raise _Corrupt(f"a tensor with {dims} dimensions at byte {pos}")
-        take(f"<{dims}QIQ")
+        *shape, kind, _ = take(f"<{dims}QIQ")
+        kind_name, block = blocks.get(kind, ("", 1))
+        if shape and shape[0] % block:  # ggml never writes one; the reader's error names none
+            raise _Corrupt(f"tensor {name}: rows of {shape[0]} values do not split into "
+                           f"{kind_name} blocks of {block}")  # fmt: skip
 
 
 def _plain_view_reader(gguf: Any) -> type:
@@ -128,7 +136,8 @@ def open_gguf(path: Path) -> Any:
     if magic != b"GGUF":
         raise CheckpointError(f"{path}: not a GGUF file (starts with {magic!r}, expected b'GGUF')")
     try:
-        _check_layout(np.memmap(path, mode="r"))
+        blocks = {int(t): (t.name, size) for t, (size, _) in gguf.GGML_QUANT_SIZES.items()}
+        _check_layout(np.memmap(path, mode="r"), blocks)
         reader = _plain_view_reader(gguf)(path)
     except (_Corrupt, ValueError, IndexError, KeyError, OverflowError, UnicodeDecodeError) as e:
         raise CheckpointError(f"{path}: truncated or corrupt GGUF file ({e})") from e

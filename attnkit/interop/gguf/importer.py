@@ -26,7 +26,8 @@ only where whitespace or a non-ASCII number precedes a number
 
 The run is written by ``attnkit.interop.import_writer`` as every import is:
 ``checkpoints/step_00000000/`` (float32) and ``import.json``, atomically,
-after attnkit's loader has accepted it.
+after attnkit's loader has accepted it. With ``keep_quantized`` the Q4_0/Q4_1
+linears are stored as int4 blocks instead (``attnkit.interop.gguf.int4_import``).
 """
 
 from __future__ import annotations
@@ -36,8 +37,11 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from attnkit.checkpoints.int4_weights import INT4_FILE
 from attnkit.data.pretrained_tokenizer import PretrainedTokenizer
 from attnkit.errors import CheckpointError
+from attnkit.interop.gguf.blocks import Q4_TYPES, weight_shape
+from attnkit.interop.gguf.int4_import import int4_entries, kept_linears, settle_records
 from attnkit.interop.gguf.read import GGUFCheckpoint, read_gguf
 from attnkit.interop.import_writer import Imported, write_import
 from attnkit.interop.keymap import plan_load
@@ -63,25 +67,40 @@ def build_tokenizer(ckpt: GGUFCheckpoint, config: DecoderOnlyConfig) -> Pretrain
     )
 
 
-def read_gguf_import(source: Path, *, pre_tokenizer: str | None = None) -> Imported:
-    """The ``Imported`` of Llama GGUF file ``source`` (nothing is written)."""
-    ckpt = read_gguf(source, pre_tokenizer=pre_tokenizer)
+def read_gguf_import(
+    source: Path, *, pre_tokenizer: str | None = None, keep_quantized: bool = False
+) -> Imported:
+    """The ``Imported`` of Llama GGUF file ``source`` (nothing is written); with
+    ``keep_quantized``, its Q4_0/Q4_1 linears as int4 blocks (``int4_import``)."""
+    ckpt = read_gguf(source, pre_tokenizer=pre_tokenizer, keep_quantized=keep_quantized)
     hp = ckpt.hparams
     _, notes = llama_ids(hp, ckpt.special_ids, str(source))
     config = llama_config(hp, ckpt.special_ids)
     tokenizer = build_tokenizer(ckpt, config)
     # Already checked by read_gguf under GGUF names; here they only change keys.
-    shapes = {k: tuple(t.shape) for k, t in ckpt.tensors.items()}
+    shapes = {k: weight_shape(t) for k, t in ckpt.tensors.items()}
     plan = plan_load(llama_keys(hp), shapes, llama_dims(hp), str(source))
+    kept = kept_linears(config) if keep_quantized else {}
+    if keep_quantized:
+        notes += ckpt.notes
+        notes += settle_records(ckpt.tensors, plan.sources(), kept, ckpt.tensor_types)
     state, _ = plan.load(ckpt.tensors.pop, finite=False)  # popped: never held twice
-    details = {
+    details: dict[str, Any] = {
         "name": ckpt.metadata.get("general.name"),
         "tensor_types": dict(sorted(Counter(ckpt.tensor_types.values()).items())),
         "pre_tokenizer": pre_tokenizer or ckpt.metadata.get("tokenizer.ggml.pre"),
         "file_special_ids": ckpt.special_ids,
         "dtype": "float32",
     }
-    return Imported(config, state, tokenizer, "gguf", ckpt.architecture, notes, details)
+    extra: dict[str, str] = {}
+    if keep_quantized:
+        kinds = sorted({k for k in ckpt.tensor_types.values() if k in Q4_TYPES})
+        record, facts = int4_entries(state, kept, f"GGUF {'/'.join(kinds)} blocks")
+        if record is not None:
+            extra[INT4_FILE] = record.to_json()
+            details["int4"] = facts
+            details["dtype"] = "int4 blocks (int4.json) and float32"
+    return Imported(config, state, tokenizer, "gguf", ckpt.architecture, notes, details, extra)
 
 
 def import_gguf(
@@ -91,6 +110,7 @@ def import_gguf(
     overwrite: bool = False,
     pre_tokenizer: str | None = None,
     hub: dict[str, Any] | None = None,
+    keep_quantized: bool = False,
 ) -> Path:
     """Import the Llama GGUF file ``source`` as the run ``out``; returns its checkpoint.
 
@@ -99,6 +119,9 @@ def import_gguf(
         pre_tokenizer: override the file's ``tokenizer.ggml.pre`` (``"gpt2"``:
             Hugging Face's GGUF tokenizer ids; see the module doc).
         hub: the record of a download by name (``attnkit.interop.hub.client``), for ``import.json``.
+        keep_quantized: keep Q4_0/Q4_1 matrices as int4 blocks, exactly (``int4_import``):
+            the checkpoint then runs as int4 by default, and a float load of it holds
+            exactly the weights of the import without it.
 
     Every failure (a missing, truncated, crafted or foreign file, an
     architecture, tensor type or tokenizer this reader does not support) is a
@@ -107,5 +130,5 @@ def import_gguf(
     """
     source = Path(source)
     check_target(Path(out), overwrite=overwrite)  # before minutes of reading
-    imported = read_gguf_import(source, pre_tokenizer=pre_tokenizer)
+    imported = read_gguf_import(source, pre_tokenizer=pre_tokenizer, keep_quantized=keep_quantized)
     return write_import(imported, source, Path(out), overwrite=overwrite, hub=hub)

@@ -10,7 +10,9 @@ tensors, often quantized in blocks. ``read_gguf`` returns a ``GGUFCheckpoint``:
   (``model.layers.N.self_attn.q_proj.weight``, ...), dequantized by the
   ``gguf`` package's numpy code (the same call Hugging Face's GGUF loader
   makes, so the values agree bit for bit), with llama.cpp's q/k row
-  permutation undone (``unpermute_rope_rows``);
+  permutation undone (``unpermute_rope_rows``); with ``keep_quantized``, a
+  Q4_0/Q4_1 tensor comes as its blocks instead, exactly (a uint8 record:
+  ``attnkit.interop.gguf.blocks``);
 * ``tokenizer``: a ``tokenizers.Tokenizer`` rebuilt from the metadata
   (``attnkit.interop.gguf.tokenizer``), plus the special ids and the chat template.
 
@@ -38,6 +40,7 @@ import torch
 from torch import Tensor
 
 from attnkit.errors import CheckpointError
+from attnkit.interop.gguf.blocks import Q4_TYPES, to_record
 from attnkit.interop.gguf.file import metadata_values, open_gguf
 from attnkit.interop.keymap import plan_load
 from attnkit.interop.keytable import Rule, Step, Table
@@ -79,6 +82,7 @@ class GGUFCheckpoint:
     special_ids: dict[str, int]  # bos_id, eos_id, pad_id, unk_id: those the file gives
     chat_template: str | None
     metadata: dict[str, Any] = field(default_factory=dict)  # scalar fields; arrays as lengths
+    notes: list[str] = field(default_factory=list)  # what keep_quantized could not keep
 
 
 def unpermute_rope_rows(weight: Tensor, num_heads: int) -> Tensor:
@@ -236,11 +240,13 @@ def read_gguf(
     tensors: bool = True,
     tokenizer: bool = True,
     pre_tokenizer: str | None = None,
+    keep_quantized: bool = False,
 ) -> GGUFCheckpoint:
     """Read a Llama GGUF file (see the module doc).
 
     Args:
         tensors: dequantize the tensors (skip for metadata only).
+        keep_quantized: Q4_0/Q4_1 matrices as records of their blocks (module doc).
         tokenizer: build the tokenizer from the metadata.
         pre_tokenizer: override ``tokenizer.ggml.pre`` (see
             ``attnkit.interop.gguf.tokenizer.PRE_TOKENIZERS``).
@@ -267,8 +273,9 @@ def read_gguf(
     sources = plan.sources()
 
     out: dict[str, Tensor] = {}
+    notes: list[str] = []
     if tensors:
-        out, _ = plan.load(lambda name: _dequantize(by_name[name], shapes[name]))
+        out, _ = plan.load(lambda name: _read(by_name[name], shapes[name], keep_quantized, notes))
 
     tok = None
     if tokenizer:
@@ -296,7 +303,21 @@ def read_gguf(
         special_ids=specials,
         chat_template=values.get("tokenizer.chat_template"),
         metadata=scalars,
+        notes=notes,
     )
+
+
+def _read(t: Any, shape: tuple[int, ...], keep: bool, notes: list[str]) -> Tensor:
+    """One tensor: a record of its blocks if ``keep`` and it is Q4_0/Q4_1 (else, or
+    where its blocks have no exact int4 form, float32 with a note)."""
+    kind = t.tensor_type.name
+    if keep and kind in Q4_TYPES and len(shape) == 2:
+        record = to_record(np.asarray(t.data), kind, (shape[0], shape[1]))
+        if record is not None:
+            return record
+        notes.append(f"tensor {t.name}: a {kind} block's 8d + m is not exact in fp32; "
+                     "dequantized to float32")  # fmt: skip
+    return _dequantize(t, shape)
 
 
 def _dequantize(t: Any, shape: tuple[int, ...]) -> Tensor:

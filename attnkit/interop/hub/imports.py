@@ -35,14 +35,23 @@ PREFIX = "hf:"
 GGUF = ".gguf"
 
 
-def import_named(source_format: str, text: str, out: Path, *, overwrite: bool = False) -> Path:
-    """``attnkit import --from hf|gguf NAME``: fetch ``text`` from the Hub and import it."""
+def import_named(
+    source_format: str,
+    text: str,
+    out: Path,
+    *,
+    overwrite: bool = False,
+    keep_quantized: bool = False,
+) -> Path:
+    """``attnkit import --from hf|gguf NAME``: fetch ``text`` from the Hub and import it
+    (``keep_quantized``: gguf only, ``import_gguf``'s)."""
     if source_format == "gguf":
         name = hub.parse_name(text, file_suffix=GGUF)
         from attnkit.interop.gguf.importer import import_gguf
 
         path, record = hub.download_file(name)
-        return import_gguf(path, out, overwrite=overwrite, hub=record)
+        return import_gguf(path, out, overwrite=overwrite, hub=record,
+                           keep_quantized=keep_quantized)  # fmt: skip
     from attnkit.interop.hf.importer import import_hf
 
     folder, record = hub.download_model(hub.parse_name(text))

@@ -1,0 +1,123 @@
+"""``import --from gguf --keep-quantized``: a file's Q4_0/Q4_1 blocks kept as int4 linears.
+
+``read_gguf(..., keep_quantized=True)`` hands Q4_0/Q4_1 matrices over as records
+of their blocks (``attnkit.interop.gguf.blocks``); the import's key table moves
+their rows as it moves float weights. Here, around that table:
+
+* ``settle_records`` (before it): a record stays one only where it becomes a
+  linear the int4 kernel takes (``kept_linears``: a converted linear of the
+  model, not tied to the embedding, output rows a multiple of 16) and every
+  tensor stacked into that linear is a record (a fused q/k/v whose v is Q6_K is
+  dequantized whole). The rest is dequantized to float32, exactly as without
+  the option, with one note per kind of tensor;
+* ``int4_entries`` (after it): each remaining record becomes ``Int4Linear``'s
+  stored form (``weight_int4``, ``weight_scale``, ``weight_zero``) and the
+  checkpoint's ``int4.json`` (``attnkit.checkpoints.int4_weights``) names it.
+
+Other block types keep today's path (dequantized): Q8_0 has a scale per 32
+weights where attnkit's int8 weight-only linear has one per row, and the
+k-quants have no int4 kernel form.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping
+
+import torch
+from torch import Tensor
+
+from attnkit.checkpoints.int4_weights import Int4Record
+from attnkit.checkpoints.loading import build_for_loading
+from attnkit.interop.gguf.blocks import BLOCK, Q4_TYPES, codes, dequantize_record, is_record
+from attnkit.kernels.torch_ops import INT4_N_MULTIPLE
+from attnkit.models.lm_config import DecoderOnlyConfig
+from attnkit.models.registry import family_of
+from attnkit.quantize.int4 import pack_nibbles
+from attnkit.quantize.model import convertible_linears
+
+_FLOAT_TYPES = ("F32", "F16", "BF16")
+
+
+def kept_linears(config: DecoderOnlyConfig) -> dict[str, str]:
+    """Our weight key -> module name, for every linear of the model ``config`` builds that
+    can hold int4 blocks (module doc). The model is built on the meta device (no memory),
+    or else uninitialised (``build_for_loading``: pages never written)."""
+    try:
+        with torch.device("meta"):
+            model = family_of(config).model_class(config)
+    except (NotImplementedError, RuntimeError):  # e.g. .item() of a meta tensor
+        model = build_for_loading(config)
+    names = {id(m): name for name, m in model.named_modules()}
+    shared = Counter(id(p) for _, p in model.named_parameters(remove_duplicate=False))
+    out: dict[str, str] = {}
+    for linear in convertible_linears(model):
+        n, k = linear.weight.shape
+        if shared[id(linear.weight)] > 1 or n % INT4_N_MULTIPLE or k % BLOCK:
+            continue
+        out[f"{names[id(linear)]}.weight"] = names[id(linear)]
+    return out
+
+
+def settle_records(
+    tensors: dict[str, Tensor],
+    sources: Mapping[str, list[str]],
+    kept: Mapping[str, str],
+    types: Mapping[str, str],
+) -> list[str]:
+    """Dequantize in ``tensors`` (their keys) every record that will not become an int4
+    linear (module doc); returns the notes. ``sources``: our key -> their keys (the
+    load plan's); ``types``: their key -> ggml type."""
+    why: Counter[str] = Counter()
+    for ours, theirs in sources.items():
+        records = [key for key in theirs if is_record(tensors[key])]
+        if not records:
+            continue
+        if ours not in kept:
+            reason = "not an int4-kernel linear (an embedding, a tied or odd-shaped matrix)"
+        elif len(records) < len(theirs):
+            reason = "stacked with tensors of other types into one linear"
+        else:
+            continue
+        for key in records:
+            tensors[key] = dequantize_record(tensors[key])
+            why[f"{types[key]}: {reason}"] += 1
+    unkept = Counter(
+        kind for key, kind in types.items() if key in tensors and not is_record(tensors[key])
+    )
+    notes = [f"--keep-quantized: {n} tensor(s) {r}; dequantized to float32" for r, n in why.items()]
+    for kind, n in sorted(unkept.items()):
+        if kind not in (*_FLOAT_TYPES, *Q4_TYPES):
+            notes.append(f"--keep-quantized: {n} {kind} tensor(s) have no exact int4 (or "
+                         "per-row int8) form; dequantized to float32")  # fmt: skip
+    return notes
+
+
+def int4_entries(
+    state: dict[str, Tensor], kept: Mapping[str, str], source: str
+) -> tuple[Int4Record | None, dict[str, object]]:
+    """Replace every record in ``state`` (our keys) by ``Int4Linear``'s stored form;
+    returns the ``int4.json`` record (None if nothing was kept) and facts for
+    ``import.json``: linears, groups, and how many scales and zeros the kernel's bf16
+    copy rounds (the stored values stay exact)."""
+    linears: list[str] = []
+    groups = rounded_scales = rounded_zeros = 0
+    for key in [k for k, t in state.items() if is_record(t)]:
+        name = kept[key]  # settle_records left records only there
+        q, scale, zero = codes(state.pop(key))
+        state[f"{name}.weight_int4"] = pack_nibbles(q)
+        state[f"{name}.weight_scale"] = scale
+        state[f"{name}.weight_zero"] = zero
+        linears.append(name)
+        groups += scale.numel()
+        rounded_scales += int((scale.to(torch.bfloat16).float() != scale).sum())
+        rounded_zeros += int((zero.to(torch.bfloat16).float() != zero).sum())
+    if not linears:
+        return None, {}
+    facts: dict[str, object] = {
+        "linears": len(linears),
+        "groups": groups,
+        "kernel_bf16_rounded_scales": rounded_scales,
+        "kernel_bf16_rounded_zeros": rounded_zeros,
+    }
+    return Int4Record(tuple(linears), BLOCK, source), facts
