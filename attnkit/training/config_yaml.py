@@ -27,7 +27,7 @@ _FLOAT = re.compile(
 )
 
 
-class ConfigLoader(yaml.SafeLoader):
+class ConfigLoader(yaml.SafeLoader):  # type: ignore[misc]  # PyYAML has no stubs here
     """``yaml.SafeLoader`` that resolves floats by YAML 1.2's rules."""
 
 

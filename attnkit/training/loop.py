@@ -168,7 +168,7 @@ class Trainer:
             if self._time_matmul:  # train.cpu_matmul auto, first batch of a new model here
 
                 def one_pass(b: Any = batch) -> None:
-                    self.task.loss(model, b).loss.backward()
+                    self.task.loss(model, b).loss.backward()  # type: ignore[no-untyped-call]  # torch leaves backward unannotated
 
                 self.matmul_note = matmul_choice.choose(self.model, one_pass)
                 self._time_matmul = False
@@ -180,7 +180,7 @@ class Trainer:
                 loss, nll, n = sums.loss, sums.nll, sums.tokens
                 if not real:  # a stand-in batch: join the all-reduce, add nothing
                     loss, nll, n = loss * 0.0, nll * 0.0, 0
-                self.scaler.scale(loss).backward()
+                self.scaler.scale(loss).backward()  # type: ignore[no-untyped-call]  # as above
             loss_sum += float(loss.detach())
             nll_sum += float(nll.detach())
             n_tokens += n
