@@ -28,7 +28,7 @@ import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import BinaryIO
 
 import numpy as np
 import torch
@@ -192,7 +192,7 @@ class TokenArrayWriter:
         if len(lengths):
             self.longest = max(self.longest, int(lengths.max()))
 
-    def close(self) -> dict[str, Any]:
+    def close(self) -> dict[str, object]:
         """Flush and sync the files; what ``TokenArray.open`` needs to read them back."""
         for f in self._files.values():
             f.flush()
