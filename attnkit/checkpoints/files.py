@@ -92,7 +92,7 @@ def _optimizer_to_tree(state: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def _optimizer_from_tree(tree: Any, file: Path) -> dict[str, Any]:
+def _optimizer_from_tree(tree: object, file: Path) -> dict[str, Any]:
     if not isinstance(tree, dict):
         raise CheckpointError(
             f"{file}: not an optimizer state (a JSON {type(tree).__name__}, not an object)"
@@ -110,10 +110,10 @@ def save_checkpoint(
     directory: str | Path,
     *,
     model_state: Mapping[str, Tensor],
-    config: Mapping[str, Any],
+    config: Mapping[str, object],
     tokenizer_json: str | None = None,
-    trainer_state: Mapping[str, Any] | None = None,
-    optimizer_state: Mapping[str, Any] | None = None,
+    trainer_state: Mapping[str, object] | None = None,
+    optimizer_state: Mapping[str, object] | None = None,
     during_write: Callable[[], None] | None = None,
     extra_files: Mapping[str, str] | None = None,
 ) -> Path:

@@ -21,6 +21,7 @@ import stat
 import struct
 from collections.abc import Mapping
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import numpy as np
@@ -42,7 +43,7 @@ _ALIASES_KEY = "attnkit.aliases"
 # -- safetensors (lazy import, validated reading) ------------------------------------
 
 
-def _safetensors() -> Any:
+def _safetensors() -> ModuleType:
     try:
         import safetensors.torch
     except ImportError as e:

@@ -99,7 +99,7 @@ def aeslc(value: Value, args: dict[str, Any]) -> bytes:
         body, found, rest = text.partition(_SUBJECT)
         if not found:
             raise DataError(f"{path.name}: no '@subject' line")
-        record: dict[str, Any] = {"text": body}
+        record: dict[str, object] = {"text": body}
         if _ANNOTATIONS[0] in rest:
             subject, _, rest = rest.partition(_ANNOTATIONS[0])
             a0, _, rest = rest.partition(_ANNOTATIONS[1])

@@ -53,7 +53,7 @@ def import_hf_tokenizers() -> ModuleType:
     return tokenizers
 
 
-def hf_tokenizer_from_json(data: Any, where: str) -> hf_tokenizers.Tokenizer:
+def hf_tokenizer_from_json(data: object, where: str) -> hf_tokenizers.Tokenizer:
     """``tokenizers.Tokenizer`` from a parsed ``tokenizer.json``, its ids checked first
     (``attnkit.data.hf_ids``: ``tokenizers`` sizes its tables by the largest id)."""
     check_hf_ids(data, where)

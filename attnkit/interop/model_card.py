@@ -55,7 +55,7 @@ def _run_config(loaded: LoadedModel) -> tuple[dict[str, Any] | None, int | None,
     """``(run config, step, where it came from)``, each possibly unknown."""
     dirs = _run_dirs(loaded.directory)
     step = None
-    run: dict[str, Any] | None = None
+    run: dict[str, object] | None = None
     source = "unknown"
     state_file = loaded.directory / "trainer_state.json"
     if state_file.is_file():
@@ -172,7 +172,7 @@ def _scores(metrics: dict[str, Any] | None, where: str, valid: dict[str, Any] | 
     return lines
 
 
-def model_card(loaded: LoadedModel, hf: Any, *, metrics: Path | None = None) -> str:
+def model_card(loaded: LoadedModel, hf: object, *, metrics: Path | None = None) -> str:
     """The README.md text for the export of ``loaded`` (``hf``: the exported model)."""
     run, step, source = _run_config(loaded)
     scores, where = _metrics(loaded, metrics)

@@ -91,7 +91,7 @@ def full_optimizer_state(model: nn.Module, optimizer: torch.optim.Optimizer) -> 
     if not by_name:
         return {}
     index = {fqn: i for i, fqn in enumerate(_optimizer_fqns(model, optimizer))}
-    named_state: dict[str, Any] = by_name["state"]  # type: ignore[assignment]
+    named_state: dict[str, object] = by_name["state"]  # type: ignore[assignment]
     return {
         "state": {index[fqn]: s for fqn, s in named_state.items()},
         # The groups as a single process has them (indices; betas stay a tuple).

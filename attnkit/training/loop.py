@@ -167,7 +167,7 @@ class Trainer:
             batch, real = self.task.next_batch()
             if self._time_matmul:  # train.cpu_matmul auto, first batch of a new model here
 
-                def one_pass(b: Any = batch) -> None:
+                def one_pass(b: object = batch) -> None:
                     self.task.loss(model, b).loss.backward()  # type: ignore[no-untyped-call]  # torch leaves backward unannotated
 
                 self.matmul_note = matmul_choice.choose(self.model, one_pass)
@@ -275,7 +275,7 @@ class Trainer:
         """The step and the non-finite guard's counters, as a checkpoint records them."""
         return Counters(self.step, self.nonfinite_streak, self.skipped_steps)
 
-    def trainer_state(self) -> dict[str, Any]:
+    def trainer_state(self) -> dict[str, object]:
         """Everything besides weights and optimizer that an exact resume needs;
         under torchrun a collective."""
         return self.checkpointer().trainer_state(self.counters())

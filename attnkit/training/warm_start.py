@@ -314,7 +314,7 @@ def config_from_start(
     return config
 
 
-def _same(value: Any, current: Any) -> bool:
+def _same(value: object, current: object) -> bool:
     """Equal as config values (YAML lists stand in for tuples)."""
     if isinstance(value, list | tuple) and isinstance(current, list | tuple):
         return list(value) == list(current)

@@ -51,7 +51,7 @@ class HFDirectory:
     def file(self, name: str) -> Path:
         return self.path / name
 
-    def get(self, key: str, default: Any = None) -> Any:
+    def get(self, key: str, default: object = None) -> Any:
         """A ``config.json`` field (``default`` when absent or null)."""
         value = self.config.get(key)
         return default if value is None else value
@@ -83,7 +83,7 @@ class HFDirectory:
             raise self.error(key, f"expected a finite number, got {value!r}")
         return float(value)
 
-    def build(self, config_class: type[C], **fields: Any) -> C:
+    def build(self, config_class: type[C], **fields: object) -> C:
         """``config_class(**fields)``; a refusal of attnkit's validator names ``config.json``."""
         try:
             return config_class(**fields)

@@ -53,14 +53,14 @@ def _piece_tokenizer(tokenizer: CharTokenizer | WordTokenizer) -> dict[str, Any]
         hf.decoder = tk.decoders.Fuse()  # pieces joined with nothing between them
     else:
         hf.pre_tokenizer = tk.pre_tokenizers.WhitespaceSplit()  # decoded with single spaces
-    data: dict[str, Any] = json.loads(hf.to_str())
+    data: dict[str, object] = json.loads(hf.to_str())
     return data
 
 
 def base_tokenizer_json(tokenizer: Tokenizer) -> dict[str, Any]:
     """The HF ``tokenizers`` JSON (as a dict) that encodes like ``tokenizer``."""
     if isinstance(tokenizer, BPETokenizer | PretrainedTokenizer):
-        data: dict[str, Any] = tokenizer._state()["hf"]  # the HF JSON, parsed afresh
+        data: dict[str, object] = tokenizer._state()["hf"]  # the HF JSON, parsed afresh
         return data
     if isinstance(tokenizer, CharTokenizer | WordTokenizer):
         return _piece_tokenizer(tokenizer)

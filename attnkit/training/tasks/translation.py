@@ -266,10 +266,10 @@ class TranslationTask:
 
     # -- resume --------------------------------------------------------------------
 
-    def progress(self) -> dict[str, Any]:
+    def progress(self) -> dict[str, object]:
         return self.data.progress()
 
-    def state_dict(self) -> dict[str, Any]:
+    def state_dict(self) -> dict[str, object]:
         return self.data.state_dict()
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
