@@ -37,10 +37,10 @@ C = TypeVar("C")
 INT_LIMIT = 1 << 63
 
 
-_HINTS: dict[type, dict[str, Any]] = {}
+_HINTS: dict[type, dict[str, object]] = {}
 
 
-def _hints(cls: type) -> dict[str, Any]:
+def _hints(cls: type) -> dict[str, object]:
     """Resolved field annotations (``from __future__ import annotations`` makes them strings)."""
     if cls not in _HINTS:
         _HINTS[cls] = typing.get_type_hints(cls)

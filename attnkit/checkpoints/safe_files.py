@@ -22,7 +22,6 @@ import struct
 from collections.abc import Mapping
 from pathlib import Path
 from types import ModuleType
-from typing import Any
 
 import numpy as np
 import torch
@@ -109,7 +108,7 @@ def save_tensors(path: str | Path, tensors: Mapping[str, Tensor]) -> None:
     fsync_file(path)
 
 
-def check_safetensors_file(path: Path) -> tuple[int, dict[str, Any]]:
+def check_safetensors_file(path: Path) -> tuple[int, dict[str, object]]:
     """Refuse pickles and malformed files before safetensors parses them.
 
     Returns the header's length in bytes and the header, parsed.
@@ -278,7 +277,7 @@ def write_tree(directory: Path, stem: str, tree: Mapping[str, object]) -> None:
     write_json(directory / f"{stem}.json", encoded)
 
 
-def read_tree(directory: Path, stem: str, limit: int) -> dict[str, Any] | None:
+def read_tree(directory: Path, stem: str, limit: int) -> dict[str, object] | None:
     """Undo ``write_tree``; None without a ``stem.json``, an error past ``limit`` bytes."""
     json_path = directory / f"{stem}.json"
     if not json_path.exists():
@@ -315,7 +314,7 @@ def write_text(path: Path, text: str) -> None:
         os.fsync(f.fileno())
 
 
-def read_json(path: Path, limit: int) -> Any:
+def read_json(path: Path, limit: int) -> object:
     return parse_json(read_text(path, limit), path)
 
 
@@ -340,7 +339,7 @@ def read_text(path: Path, limit: int) -> str:
         raise CheckpointError(f"{path}: cannot read: {e.strerror or e}") from e
 
 
-def parse_json(text: str, path: Path) -> Any:
+def parse_json(text: str, path: Path) -> object:
     try:
         return json.loads(text)
     except ValueError as e:

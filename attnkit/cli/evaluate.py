@@ -176,7 +176,7 @@ def _score_text(loaded: LoadedModel, args: argparse.Namespace) -> dict[str, Any]
             "seconds": round(time.perf_counter() - start, 2)}  # fmt: skip
 
 
-def _score_images(loaded: LoadedModel, args: argparse.Namespace) -> dict[str, Any]:
+def _score_images(loaded: LoadedModel, args: argparse.Namespace) -> dict[str, object]:
     from attnkit.cli.common import images_for
     from attnkit.evaluation.accuracy import classification_scores
 

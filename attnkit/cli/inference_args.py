@@ -96,7 +96,7 @@ def plan_options(args: argparse.Namespace, **known: Any) -> Options:
     threads, workers) as the plan's ``Options``."""
     from attnkit.inference import Options
 
-    given: dict[str, Any] = {
+    given: dict[str, object] = {
         "precision": getattr(args, "precision", "fp32"),
         "path": decode_path(args),
         "engine": getattr(args, "engine", "attnkit"),

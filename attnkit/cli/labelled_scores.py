@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from attnkit.checkpoints.loading import LoadedModel
 
 
-def score_labelled(loaded: LoadedModel, args: argparse.Namespace) -> dict[str, Any]:
+def score_labelled(loaded: LoadedModel, args: argparse.Namespace) -> dict[str, object]:
     import torch
 
     from attnkit.cli.common import label_names
@@ -48,7 +48,7 @@ def score_labelled(loaded: LoadedModel, args: argparse.Namespace) -> dict[str, A
             "seconds": round(time.perf_counter() - start, 2)}  # fmt: skip
 
 
-def score_pairs(loaded: LoadedModel, args: argparse.Namespace) -> dict[str, Any]:
+def score_pairs(loaded: LoadedModel, args: argparse.Namespace) -> dict[str, object]:
     """Spearman and Pearson correlation of the embeddings' cosine similarity with the
     scores of a file of scored sentence pairs (``task: sentence_similarity``'s format)."""
     from attnkit.data.scored_pairs import read_scored_pairs

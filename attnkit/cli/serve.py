@@ -42,7 +42,7 @@ import argparse
 import os
 import socket
 import sys
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from attnkit.cli.argtypes import finite_float
 from attnkit.cli.common import (
@@ -324,7 +324,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _translator(args: argparse.Namespace, loaded: LoadedModel, threads: int) -> Any:
+def _translator(args: argparse.Namespace, loaded: LoadedModel, threads: int) -> object:
     """The ``--engine`` engine for ``loaded`` (a CPU model in its own precision), opened
     (converted on a cache miss) before anything else: a refusal is one line, exit 2."""
     from attnkit.cli.inference_args import engine_plan, run_options, say_for

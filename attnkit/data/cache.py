@@ -83,7 +83,7 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def read_manifest(directory: Path) -> dict[str, Any] | None:
+def read_manifest(directory: Path) -> dict[str, object] | None:
     """The manifest of a complete, undamaged prepared directory, else ``None``."""
     try:
         manifest = json.loads((directory / MANIFEST).read_text(encoding="utf-8"))
@@ -132,7 +132,7 @@ def _remove_abandoned(root: Path, own_lock: str) -> None:
                 shutil.rmtree(tmp, ignore_errors=True)
 
 
-def _trusted(directory: Path, fingerprint: Mapping[str, object]) -> dict[str, Any] | None:
+def _trusted(directory: Path, fingerprint: Mapping[str, object]) -> dict[str, object] | None:
     manifest = read_manifest(directory)
     return manifest if manifest is not None and manifest["fingerprint"] == fingerprint else None
 
@@ -198,7 +198,7 @@ def explain(root: Path, stage: str, fingerprint: Mapping[str, Any]) -> str:
     """Why ``fingerprint`` has no result: how it differs from the newest result of
     ``stage`` made from any of the same files, or that there is none."""
     paths = {f["path"] for f in fingerprint.get("inputs", [])}
-    best: tuple[float, dict[str, Any]] | None = None
+    best: tuple[float, dict[str, object]] | None = None
     for manifest_path in root.glob(f"{stage}-*/{MANIFEST}"):
         try:
             old = json.loads(manifest_path.read_text(encoding="utf-8"))["fingerprint"]

@@ -49,7 +49,7 @@ class Step:
     """A named step (``corpus_steps.STEPS``) and its arguments."""
 
     op: str
-    args: dict[str, Any]
+    args: dict[str, object]
 
 
 @dataclass(frozen=True)

@@ -51,7 +51,7 @@ class HFDatasetSettings(Protocol):
     @property
     def name(self) -> str | None: ...
     @property
-    def data_files(self) -> str | list[str] | dict[str, Any] | None: ...
+    def data_files(self) -> str | list[str] | dict[str, object] | None: ...
     @property
     def revision(self) -> str | None: ...
     @property
@@ -189,7 +189,7 @@ def _describe(s: HFDatasetSettings) -> str:
     return s.path + (f" ({s.name})" if s.name else "")
 
 
-def _load(s: HFDatasetSettings, split: str) -> Any:
+def _load(s: HFDatasetSettings, split: str) -> object:
     try:
         import datasets
     except ImportError:

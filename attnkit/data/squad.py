@@ -106,7 +106,7 @@ def _occurrences(context: str, text: str) -> list[int]:
 
 
 def _example(
-    qid: str, question: object, context: str, texts: list[Any], starts: list[Any], where: str
+    qid: str, question: object, context: str, texts: list[object], starts: list[object], where: str
 ) -> QAExample:
     if len(texts) != len(starts):
         raise DataError(f"{where}: {len(texts)} answer texts but {len(starts)} answer_start values")

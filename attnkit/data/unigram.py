@@ -137,7 +137,7 @@ class SentencePieceTokenizer(Tokenizer):
             return self._extra[i - self._pieces]
         return f"<id {i}>"
 
-    def _state(self) -> dict[str, Any]:
+    def _state(self) -> dict[str, object]:
         return {"model": base64.b64encode(self._proto).decode("ascii")}
 
     @classmethod

@@ -41,7 +41,7 @@ import stat
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypedDict, TypeGuard
+from typing import TypedDict, TypeGuard
 
 from attnkit import jsonio
 from attnkit.errors import EngineError
@@ -70,7 +70,7 @@ class Checked:
     """``check``'s answer: ``problem`` in words (None: the cache may be loaded)."""
 
     problem: str | None
-    manifest: dict[str, Any] | None = None
+    manifest: dict[str, object] | None = None
 
 
 def _stamp(st: os.stat_result) -> list[int]:
@@ -135,7 +135,7 @@ def record(directory: Path) -> dict[str, Entry]:
     }
 
 
-def read_manifest(directory: Path) -> tuple[dict[str, Any] | None, str | None]:
+def read_manifest(directory: Path) -> tuple[dict[str, object] | None, str | None]:
     """``directory``'s manifest, or why it cannot be read (stat before open: never blocks)."""
     path = directory / MANIFEST
     try:

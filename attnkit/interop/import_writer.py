@@ -78,7 +78,7 @@ class Imported:
     format: str
     model_type: str
     notes: list[str] = field(default_factory=list)
-    details: dict[str, Any] = field(default_factory=dict)
+    details: dict[str, object] = field(default_factory=dict)
 
 
 def check_positions(count: int, width: int, where: str) -> None:
@@ -109,7 +109,7 @@ def write_import(
     out: str | Path,
     *,
     overwrite: bool = False,
-    hub: dict[str, Any] | None = None,
+    hub: dict[str, object] | None = None,
 ) -> Path:
     """Write ``imported`` (read from ``source``) as the run ``out``; returns its checkpoint.
 

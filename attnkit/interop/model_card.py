@@ -46,12 +46,12 @@ def _first_existing(dirs: list[Path], name: str) -> Path | None:
     return next((d / name for d in dirs if (d / name).is_file()), None)
 
 
-def run_config(loaded: LoadedModel) -> dict[str, Any] | None:
+def run_config(loaded: LoadedModel) -> dict[str, object] | None:
     """The run config of ``loaded``'s run (``run.json`` or the trainer state's copy), if any."""
     return _run_config(loaded)[0]
 
 
-def _run_config(loaded: LoadedModel) -> tuple[dict[str, Any] | None, int | None, str]:
+def _run_config(loaded: LoadedModel) -> tuple[dict[str, object] | None, int | None, str]:
     """``(run config, step, where it came from)``, each possibly unknown."""
     dirs = _run_dirs(loaded.directory)
     step = None
@@ -75,7 +75,7 @@ def _run_config(loaded: LoadedModel) -> tuple[dict[str, Any] | None, int | None,
     return run, step, source
 
 
-def _metrics(loaded: LoadedModel, metrics: Path | None) -> tuple[dict[str, Any] | None, str]:
+def _metrics(loaded: LoadedModel, metrics: Path | None) -> tuple[dict[str, object] | None, str]:
     if metrics is None:
         metrics = _first_existing(_run_dirs(loaded.directory), METRICS_FILE)
         if metrics is None:
@@ -89,7 +89,7 @@ def _metrics(loaded: LoadedModel, metrics: Path | None) -> tuple[dict[str, Any] 
     return data, str(metrics)
 
 
-def _last_valid(loaded: LoadedModel) -> dict[str, Any] | None:
+def _last_valid(loaded: LoadedModel) -> dict[str, object] | None:
     log = _first_existing(_run_dirs(loaded.directory)[1:], "metrics.jsonl")
     if log is None:
         return None

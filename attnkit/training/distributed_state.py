@@ -79,7 +79,7 @@ def _optimizer_fqns(model: nn.Module, optimizer: torch.optim.Optimizer) -> list[
     return fqns
 
 
-def full_optimizer_state(model: nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
+def full_optimizer_state(model: nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, object]:
     """``optimizer.state_dict()``, gathered from the shards under FSDP2 (a collective;
     rank 0 gets it, keyed by parameter index as a single process would; others ``{}``)."""
     if not is_fsdp(model):

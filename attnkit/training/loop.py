@@ -303,7 +303,7 @@ class Trainer:
 
     # -- the loop ------------------------------------------------------------------
 
-    def fit(self, stop_when: Callable[[dict[str, float]], bool] | None = None) -> dict[str, Any]:
+    def fit(self, stop_when: Callable[[dict[str, float]], bool] | None = None) -> dict[str, object]:
         """Train until ``max_steps``, ``max_minutes`` or ``stop_when(valid metrics)``.
 
         Returns the final step, whether training stopped early, and the last

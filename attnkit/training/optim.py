@@ -121,7 +121,7 @@ def build_optimizer(
 
 def _split_positions(
     model: nn.Module, groups: list[dict[str, Any]], lr: float, scale: float
-) -> list[dict[str, Any]]:
+) -> list[dict[str, object]]:
     """Each group split in two: its position parameters (at ``lr * scale``) and the rest."""
     positions = {id(p) for p in position_parameters(model)}
     if not positions:

@@ -239,7 +239,7 @@ def config_from_start(
     init_config: ModelConfig,
     given: Mapping[str, Any],
     *,
-    task_fields: Mapping[str, Any] | None = None,
+    task_fields: Mapping[str, object] | None = None,
     head_fields: Collection[str] = (),
     families: Collection[str] | None = None,
 ) -> Any:
@@ -281,7 +281,7 @@ def config_from_start(
     for key in fields:
         if key not in known:
             raise ConfigError(f"model.{key}: unknown key{suggest(key, known, 'model.')}")
-    changes: dict[str, Any] = {}
+    changes: dict[str, object] = {}
     for key, value in fields.items():
         if _same(value, current[key]):
             continue

@@ -78,7 +78,7 @@ def _converter(
     """CTranslate2's converter with the spec fixed after its Marian loader ran."""
 
     class AttnkitMarianConverter(ctranslate2.converters.TransformersConverter):
-        def _load(self) -> Any:
+        def _load(self) -> object:
             spec = super()._load()
             spec.decoder.start_from_zero_embedding = False
             config = spec.config

@@ -41,8 +41,8 @@ class HFDirectory:
     """A model directory's parsed JSON files (weights are read on demand)."""
 
     path: Path
-    config: dict[str, Any]
-    tokenizer_config: dict[str, Any] = field(default_factory=dict)
+    config: dict[str, object]
+    tokenizer_config: dict[str, object] = field(default_factory=dict)
 
     @property
     def model_type(self) -> str:
@@ -56,7 +56,7 @@ class HFDirectory:
         value = self.config.get(key)
         return default if value is None else value
 
-    def require(self, key: str) -> Any:
+    def require(self, key: str) -> object:
         """A ``config.json`` field that must be there."""
         if self.config.get(key) is None:
             raise CheckpointError(f"{self.file(CONFIG)}: field {key!r} is missing")

@@ -41,7 +41,7 @@ def _specials(tokenizer: Tokenizer) -> dict[str, tuple[str, int]]:
     return {role: (tokenizer.id_to_token(i), i) for role, i in ids.items() if i is not None}
 
 
-def _piece_tokenizer(tokenizer: CharTokenizer | WordTokenizer) -> dict[str, Any]:
+def _piece_tokenizer(tokenizer: CharTokenizer | WordTokenizer) -> dict[str, object]:
     """A ``WordLevel`` tokenizer over the pieces of attnkit's char or word tokenizer."""
     import tokenizers as tk
 
@@ -67,7 +67,7 @@ def base_tokenizer_json(tokenizer: Tokenizer) -> dict[str, Any]:
     raise ConfigError(f"tokenizer: cannot export a {type(tokenizer).__name__} tokenizer")
 
 
-def hf_tokenizer_json(tokenizer: Tokenizer) -> dict[str, Any]:
+def hf_tokenizer_json(tokenizer: Tokenizer) -> dict[str, object]:
     """``tokenizer.json`` for a translation export (see the module doc), attnkit's ids."""
     data = base_tokenizer_json(tokenizer)
     specials = _specials(tokenizer)
@@ -94,7 +94,7 @@ def hf_tokenizer_json(tokenizer: Tokenizer) -> dict[str, Any]:
     return data
 
 
-def hf_tokenizer_config(tokenizer: Tokenizer, max_len: int) -> dict[str, Any]:
+def hf_tokenizer_config(tokenizer: Tokenizer, max_len: int) -> dict[str, object]:
     """``tokenizer_config.json``: the class, the special tokens, attnkit's encoding rules.
 
     ``unk_token`` is left out on purpose: transformers would mark it special

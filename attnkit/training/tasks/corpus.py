@@ -143,7 +143,7 @@ def lm_corpus(
     return LMCorpus(train, valid, tokenizer), prepared.release
 
 
-def prepare_run_data(run: RunConfig, *, log: Log | None = None) -> dict[str, Any]:
+def prepare_run_data(run: RunConfig, *, log: Log | None = None) -> dict[str, object]:
     """What ``attnkit prepare`` does: the training data of ``run`` prepared (or found
     prepared) in the cache, as ``attnkit train`` will want it; a summary."""
     from attnkit.training.tasks.dataset_source import with_dataset
