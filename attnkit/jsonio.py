@@ -11,7 +11,7 @@ then encoded with ``allow_nan=False``, so a value that slipped past the
 replacement (a float subclass with its own ``__repr__``) is an error here
 rather than invalid JSON on disk.
 
-Every other keyword is ``json.dumps``'s, unchanged: a tree without
+The keywords are ``json.dumps``'s, unchanged: a tree without
 non-finite values is encoded byte for byte as ``json.dumps`` would, so
 digests computed over ``dumps`` output (``sort_keys=True``) do not change.
 """
@@ -20,9 +20,14 @@ from __future__ import annotations
 
 import json
 import math
-from typing import IO, Any
+from collections.abc import Callable
+from typing import IO, Any, NoReturn, TypeAlias
 
 NONFINITE_KEY = "nonfinite"
+
+# A JSON value as ``json.loads`` returns it; readers narrow it with ``isinstance``.
+JSON: TypeAlias = dict[str, "JSON"] | list["JSON"] | str | int | float | bool | None
+JSONObject: TypeAlias = dict[str, JSON]
 
 
 def _name(x: float) -> str:
@@ -31,7 +36,7 @@ def _name(x: float) -> str:
     return "Infinity" if x > 0 else "-Infinity"
 
 
-def finite_tree(obj: Any) -> Any:
+def finite_tree(obj: object) -> object:
     """``obj`` with every non-finite float replaced by ``None`` (see the module doc).
 
     Dicts, lists and tuples are copied where they hold a non-finite value and
@@ -40,7 +45,7 @@ def finite_tree(obj: Any) -> Any:
     if isinstance(obj, float):
         return obj if math.isfinite(obj) else None
     if isinstance(obj, dict):
-        out: dict[Any, Any] = {}
+        out: dict[object, object] = {}
         reasons: dict[str, str] = {}
         changed = False
         for key, value in obj.items():
@@ -67,21 +72,53 @@ def finite_tree(obj: Any) -> Any:
     return obj
 
 
-def dumps(obj: Any, **kwargs: Any) -> str:
-    """``json.dumps(obj, **kwargs)`` as strict JSON: non-finite floats as ``null``."""
-    return json.dumps(finite_tree(obj), allow_nan=False, **kwargs)
+def dumps(
+    obj: object,
+    *,
+    indent: int | None = None,
+    sort_keys: bool = False,
+    ensure_ascii: bool = True,
+    separators: tuple[str, str] | None = None,
+    default: Callable[[Any], object] | None = None,  # json's hook: any unencodable value
+) -> str:
+    """``json.dumps(obj, ...)`` as strict JSON: non-finite floats as ``null``."""
+    return json.dumps(
+        finite_tree(obj),
+        allow_nan=False,
+        indent=indent,
+        sort_keys=sort_keys,
+        ensure_ascii=ensure_ascii,
+        separators=separators,
+        default=default,
+    )
 
 
-def dump(obj: Any, fp: IO[str], **kwargs: Any) -> None:
-    """``json.dump(obj, fp, **kwargs)`` as strict JSON: non-finite floats as ``null``."""
-    json.dump(finite_tree(obj), fp, allow_nan=False, **kwargs)
+def dump(
+    obj: object,
+    fp: IO[str],
+    *,
+    indent: int | None = None,
+    sort_keys: bool = False,
+    ensure_ascii: bool = True,
+    separators: tuple[str, str] | None = None,
+) -> None:
+    """``json.dump(obj, fp, ...)`` as strict JSON: non-finite floats as ``null``."""
+    json.dump(
+        finite_tree(obj),
+        fp,
+        allow_nan=False,
+        indent=indent,
+        sort_keys=sort_keys,
+        ensure_ascii=ensure_ascii,
+        separators=separators,
+    )
 
 
-def _refuse_constant(name: str) -> Any:
+def _refuse_constant(name: str) -> NoReturn:
     raise ValueError(f"not JSON: {name}")
 
 
-def loads_strict(text: str | bytes) -> Any:
+def loads_strict(text: str | bytes) -> JSON:
     """``json.loads`` that refuses ``NaN``/``Infinity`` (what other parsers do); for tests
     and for readers that must not accept what another tool could not read."""
     return json.loads(text, parse_constant=_refuse_constant)

@@ -29,11 +29,13 @@ import os
 import resource
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TypeVar
 
 import torch
 
 from attnkit.errors import AttnkitError, ConfigError
+
+C = TypeVar("C")  # a model config: whatever `build` takes
 
 MAX_LAYERS = 1024  # per stack: deeper than any published model (GPT-3: 96)
 MAX_MODULES = 1 << 16  # layers times experts: building the (meta) model stays under seconds
@@ -113,7 +115,7 @@ def require(
                     f"on {torch.device(device).type}; make it smaller")  # fmt: skip
 
 
-def _check_layer_counts(config: Any, prefix: str) -> None:
+def _check_layer_counts(config: object, prefix: str) -> None:
     fields = getattr(config, "__dataclass_fields__", {})
     layers = {n: getattr(config, n) for n in fields if n.endswith("layers")}
     experts = getattr(config, "num_experts", 1) if getattr(config, "ffn", "") == "moe" else 1
@@ -155,7 +157,7 @@ class _OnlyMeta(torch.overrides.TorchFunctionMode):
 
 
 def model_bytes(
-    config: Any, build: Callable[[Any], torch.nn.Module], *, prefix: str = ""
+    config: C, build: Callable[[C], torch.nn.Module], *, prefix: str = ""
 ) -> int | None:
     """Bytes of ``build(config)``'s parameters and buffers, measured on the meta device;
     ``None`` when the model cannot be built there (the check is then skipped).

@@ -17,17 +17,19 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import IO, Any, Protocol
+from typing import IO, Protocol
 
 
 class Progress(Protocol):
-    total: Any
+    """What attnkit uses of a tqdm bar (``LineProgress`` and ``_Silent`` are ones too)."""
 
-    def update(self, n: int = 1) -> Any: ...
-    def write(self, message: str) -> Any: ...
-    def set_postfix(self, **values: Any) -> Any: ...
-    def close(self) -> Any: ...
-    def reset(self, total: Any = None) -> Any: ...
+    total: float | None
+
+    def update(self, n: int = 1) -> object: ...
+    def write(self, message: str) -> object: ...
+    def set_postfix(self, **values: object) -> object: ...
+    def close(self) -> object: ...
+    def reset(self, total: float | None = None) -> object: ...
 
 
 def _duration(seconds: float) -> str:
@@ -110,7 +112,7 @@ class LineProgress:
         # messages go where tqdm.write sends them (standard output), the progress to stderr
         print(message, file=sys.stdout, flush=True)
 
-    def set_postfix(self, **values: Any) -> None:
+    def set_postfix(self, **values: object) -> None:
         self._postfix = " ".join(f"{k}={v}" for k, v in values.items())
 
     def close(self) -> None:
@@ -129,7 +131,7 @@ class LineProgress:
 class _Silent:
     """``disable=True``: nothing shown, messages still written."""
 
-    def __init__(self, total: Any) -> None:
+    def __init__(self, total: float | None) -> None:
         self.total = total
 
     def update(self, n: float = 1) -> None:
@@ -138,13 +140,13 @@ class _Silent:
     def write(self, message: str) -> None:
         print(message, file=sys.stdout, flush=True)
 
-    def set_postfix(self, **values: Any) -> None:
+    def set_postfix(self, **values: object) -> None:
         pass
 
     def close(self) -> None:
         pass
 
-    def reset(self, total: Any = None) -> None:
+    def reset(self, total: float | None = None) -> None:
         pass
 
 

@@ -37,17 +37,17 @@ C = TypeVar("C")
 INT_LIMIT = 1 << 63
 
 
-_HINTS: dict[type, dict[str, Any]] = {}
+_HINTS: dict[type, dict[str, object]] = {}
 
 
-def _hints(cls: type) -> dict[str, Any]:
+def _hints(cls: type) -> dict[str, object]:
     """Resolved field annotations (``from __future__ import annotations`` makes them strings)."""
     if cls not in _HINTS:
         _HINTS[cls] = typing.get_type_hints(cls)
     return _HINTS[cls]
 
 
-def _describe(annotation: Any) -> str:
+def _describe(annotation: object) -> str:
     if typing.get_origin(annotation) is Literal:
         return "one of " + ", ".join(str(a) for a in typing.get_args(annotation))
     if typing.get_origin(annotation) in (typing.Union, types.UnionType):
@@ -63,7 +63,7 @@ def _describe(annotation: Any) -> str:
     return getattr(origin or annotation, "__name__", str(annotation))
 
 
-def _item_problem(name: str, value: Any, annotation: Any) -> str | None:
+def _item_problem(name: str, value: object, annotation: object) -> str | None:
     """Why a list or tuple ``value`` does not fit a list or tuple ``annotation`` (or one
     in a union): its length, or the first item that does not fit (named ``name[i]``)."""
     if not isinstance(value, list | tuple):
@@ -91,7 +91,7 @@ def _item_problem(name: str, value: Any, annotation: Any) -> str | None:
     return None
 
 
-def type_ok(value: Any, annotation: Any) -> bool:
+def type_ok(value: object, annotation: object) -> bool:
     """Whether ``value`` fits ``annotation`` (the subset of typing configs use)."""
     origin = typing.get_origin(annotation)
     if annotation is Any:
@@ -124,7 +124,7 @@ def type_ok(value: Any, annotation: Any) -> bool:
     return isinstance(value, annotation) if isinstance(annotation, type) else True
 
 
-def _out_of_range(value: Any) -> str | None:
+def _out_of_range(value: object) -> str | None:
     """Why a number that fits its annotation still cannot be used, or ``None``."""
     if isinstance(value, float) and not math.isfinite(value):
         return f"must be a finite number, got {value}"
@@ -139,7 +139,7 @@ def _out_of_range(value: Any) -> str | None:
     return None
 
 
-def check_value(name: str, value: Any, annotation: Any) -> None:
+def check_value(name: str, value: object, annotation: object) -> None:
     """Raise ``ConfigError`` naming ``name`` unless ``value`` fits ``annotation``.
 
     Numbers must also be usable: no NaN or infinity (``lr: .inf`` would pass
@@ -167,12 +167,12 @@ def check_fields(config: Any) -> None:
         check_value(f.name, getattr(config, f.name), hints[f.name])
 
 
-def choices(annotation: Any) -> tuple[Any, ...]:
+def choices(annotation: object) -> tuple[Any, ...]:
     """The values of a ``Literal`` annotation (for help texts and other checks)."""
     return typing.get_args(annotation)
 
 
-def from_mapping(cls: type[C], data: Any, prefix: str = "") -> C:
+def from_mapping(cls: type[C], data: object, prefix: str = "") -> C:
     """Build dataclass ``cls`` from ``data`` (a mapping or ``None``), naming ``prefix.key``.
 
     Unknown keys are refused with the nearest known one; values are checked
@@ -217,7 +217,7 @@ def require(name: str, ok: bool, message: str) -> None:
         raise ConfigError(f"{name}: {message}")
 
 
-def at_least(config: Any, names: Iterable[str], minimum: int | float) -> None:
+def at_least(config: object, names: Iterable[str], minimum: int | float) -> None:
     """Every field in ``names`` is ``>= minimum``."""
     for name in names:
         value = getattr(config, name)

@@ -21,7 +21,7 @@ Targets are roles, not module names, so one config fits every family:
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Any, Literal
+from typing import Literal
 
 from attnkit.validation import at_least, check_fields, from_mapping, in_range, require
 
@@ -68,12 +68,12 @@ class LoRAConfig:
         """``alpha / rank``, the factor in front of ``B A``."""
         return self.alpha / self.rank
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         data = asdict(self)
         data["targets"] = list(self.targets)
         return data
 
     @classmethod
-    def from_dict(cls, data: Any, prefix: str = "lora") -> LoRAConfig:
+    def from_dict(cls, data: object, prefix: str = "lora") -> LoRAConfig:
         """Validate a mapping (YAML, JSON); errors name ``prefix.key``."""
         return from_mapping(cls, data, prefix)

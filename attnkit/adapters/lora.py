@@ -103,7 +103,7 @@ class LoRALinear(nn.Module):
 
     def _block_b(self) -> Tensor:
         """The ``(out, n r)`` matrix with ``B_i`` at rows ``slice_i``, columns ``i r ..``."""
-        b = list(self.lora_B.values())
+        b: list[Tensor] = list(self.lora_B.values())  # ParameterDict values are untyped
         n, r = len(b), self.rank
         if n == 1 and self.slices[next(iter(self.slices))] == (0, self.out_features):
             return b[0]
@@ -139,7 +139,8 @@ class LoRALinear(nn.Module):
     def forward(self, x: Tensor) -> Tensor:
         """``x`` ``(..., in)`` -> ``(..., out)``."""
         hidden = F.linear(self.dropout(x), self._stacked_a())  # (..., n r)
-        return self.base(x) + F.linear(hidden, self._block_b()) * self.scaling
+        base: Tensor = self.base(x)
+        return base + F.linear(hidden, self._block_b()) * self.scaling
 
     @torch.no_grad()
     def merged(self) -> nn.Linear:

@@ -10,7 +10,6 @@ This is the one place that knows the difference, so layers never branch on it.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 from torch import Tensor, nn
 
@@ -41,8 +40,8 @@ class Residual(nn.Module):
         self.dropout = nn.Dropout(dropout)
 
     def forward(
-        self, x: Tensor, sublayer: Callable[[Tensor], Tensor | tuple[Tensor, Any]]
-    ) -> tuple[Tensor, Any]:
+        self, x: Tensor, sublayer: Callable[[Tensor], Tensor | tuple[Tensor, object]]
+    ) -> tuple[Tensor, object]:
         """Apply ``sublayer`` to ``x`` ``(B, T, D)``; returns ``(y, extra)``.
 
         ``extra`` is whatever the sublayer returned beside its output (the

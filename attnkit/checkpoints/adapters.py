@@ -228,7 +228,7 @@ def save_lora_checkpoint(
     model: nn.Module,
     info: AdapterInfo,
     *,
-    config: Mapping[str, Any],
+    config: Mapping[str, object],
     tokenizer_json: str | None = None,
     **extra: Any,
 ) -> Path:

@@ -64,11 +64,11 @@ def _json_limit(path: Path) -> int:
     return MAX_JSON_BYTES.get(path.name, _DEFAULT_JSON_LIMIT)
 
 
-def _read_json(path: Path) -> Any:
+def _read_json(path: Path) -> object:
     return safe_files.read_json(path, _json_limit(path))
 
 
-def _read_tree(directory: Path, stem: str) -> dict[str, Any] | None:
+def _read_tree(directory: Path, stem: str) -> dict[str, object] | None:
     return safe_files.read_tree(directory, stem, _json_limit(directory / f"{stem}.json"))
 
 
@@ -78,10 +78,10 @@ class Checkpoint:
 
     directory: Path
     model_state: dict[str, Tensor]
-    config: dict[str, Any]
+    config: dict[str, object]
     tokenizer_json: str | None = None
     trainer_state: dict[str, Any] | None = None
-    optimizer_state: dict[str, Any] | None = None
+    optimizer_state: dict[str, object] | None = None
 
 
 def _optimizer_to_tree(state: Mapping[str, Any]) -> dict[str, Any]:
@@ -92,7 +92,7 @@ def _optimizer_to_tree(state: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def _optimizer_from_tree(tree: Any, file: Path) -> dict[str, Any]:
+def _optimizer_from_tree(tree: object, file: Path) -> dict[str, object]:
     if not isinstance(tree, dict):
         raise CheckpointError(
             f"{file}: not an optimizer state (a JSON {type(tree).__name__}, not an object)"
@@ -110,10 +110,10 @@ def save_checkpoint(
     directory: str | Path,
     *,
     model_state: Mapping[str, Tensor],
-    config: Mapping[str, Any],
+    config: Mapping[str, object],
     tokenizer_json: str | None = None,
-    trainer_state: Mapping[str, Any] | None = None,
-    optimizer_state: Mapping[str, Any] | None = None,
+    trainer_state: Mapping[str, object] | None = None,
+    optimizer_state: Mapping[str, object] | None = None,
     during_write: Callable[[], None] | None = None,
     extra_files: Mapping[str, str] | None = None,
 ) -> Path:

@@ -15,7 +15,7 @@ initialising SmolLM2-135M's 135M parameters took longer than reading them.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,6 +30,7 @@ from attnkit.checkpoints.rundir import latest_checkpoint, resolve_checkpoint
 from attnkit.data.tokenizer_kinds import Tokenizer, tokenizer_from_json
 from attnkit.device import resolve_device
 from attnkit.errors import CheckpointError, ConfigError
+from attnkit.models.config_base import ModelConfig
 from attnkit.models.registry import KIND_NAMES, Family, ModelKind, family_of, get_family
 
 # torch.nn.init's random initialisers (each dispatches through the torch-function
@@ -52,20 +53,26 @@ class _SkipRandomInit(torch.overrides.TorchFunctionMode):
     they come out right. The RNG is not advanced.
     """
 
-    def __torch_function__(self, func, types, args=(), kwargs=None):
+    def __torch_function__(
+        self,
+        func: Callable[..., object],
+        types: Collection[type],
+        args: Sequence[object] = (),
+        kwargs: Mapping[str, object] | None = None,
+    ) -> object:
         if func in _RANDOM_INIT:
             return args[0] if args else (kwargs or {})["tensor"]
         return func(*args, **(kwargs or {}))
 
 
-def build_for_loading(config: Any) -> nn.Module:
+def build_for_loading(config: ModelConfig) -> nn.Module:
     """The family's model for ``config`` with parameters left uninitialised (see the module
     doc): load a state dict into it before use."""
     with _SkipRandomInit():
         return family_of(config).model_class(config)
 
 
-def _check_fits(config: Any, config_file: Path, device: torch.device) -> None:
+def _check_fits(config: ModelConfig, config_file: Path, device: torch.device) -> None:
     """Refuse, before building, a model whose config asks for more memory than there is
     (``max_len: 10**12`` would allocate its position table until the kernel kills us)."""
     from attnkit.memory_estimates import model_bytes, require

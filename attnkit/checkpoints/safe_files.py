@@ -21,7 +21,7 @@ import stat
 import struct
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from types import ModuleType
 
 import numpy as np
 import torch
@@ -29,6 +29,7 @@ from torch import Tensor
 
 from attnkit import jsonio
 from attnkit.errors import CheckpointError
+from attnkit.jsonio import JSON
 from attnkit.output_paths.atomic import current_umask
 from attnkit.output_paths.policy import as_os_error
 
@@ -41,7 +42,7 @@ _ALIASES_KEY = "attnkit.aliases"
 # -- safetensors (lazy import, validated reading) ------------------------------------
 
 
-def _safetensors() -> Any:
+def _safetensors() -> ModuleType:
     try:
         import safetensors.torch
     except ImportError as e:
@@ -63,8 +64,9 @@ def _dedup_for_save(tensors: Mapping[str, Tensor]) -> tuple[dict[str, Tensor], d
     """
     kept: dict[str, Tensor] = {}
     aliases: dict[str, str] = {}
-    seen: dict[tuple, str] = {}
-    storage_users: dict[tuple, int] = {}
+    # (device, data pointer, dtype, shape, stride): the same view of the same memory
+    seen: dict[tuple[torch.device, int, torch.dtype, tuple[int, ...], tuple[int, ...]], str] = {}
+    storage_users: dict[tuple[torch.device, int], int] = {}
     for key, t in tensors.items():
         if not isinstance(t, Tensor):
             raise CheckpointError(f"{key}: expected a tensor, got {type(t).__name__}")
@@ -106,7 +108,7 @@ def save_tensors(path: str | Path, tensors: Mapping[str, Tensor]) -> None:
     fsync_file(path)
 
 
-def check_safetensors_file(path: Path) -> tuple[int, dict[str, Any]]:
+def check_safetensors_file(path: Path) -> tuple[int, dict[str, object]]:
     """Refuse pickles and malformed files before safetensors parses them.
 
     Returns the header's length in bytes and the header, parsed.
@@ -223,7 +225,7 @@ def tensor_names(path: str | Path) -> set[str]:
 # -- JSON trees with tensor leaves ----------------------------------------------------
 
 
-def _encode(obj: Any, path: str, tensors: dict[str, Tensor]) -> Any:
+def _encode(obj: object, path: str, tensors: dict[str, Tensor]) -> JSON:
     """JSON-ready copy of ``obj``; tensors move to ``tensors`` under their dotted path."""
     if isinstance(obj, Tensor):
         if path in tensors:
@@ -235,20 +237,21 @@ def _encode(obj: Any, path: str, tensors: dict[str, Tensor]) -> Any:
     if isinstance(obj, list):
         return [_encode(v, f"{path}.{i}", tensors) for i, v in enumerate(obj)]
     if isinstance(obj, Mapping):
-        out = {}
+        out: dict[str, JSON] = {}
         for key, value in obj.items():
             if not isinstance(key, str):
                 raise CheckpointError(f"{path}: key {key!r} is not a string; JSON cannot keep it")
             out[key] = _encode(value, f"{path}.{key}" if path else key, tensors)
         return out
     if isinstance(obj, np.generic):
-        return obj.item()
+        item: JSON = obj.item()  # numpy leaves item() untyped: a Python scalar
+        return item
     if obj is None or isinstance(obj, (bool, int, float, str)):
         return obj
     raise CheckpointError(f"{path}: cannot store a {type(obj).__name__} (not JSON or a tensor)")
 
 
-def _decode(obj: Any, tensors: Mapping[str, Tensor], file: Path) -> Any:
+def _decode(obj: object, tensors: Mapping[str, Tensor], file: Path) -> object:
     if isinstance(obj, list):
         return [_decode(v, tensors, file) for v in obj]
     if isinstance(obj, dict):
@@ -265,7 +268,7 @@ def _decode(obj: Any, tensors: Mapping[str, Tensor], file: Path) -> Any:
     return obj
 
 
-def write_tree(directory: Path, stem: str, tree: Mapping[str, Any]) -> None:
+def write_tree(directory: Path, stem: str, tree: Mapping[str, object]) -> None:
     """``tree`` as ``stem.json``, with its tensor leaves in ``stem.safetensors``."""
     tensors: dict[str, Tensor] = {}
     encoded = _encode(tree, "", tensors)
@@ -274,7 +277,7 @@ def write_tree(directory: Path, stem: str, tree: Mapping[str, Any]) -> None:
     write_json(directory / f"{stem}.json", encoded)
 
 
-def read_tree(directory: Path, stem: str, limit: int) -> dict[str, Any] | None:
+def read_tree(directory: Path, stem: str, limit: int) -> dict[str, object] | None:
     """Undo ``write_tree``; None without a ``stem.json``, an error past ``limit`` bytes."""
     json_path = directory / f"{stem}.json"
     if not json_path.exists():
@@ -282,7 +285,10 @@ def read_tree(directory: Path, stem: str, limit: int) -> dict[str, Any] | None:
     encoded = read_json(json_path, limit)
     tensor_path = directory / f"{stem}.safetensors"
     tensors = load_tensors(tensor_path) if tensor_path.exists() else {}
-    return _decode(encoded, tensors, json_path)
+    tree = _decode(encoded, tensors, json_path)
+    if not isinstance(tree, dict):  # write_tree writes a mapping: this file was not its
+        raise CheckpointError(f"{json_path}: expected a JSON object")
+    return tree
 
 
 # -- files and atomic directories ----------------------------------------------------
@@ -293,7 +299,7 @@ def fsync_file(path: Path) -> None:
         os.fsync(f.fileno())
 
 
-def write_json(path: Path, obj: Any) -> None:
+def write_json(path: Path, obj: object) -> None:
     try:
         text = jsonio.dumps(obj, indent=2, ensure_ascii=False)
     except (TypeError, ValueError) as e:
@@ -308,7 +314,7 @@ def write_text(path: Path, text: str) -> None:
         os.fsync(f.fileno())
 
 
-def read_json(path: Path, limit: int) -> Any:
+def read_json(path: Path, limit: int) -> object:
     return parse_json(read_text(path, limit), path)
 
 
@@ -333,7 +339,7 @@ def read_text(path: Path, limit: int) -> str:
         raise CheckpointError(f"{path}: cannot read: {e.strerror or e}") from e
 
 
-def parse_json(text: str, path: Path) -> Any:
+def parse_json(text: str, path: Path) -> object:
     try:
         return json.loads(text)
     except ValueError as e:

@@ -17,7 +17,7 @@ Examples:
 from __future__ import annotations
 
 import argparse
-from typing import Any, cast
+from typing import TYPE_CHECKING, cast
 
 from attnkit import jsonio
 from attnkit.cli.argtypes import integer
@@ -28,6 +28,10 @@ from attnkit.cli.common import (
     named_checkpoint,
 )
 from attnkit.errors import DataError, UsageError
+
+if TYPE_CHECKING:
+    from attnkit.checkpoints.loading import LoadedModel
+    from attnkit.models.lm_config import EncoderOnlyConfig
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -57,7 +61,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_device_argument(parser)
 
 
-def load_reader(command: str, path: str, device: str | None) -> Any:
+def load_reader(command: str, path: str, device: str | None) -> LoadedModel:
     """An encoder-only checkpoint with a start/end head, for ``attnkit command``."""
     from attnkit.evaluation.question_answering import is_qa_config
 
@@ -71,7 +75,9 @@ def load_reader(command: str, path: str, device: str | None) -> Any:
     return loaded
 
 
-def windows_for(config: Any, max_len: int | None, stride: int | None) -> tuple[int, int]:
+def windows_for(
+    config: EncoderOnlyConfig, max_len: int | None, stride: int | None
+) -> tuple[int, int]:
     """``(window, stride)`` from the options, checked against the model (UsageError)."""
     from attnkit.data.qa_windows import check_stride, default_stride, default_windows
     from attnkit.errors import ConfigError
@@ -124,7 +130,7 @@ def run(args: argparse.Namespace) -> int:
         if not args.json:
             print(best.text)
             continue
-        record: dict[str, Any] = {"answer": best.text, "score": round(best.probability, 6),
+        record: dict[str, object] = {"answer": best.text, "score": round(best.probability, 6),
                                   "start": best.start, "end": best.end}  # fmt: skip
         if args.question is None:
             record = {"id": example.id, **record}

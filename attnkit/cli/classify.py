@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any, cast
+from typing import TYPE_CHECKING, cast
 
 from attnkit import jsonio
 from attnkit.cli.common import (
@@ -27,6 +27,9 @@ from attnkit.cli.common import (
     named_checkpoint,
 )
 from attnkit.errors import DataError, UsageError
+
+if TYPE_CHECKING:
+    from attnkit.checkpoints.loading import LoadedModel
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -41,7 +44,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_device_argument(parser)
 
 
-def load_classifier(command: str, path: str, device: str | None) -> Any:
+def load_classifier(command: str, path: str, device: str | None) -> LoadedModel:
     """An encoder-only checkpoint with a classification head, for ``attnkit command``."""
     loaded = load_for(command, path, device)
     if getattr(loaded.config, "num_labels", 0) < 1:

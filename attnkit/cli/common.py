@@ -11,10 +11,15 @@ from typing import TYPE_CHECKING, Any
 from attnkit.errors import UsageError
 
 if TYPE_CHECKING:
+    import torch
     from torch import Tensor
 
     from attnkit.checkpoints.loading import LoadedModel
     from attnkit.data.images import ImageSet
+    from attnkit.models.config_base import ModelConfig
+    from attnkit.models.lm_config import EncoderOnlyConfig
+    from attnkit.models.swin import SwinConfig
+    from attnkit.models.vit import ViTConfig
     from attnkit.output_paths import RunLock
 
 # Which commands read a checkpoint of each kind of model (attnkit.models.FAMILIES's
@@ -148,7 +153,7 @@ def add_precision_argument(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def label_names(config: Any) -> list[str]:
+def label_names(config: EncoderOnlyConfig) -> list[str]:
     """A classifier checkpoint's label names (``0``, ``1``, ... where it has none)."""
     return list(config.label_names) or [str(i) for i in range(config.num_labels)]
 
@@ -280,7 +285,9 @@ def open_run_dir(
     return lock
 
 
-def check_training_fits(model_config: Any, device: Any, *, batch_tokens: int = 0) -> None:
+def check_training_fits(
+    model_config: ModelConfig, device: str | torch.device, *, batch_tokens: int = 0
+) -> None:
     """Refuse (naming the keys) a model whose weights, gradients and Adam moments alone
     would not fit in memory, or a batch of ``batch_tokens`` (language models sample
     ``train.max_tokens`` worth of blocks whatever the text's length) whose token ids and
@@ -299,7 +306,9 @@ def check_training_fits(model_config: Any, device: Any, *, batch_tokens: int = 0
             device=device)  # fmt: skip
 
 
-def check_decode_fits(model_config: Any, rows: int, device: Any, options: str) -> None:
+def check_decode_fits(
+    model_config: ModelConfig, rows: int, device: str | torch.device, options: str
+) -> None:
     """Refuse a decode whose logits alone (``rows`` = beams x sentences per batch, by the
     vocabulary, twice: the scores and their log-softmax) would not fit in memory."""
     from attnkit.memory_estimates import require
@@ -327,11 +336,13 @@ def check_input_file(path: str | None, option: str) -> None:
 DIGITS = "digits"
 
 
-def _class_names(config: Any) -> list[str]:
+def _class_names(config: ViTConfig | SwinConfig) -> list[str]:
     return list(config.class_names) or [str(i) for i in range(config.num_classes)]
 
 
-def images_for(spec: str, labels: str | None, config: Any) -> tuple[ImageSet, str]:
+def images_for(
+    spec: str, labels: str | None, config: ViTConfig | SwinConfig
+) -> tuple[ImageSet, str]:
     """``--images``: ``digits`` (the held-out 359 of the fixed split) or a folder with a
     labels CSV (``--labels``, default ``FOLDER/labels.csv``), read for ``config``'s
     channels and size, labels mapped through its class names. Returns the set and a name."""
@@ -355,7 +366,7 @@ def images_for(spec: str, labels: str | None, config: Any) -> tuple[ImageSet, st
     return images, str(folder)
 
 
-def image_for(spec: str, config: Any) -> tuple[Tensor, int | None, str]:
+def image_for(spec: str, config: ViTConfig | SwinConfig) -> tuple[Tensor, int | None, str]:
     """``--image``: ``digits:INDEX`` (a held-out digit) or an image file, as ``(C, H, W)``
     for ``config``; returns the image, its label id (``None`` for a file) and a name."""
     from attnkit.data.images import load_digits_split, read_image
@@ -373,7 +384,7 @@ def image_for(spec: str, config: Any) -> tuple[Tensor, int | None, str]:
     return read_image(spec, channels=config.channels, image_size=config.image_size), None, spec
 
 
-def _check_digits_fit(config: Any) -> None:
+def _check_digits_fit(config: ViTConfig | SwinConfig) -> None:
     if (config.image_size, config.channels) != (8, 1):
         raise UsageError(
             f"digits: 8x8 grey images, but this model reads {config.image_size}x"

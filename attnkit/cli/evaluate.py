@@ -47,7 +47,7 @@ import argparse
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from attnkit import jsonio
 from attnkit.cli import labelled_scores
@@ -70,6 +70,9 @@ from attnkit.cli.inference_args import (
 from attnkit.errors import UsageError
 from attnkit.evaluation.question_answering import is_qa_config
 from attnkit.output_paths import check_output_file, write_text
+
+if TYPE_CHECKING:
+    from attnkit.checkpoints.loading import LoadedModel
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -113,7 +116,7 @@ def _inputs(args: argparse.Namespace) -> list[str | Path]:
     return [p for p in given if p] + checkpoint_inputs(args.checkpoint)
 
 
-def _check_inputs(args: argparse.Namespace, kind: str, config: Any = None) -> None:
+def _check_inputs(args: argparse.Namespace, kind: str, config: object = None) -> None:
     if kind == "image_classifier":
         if not args.images:
             raise UsageError("--images: an image classifier is scored on 'digits' or a folder")
@@ -145,7 +148,7 @@ def _check_inputs(args: argparse.Namespace, kind: str, config: Any = None) -> No
             raise UsageError("--src/--ref: for translation checkpoints; give --text here")
 
 
-def _score_text(loaded: Any, args: argparse.Namespace) -> dict[str, Any]:
+def _score_text(loaded: LoadedModel, args: argparse.Namespace) -> dict[str, Any]:
     import torch
 
     from attnkit.data.readers import read_text
@@ -173,7 +176,7 @@ def _score_text(loaded: Any, args: argparse.Namespace) -> dict[str, Any]:
             "seconds": round(time.perf_counter() - start, 2)}  # fmt: skip
 
 
-def _score_images(loaded: Any, args: argparse.Namespace) -> dict[str, Any]:
+def _score_images(loaded: LoadedModel, args: argparse.Namespace) -> dict[str, object]:
     from attnkit.cli.common import images_for
     from attnkit.evaluation.accuracy import classification_scores
 
@@ -225,7 +228,9 @@ def with_context(model: Any, context: int) -> Any:
     return longer.to(device).eval()
 
 
-def _score_translation(loaded: Any, args: argparse.Namespace, corpus: Any) -> dict[str, Any]:
+def _score_translation(
+    loaded: LoadedModel, args: argparse.Namespace, corpus: Any
+) -> dict[str, Any]:
     from attnkit.attention.backends import REFERENCE, use_backend
     from attnkit.cli.inference_args import decode_options, engine_from_args, stepper_from_args
     from attnkit.decoding.text import translate_texts

@@ -17,7 +17,7 @@ Example:
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import TYPE_CHECKING
 
 from attnkit.cli.argtypes import integer
 from attnkit.cli.common import (
@@ -29,6 +29,9 @@ from attnkit.cli.common import (
 )
 from attnkit.errors import UsageError
 from attnkit.output_paths import atomic_file, check_output_file
+
+if TYPE_CHECKING:
+    from attnkit.checkpoints.loading import LoadedModel
 
 MAX_NEW_TOKENS = 1024  # or the model's context, if longer
 
@@ -95,7 +98,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _explore_classifier(args: argparse.Namespace, loaded: Any, inputs: list) -> int:
+def _explore_classifier(args: argparse.Namespace, loaded: LoadedModel, inputs: list) -> int:
     """A text classifier's page: its self-attention and label probabilities."""
     from attnkit.cli.common import label_names
     from attnkit.data.classification import split_input_line

@@ -35,7 +35,6 @@ from __future__ import annotations
 import argparse
 import importlib
 from pathlib import Path
-from typing import Any
 
 from attnkit.cli.common import CHECKPOINT_HELP, named_checkpoint
 from attnkit.errors import UsageError
@@ -73,9 +72,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _options(args: argparse.Namespace) -> dict[str, Any]:
+def _options(args: argparse.Namespace) -> dict[str, object]:
     """Target-specific options; one given for another target is a usage error."""
-    options: dict[str, Any] = {}
+    options: dict[str, object] = {}
     if args.metrics is not None:
         if args.to != "hf":
             raise UsageError("--metrics: only --to hf writes a model card")

@@ -53,7 +53,12 @@ from attnkit.cli.common import (
 from attnkit.errors import UsageError
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from attnkit.checkpoints.loading import LoadedModel
+    from attnkit.data.tokenizers import Tokenizer
     from attnkit.decoding.protocol import AnyStepper
+    from attnkit.inference import InferencePlan
 
 # attnkit.engines.registry.GENERATOR_NAMES, spelled out so that parsing imports no engine.
 ENGINES = ("attnkit", "llama.cpp")
@@ -110,7 +115,7 @@ def check_arguments(args: argparse.Namespace) -> None:
     drafting.check_arguments(args)
 
 
-def chat_prompt(tokenizer: Any, user: str, system: str | None = None) -> str:
+def chat_prompt(tokenizer: Tokenizer, user: str, system: str | None = None) -> str:
     """``user`` (after ``system``) in the tokenizer's chat template, ready for the reply."""
     from attnkit.data.chat import chat_template_of
     from attnkit.errors import DataError
@@ -140,7 +145,7 @@ class IncrementalText:
     CONTEXT = 5  # earlier ids decoded with the new ones (boundaries, leading spaces)
     MAX_WAIT = 16
 
-    def __init__(self, tokenizer: Any, prompt: list[int]) -> None:
+    def __init__(self, tokenizer: Tokenizer, prompt: list[int]) -> None:
         self.tokenizer = tokenizer
         self.ids = list(prompt[-self.CONTEXT - 1 :])
         self.read = len(self.ids)  # ids before this have been printed
@@ -217,7 +222,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _prompt_ids(args: argparse.Namespace, tokenizer: Any) -> list[int]:
+def _prompt_ids(args: argparse.Namespace, tokenizer: Tokenizer) -> list[int]:
     text = chat_prompt(tokenizer, args.prompt, args.system) if args.chat else args.prompt
     prompt = tokenizer.encode(text)
     if not prompt:
@@ -226,7 +231,7 @@ def _prompt_ids(args: argparse.Namespace, tokenizer: Any) -> list[int]:
 
 
 def _print(
-    args: argparse.Namespace, tokenizer: Any, prompt: list[int], tokens: Iterable[int]
+    args: argparse.Namespace, tokenizer: Tokenizer, prompt: list[int], tokens: Iterable[int]
 ) -> None:
     """The prompt (unless --no-echo or --chat), then each token's text as it comes."""
     out = sys.stdout
@@ -263,7 +268,7 @@ def _run_engine(args: argparse.Namespace) -> int:
         options = dataclasses.replace(options, eos_id=eos_id)
     prompt = _prompt_ids(args, tokenizer)
 
-    def opener(plan: Any, load: Any) -> Any:
+    def opener(plan: InferencePlan, load: Callable[[], LoadedModel]) -> object:
         return open_generator(
             plan.engine, args.checkpoint, run, len(prompt) + args.max_new_tokens,
             load=lambda directory: load(), say=say_for("generate"),

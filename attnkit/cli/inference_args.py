@@ -25,6 +25,7 @@ from attnkit.errors import UsageError
 
 if TYPE_CHECKING:
     from attnkit.checkpoints.loading import LoadedModel
+    from attnkit.engines.base import DecodeOptions, RunOptions
     from attnkit.inference import EngineOpener, InferencePlan, Options
 
 # GNMT's length penalty ((5 + |Y|) / 6) ** alpha overflows a float past alpha ~ 130
@@ -99,7 +100,7 @@ def plan_options(args: argparse.Namespace, **known: Any) -> Options:
     asked = getattr(args, "precision", None)
     if getattr(args, "precision_from_checkpoint", False):
         asked = None
-    given: dict[str, Any] = {
+    given: dict[str, object] = {
         "precision": asked,
         "path": decode_path(args),
         "engine": getattr(args, "engine", "attnkit"),
@@ -108,7 +109,7 @@ def plan_options(args: argparse.Namespace, **known: Any) -> Options:
 
 
 def plan_for(
-    loaded: LoadedModel, args: argparse.Namespace, command: str, **known: Any
+    loaded: LoadedModel, args: argparse.Namespace, command: str, **known: object
 ) -> InferencePlan:
     """The inference plan for ``loaded`` (already on its device) and ``args``."""
     from attnkit.inference import CheckpointInfo, Machine, make_plan
@@ -120,7 +121,7 @@ def plan_for(
 
 
 def engine_plan(
-    args: argparse.Namespace, command: str, kind: str, *, show: bool = True, **known: Any
+    args: argparse.Namespace, command: str, kind: str, *, show: bool = True, **known: object
 ) -> InferencePlan:
     """The plan for ``--engine`` (another engine: nothing loaded, the device as given)."""
     import torch
@@ -160,7 +161,7 @@ def say_for(command: str) -> Callable[[str], None]:
     return say
 
 
-def run_options(plan: InferencePlan) -> Any:
+def run_options(plan: InferencePlan) -> RunOptions:
     """The plan as the engines' ``RunOptions`` (``attnkit.engines.registry``)."""
     from attnkit.engines.registry import RunOptions
 
@@ -168,7 +169,7 @@ def run_options(plan: InferencePlan) -> Any:
                       path=plan.path, workers=plan.workers)  # fmt: skip
 
 
-def engine_options(args: argparse.Namespace) -> tuple[Any, Any]:
+def engine_options(args: argparse.Namespace) -> tuple[RunOptions, DecodeOptions]:
     """``args`` as the engines' ``RunOptions`` and ``DecodeOptions``, checked by the engine
     (a ``UsageError`` naming the first option ``--engine`` cannot honour)."""
     from attnkit.engines.registry import ENGINES as OPENED
@@ -182,7 +183,7 @@ def engine_options(args: argparse.Namespace) -> tuple[Any, Any]:
 def translation_openers(args: argparse.Namespace, command: str) -> dict[str, EngineOpener]:
     """``prepare``'s openers of the translation engines, converting on first use."""
 
-    def opener(plan: InferencePlan, load: Callable[[], LoadedModel]) -> Any:
+    def opener(plan: InferencePlan, load: Callable[[], LoadedModel]) -> object:
         from attnkit.engines.registry import open_engine
 
         return open_engine(plan.engine, args.checkpoint, run_options(plan), decode_options(args),
@@ -208,7 +209,7 @@ def engine_from_args(
     return prepare(source, plan, openers=translation_openers(args, command))
 
 
-def decode_options(args: argparse.Namespace) -> Any:
+def decode_options(args: argparse.Namespace) -> DecodeOptions:
     """The search options of ``args`` as ``attnkit.engines.registry.DecodeOptions``."""
     from attnkit.engines.registry import DecodeOptions
 

@@ -11,13 +11,16 @@ from __future__ import annotations
 import argparse
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from attnkit import jsonio
 from attnkit.output_paths import write_text
 
+if TYPE_CHECKING:
+    from attnkit.checkpoints.loading import LoadedModel
 
-def score_labelled(loaded: Any, args: argparse.Namespace) -> dict[str, Any]:
+
+def score_labelled(loaded: LoadedModel, args: argparse.Namespace) -> dict[str, object]:
     import torch
 
     from attnkit.cli.common import label_names
@@ -45,7 +48,7 @@ def score_labelled(loaded: Any, args: argparse.Namespace) -> dict[str, Any]:
             "seconds": round(time.perf_counter() - start, 2)}  # fmt: skip
 
 
-def score_pairs(loaded: Any, args: argparse.Namespace) -> dict[str, Any]:
+def score_pairs(loaded: LoadedModel, args: argparse.Namespace) -> dict[str, object]:
     """Spearman and Pearson correlation of the embeddings' cosine similarity with the
     scores of a file of scored sentence pairs (``task: sentence_similarity``'s format)."""
     from attnkit.data.scored_pairs import read_scored_pairs
@@ -70,7 +73,7 @@ def score_pairs(loaded: Any, args: argparse.Namespace) -> dict[str, Any]:
             "data": str(args.labelled), "seconds": seconds}  # fmt: skip
 
 
-def print_qa(loaded: Any, args: argparse.Namespace) -> int:
+def print_qa(loaded: LoadedModel, args: argparse.Namespace) -> int:
     """Score a QA checkpoint on a SQuAD file, in ``attnkit answer``'s default windows."""
     from attnkit.data.qa_windows import default_windows
     from attnkit.data.squad import read_squad
@@ -93,7 +96,7 @@ def print_qa(loaded: Any, args: argparse.Namespace) -> int:
 
 
 def score_summaries_of(
-    loaded: Any, args: argparse.Namespace, pairs: Any, inputs: list[str | Path]
+    loaded: LoadedModel, args: argparse.Namespace, pairs: Any, inputs: list[str | Path]
 ) -> dict[str, Any]:
     from attnkit.decoding.summaries import is_decoder_only
     from attnkit.evaluation.summaries import score_summaries

@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from attnkit.training.runconfig import RunConfig
 
 # The model and recipe, sized for 2 CPU cores (see docs/lab/results-history.md for figures).
-QUICKSTART_RUN: dict[str, Any] = {
+QUICKSTART_RUN: dict[str, object] = {
     "task": "translation",
     "tokenizer": {"kind": "bpe", "vocab_size": 200},
     "model": {

@@ -10,10 +10,13 @@ detected); the scores are seqeval's entity-level precision, recall and F1
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from attnkit.checkpoints.loading import LoadedModel
 
 
-def score_tagged(loaded: Any, path: str, batch_size: int) -> dict[str, Any]:
+def score_tagged(loaded: LoadedModel, path: str, batch_size: int) -> dict[str, object]:
     """Entity scores of ``loaded`` (a tagger) on the tagged file ``path``."""
     from attnkit.data.token_tags import encode_words, read_tagged, word_labels
     from attnkit.evaluation.token_classification import entity_scores, predict_tags

@@ -42,7 +42,7 @@ import argparse
 import os
 import socket
 import sys
-from typing import Any
+from typing import TYPE_CHECKING
 
 from attnkit.cli.argtypes import finite_float
 from attnkit.cli.common import (
@@ -53,6 +53,12 @@ from attnkit.cli.common import (
 )
 from attnkit.cli.inference_args import ENGINES, MAX_ALPHA
 from attnkit.errors import UsageError
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from attnkit.checkpoints.loading import LoadedModel
+    from attnkit.inference import InferencePlan
 
 MAX_NEW_TOKENS = 1024  # attnkit.serve.schemas.MAX_NEW_TOKENS (not imported: FastAPI may be missing)
 API_KEY_ENV = "ATTNKIT_API_KEY"  # attnkit.serve.api_key.API_KEY_ENV (likewise)
@@ -318,14 +324,14 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _translator(args: argparse.Namespace, loaded: Any, threads: int) -> Any:
+def _translator(args: argparse.Namespace, loaded: LoadedModel, threads: int) -> object:
     """The ``--engine`` engine for ``loaded`` (a CPU model in its own precision), opened
     (converted on a cache miss) before anything else: a refusal is one line, exit 2."""
     from attnkit.cli.inference_args import engine_plan, run_options, say_for
     from attnkit.inference import prepare
     from attnkit.serve.engine_translator import open_translator
 
-    def opener(plan: Any, load: Any) -> Any:
+    def opener(plan: InferencePlan, load: Callable[[], LoadedModel]) -> object:
         return open_translator(plan.engine, load(), run_options(plan), alpha=args.alpha,
                                say=say_for("serve"))  # fmt: skip
 

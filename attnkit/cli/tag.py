@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any, cast
+from typing import TYPE_CHECKING, cast
 
 from attnkit import jsonio
 from attnkit.cli.common import (
@@ -30,6 +30,10 @@ from attnkit.cli.common import (
     named_checkpoint,
 )
 from attnkit.errors import DataError, UsageError
+
+if TYPE_CHECKING:
+    from attnkit.checkpoints.loading import LoadedModel
+    from attnkit.models.lm_config import EncoderOnlyConfig
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -48,7 +52,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_device_argument(parser)
 
 
-def load_tagger(command: str, path: str, device: str | None) -> Any:
+def load_tagger(command: str, path: str, device: str | None) -> LoadedModel:
     """An encoder-only checkpoint with a token-classification head, for ``attnkit command``."""
     loaded = load_for(command, path, device)
     config = loaded.config
@@ -60,11 +64,11 @@ def load_tagger(command: str, path: str, device: str | None) -> Any:
     return loaded
 
 
-def tag_names(config: Any) -> list[str]:
+def tag_names(config: EncoderOnlyConfig) -> list[str]:
     return list(config.label_names) or [str(i) for i in range(config.num_labels)]
 
 
-def entity_records(words: list[str], tags: list[str]) -> list[dict[str, Any]]:
+def entity_records(words: list[str], tags: list[str]) -> list[dict[str, str | int]]:
     """The entities of BIO ``tags`` as ``{"type", "start", "end", "text"}`` records."""
     from attnkit.data.tag_schemes import entities
 

@@ -31,9 +31,9 @@ import os
 import re
 import shutil
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from attnkit import jsonio
 from attnkit.errors import DataError
@@ -52,7 +52,15 @@ def default_root() -> Path:
     return Path(base) / "attnkit"
 
 
-def file_identity(path: Path) -> dict[str, Any]:
+class FileIdentity(TypedDict):
+    """A fingerprint's entry for one input file."""
+
+    path: str  # absolute
+    size: int
+    mtime_ns: int
+
+
+def file_identity(path: Path) -> FileIdentity:
     """What decides whether ``path`` changed: its absolute path, size and mtime."""
     try:
         st = path.stat()
@@ -61,7 +69,7 @@ def file_identity(path: Path) -> dict[str, Any]:
     return {"path": str(path.resolve()), "size": st.st_size, "mtime_ns": st.st_mtime_ns}
 
 
-def digest(value: Any) -> str:
+def digest(value: object) -> str:
     """A short stable hash of a JSON-able value."""
     text = jsonio.dumps(value, sort_keys=True, ensure_ascii=False)
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
@@ -75,7 +83,7 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def read_manifest(directory: Path) -> dict[str, Any] | None:
+def read_manifest(directory: Path) -> dict[str, object] | None:
     """The manifest of a complete, undamaged prepared directory, else ``None``."""
     try:
         manifest = json.loads((directory / MANIFEST).read_text(encoding="utf-8"))
@@ -124,7 +132,7 @@ def _remove_abandoned(root: Path, own_lock: str) -> None:
                 shutil.rmtree(tmp, ignore_errors=True)
 
 
-def _trusted(directory: Path, fingerprint: dict[str, Any]) -> dict[str, Any] | None:
+def _trusted(directory: Path, fingerprint: Mapping[str, object]) -> dict[str, object] | None:
     manifest = read_manifest(directory)
     return manifest if manifest is not None and manifest["fingerprint"] == fingerprint else None
 
@@ -132,8 +140,8 @@ def _trusted(directory: Path, fingerprint: dict[str, Any]) -> dict[str, Any] | N
 def ensure(
     root: Path,
     stage: str,
-    fingerprint: dict[str, Any],
-    build: Callable[[Path], dict[str, Any]],
+    fingerprint: Mapping[str, object],
+    build: Callable[[Path], Mapping[str, object]],
     *,
     log: Log | None = None,
 ) -> tuple[Path, dict[str, Any]]:
@@ -186,11 +194,11 @@ def ensure(
 # -- saying why ------------------------------------------------------------------------
 
 
-def explain(root: Path, stage: str, fingerprint: dict[str, Any]) -> str:
+def explain(root: Path, stage: str, fingerprint: Mapping[str, Any]) -> str:
     """Why ``fingerprint`` has no result: how it differs from the newest result of
     ``stage`` made from any of the same files, or that there is none."""
     paths = {f["path"] for f in fingerprint.get("inputs", [])}
-    best: tuple[float, dict[str, Any]] | None = None
+    best: tuple[float, dict[str, object]] | None = None
     for manifest_path in root.glob(f"{stage}-*/{MANIFEST}"):
         try:
             old = json.loads(manifest_path.read_text(encoding="utf-8"))["fingerprint"]
@@ -206,7 +214,7 @@ def explain(root: Path, stage: str, fingerprint: dict[str, Any]) -> str:
     return "; ".join(reasons[:4]) if reasons else "the earlier result is incomplete or damaged"
 
 
-def differences(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+def differences(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
     """What changed from fingerprint ``old`` to ``new``, in words."""
     reasons: list[str] = []
     before = {f["path"]: f for f in old.get("inputs", [])}
@@ -236,9 +244,9 @@ def _when(f: dict[str, Any]) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(f["mtime_ns"] / 1e9))
 
 
-def _flatten(value: Any, prefix: str = "") -> dict[str, Any]:
+def _flatten(value: object, prefix: str = "") -> dict[str, object]:
     if isinstance(value, dict):
-        out: dict[str, Any] = {}
+        out: dict[str, object] = {}
         for k, v in value.items():
             out.update(_flatten(v, f"{prefix}.{k}" if prefix else str(k)))
         return out

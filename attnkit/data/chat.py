@@ -131,7 +131,7 @@ def chat_template_of(tokenizer: Any) -> ChatTemplate:
     )
 
 
-def check_messages(value: Any) -> list[dict[str, str]]:
+def check_messages(value: object) -> list[dict[str, str]]:
     """``value`` as a list of messages; ``DataError`` naming the first bad one.
 
     Messages keep only ``role`` and ``content``; both must be strings.

@@ -29,12 +29,13 @@ from __future__ import annotations
 import functools
 import inspect
 import re
-from collections.abc import Callable, Iterator, MappingView, Sized
-from typing import Any, NoReturn
+from collections.abc import Callable, ItemsView, Iterable, Iterator, KeysView, Sized, ValuesView
+from typing import NoReturn
 
 from jinja2 import nodes
 from jinja2.compiler import CodeGenerator, Frame
 from jinja2.exceptions import TemplateError
+from jinja2.runtime import Context
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 from jinja2.utils import Namespace, generate_lorem_ipsum
 
@@ -44,16 +45,16 @@ MAX_DEPTH = 64  # levels of lists in lists a template may write
 OPAQUE = 64  # the weight of anything else (a macro, a loop, an undefined name)
 
 
-def weight(value: Any) -> int:
+def weight(value: object) -> int:
     """About how many characters ``value`` takes written out; counting stops past ``MAX_TEXT``."""
     return _measure(value)[0]
 
 
-def _measure(value: Any) -> tuple[int, int]:
+def _measure(value: object) -> tuple[int, int]:
     """``value``'s weight and how deeply its containers nest."""
     memo: dict[int, tuple[int, int]] = {}
 
-    def visit(v: Any, depth: int) -> tuple[int, int]:
+    def visit(v: object, depth: int) -> tuple[int, int]:
         if isinstance(v, str):
             return len(v), 0
         if isinstance(v, bytes | bytearray):
@@ -61,10 +62,10 @@ def _measure(value: Any) -> tuple[int, int]:
         if isinstance(v, int | float | complex) and not isinstance(v, bool):
             return (v.bit_length() * 3 // 10 + 2 if isinstance(v, int) else 48), 0
         if isinstance(v, Namespace):
-            items: Any = getattr(v, "_Namespace__attrs", {}).items()
+            items: Iterable[object] = getattr(v, "_Namespace__attrs", {}).items()
         elif isinstance(v, dict):
             items = v.items()
-        elif isinstance(v, list | tuple | set | frozenset | MappingView):
+        elif isinstance(v, list | tuple | set | frozenset | KeysView | ValuesView | ItemsView):
             items = v
         else:
             return OPAQUE, 0
@@ -98,7 +99,7 @@ def _check(size: int, what: str) -> None:
         _refuse(what)
 
 
-def _checked(value: Any, what: str) -> Any:
+def _checked(value: object, what: str) -> object:
     """``value``, or a refusal when it is past the ceiling; an iterator is counted as it runs."""
     if isinstance(value, Iterator) and not isinstance(value, Sized):
         return _counted(value, what)
@@ -106,7 +107,7 @@ def _checked(value: Any, what: str) -> Any:
     return value
 
 
-def _counted(items: Iterator[Any], what: str) -> Iterator[Any]:
+def _counted(items: Iterator[object], what: str) -> Iterator[object]:
     total = 0
     for item in items:
         total += weight(item) + 2
@@ -114,15 +115,15 @@ def _counted(items: Iterator[Any], what: str) -> Iterator[Any]:
         yield item
 
 
-def _int(x: Any, default: int = 0) -> int:
+def _int(x: object, default: int = 0) -> int:
     return x if isinstance(x, int) else default
 
 
-def _text_weight(x: Any) -> int:
+def _text_weight(x: object) -> int:
     return len(x) if isinstance(x, str | bytes) else weight(x)
 
 
-def _format_size(fmt: Any, args: Any) -> int:
+def _format_size(fmt: object, args: object) -> int:
     """A bound on ``fmt % args`` or ``fmt.format(...)``: each field may write all of
     ``args``, each number in ``fmt`` may be a width, and with ``*`` or a ``{`` inside
     a field the integers in ``args`` may be widths too."""
@@ -137,7 +138,7 @@ def _format_size(fmt: Any, args: Any) -> int:
     return size
 
 
-def _shallow(x: Any, depth: int) -> Iterator[Any]:
+def _shallow(x: object, depth: int) -> Iterator[object]:
     """``x`` and what its tuples, lists and dicts hold, ``depth`` levels down."""
     yield x
     if depth and isinstance(x, list | tuple | dict):
@@ -145,15 +146,16 @@ def _shallow(x: Any, depth: int) -> Iterator[Any]:
             yield from _shallow(item, depth - 1)
 
 
-def _hits(s: Any, sub: Any) -> int | None:
+def _hits(s: object, sub: object) -> int | None:
     """How often ``sub`` is found in ``s``; ``None`` unless both are text or both bytes."""
-    text = isinstance(s, str) and isinstance(sub, str)
-    if not (text or isinstance(s, bytes | bytearray) and isinstance(sub, bytes | bytearray)):
-        return None
-    return int(s.count(sub)) if sub else len(s) + 1
+    if isinstance(s, str) and isinstance(sub, str):
+        return s.count(sub) if sub else len(s) + 1
+    if isinstance(s, bytes | bytearray) and isinstance(sub, bytes | bytearray):
+        return s.count(sub) if sub else len(s) + 1
+    return None
 
 
-def _replace_size(s: Any, old: Any, new: Any, count: Any) -> int:
+def _replace_size(s: object, old: object, new: object, count: object) -> int:
     n = _text_weight(s)
     hits = _hits(s, old)
     if hits is None:
@@ -163,30 +165,34 @@ def _replace_size(s: Any, old: Any, new: Any, count: Any) -> int:
     return n + hits * max(_text_weight(new) - _text_weight(old), 0)
 
 
-def _pieces(items: Any) -> Any:
+def _pieces(items: object) -> Sized:
     """``items`` as a list when it is a one-pass iterator (so it can be sized first)."""
-    return items if isinstance(items, Sized) else list(items)
+    if isinstance(items, Sized):
+        return items
+    if not isinstance(items, Iterable):
+        raise TypeError(f"{type(items).__name__!r} object is not iterable")  # list()'s words
+    return list(items)
 
 
-def _tojson_size(a: dict[str, Any]) -> int:
+def _tojson_size(a: dict[str, object]) -> int:
     indent = a.get("indent")
     size, depth = _measure(a.get("value", a.get("x")))
     width = len(indent) if isinstance(indent, str) else _int(indent)
     return size + (size // 3 + 1) * (width * depth + 1)
 
 
-def _join_size(a: dict[str, Any]) -> int:
-    a["value"] = _pieces(a["value"])
-    return weight(a["value"]) + _text_weight(a["d"]) * len(a["value"])
+def _join_size(a: dict[str, object]) -> int:
+    a["value"] = pieces = _pieces(a["value"])
+    return weight(pieces) + _text_weight(a["d"]) * len(pieces)
 
 
-def _indent_size(a: dict[str, Any]) -> int:
+def _indent_size(a: dict[str, object]) -> int:
     s, width = a["s"], a["width"]
     lines = s.count("\n") + 1 if isinstance(s, str) else weight(s) + 1
     return weight(s) + lines * (len(width) if isinstance(width, str) else _int(width))
 
 
-def _wordwrap_size(a: dict[str, Any]) -> int:
+def _wordwrap_size(a: dict[str, object]) -> int:
     s, wrap = a["s"], a["wrapstring"]
     n = _text_weight(s)
     breaks = sum(s.count(c) for c in " -\n") if isinstance(s, str) else n
@@ -194,13 +200,13 @@ def _wordwrap_size(a: dict[str, Any]) -> int:
     return n + lines * (len(wrap) if isinstance(wrap, str) else 1)
 
 
-def _chars_size(a: dict[str, Any]) -> int:  # a string made a list of characters
+def _chars_size(a: dict[str, object]) -> int:  # a string made a list of characters
     value = a["value"]
     return 5 * len(value) + 2 if isinstance(value, str) else 0
 
 
 # Filters whose result is sized by an argument: an estimate from their bound arguments.
-FILTER_SIZES: dict[str, Callable[[dict[str, Any]], int]] = {
+FILTER_SIZES: dict[str, Callable[[dict[str, object]], int]] = {
     "center": lambda a: max(_text_weight(a["value"]), _int(a["width"])),
     "indent": _indent_size,
     "join": _join_size,
@@ -216,11 +222,13 @@ FILTER_SIZES: dict[str, Callable[[dict[str, Any]], int]] = {
 }
 
 
-def _method_size(obj: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[int, Any]:
+def _method_size(
+    obj: object, args: tuple[object, ...], kwargs: dict[str, object]
+) -> tuple[int, tuple[object, ...]]:
     """An estimate of a call's result (with its arguments, an iterator made a list),
     for the methods of ``str``/``bytes`` and ``lipsum`` that a size argument drives."""
 
-    def arg(i: int, key: str, default: Any = None) -> Any:
+    def arg(i: int, key: str, default: object = None) -> object:
         return args[i] if len(args) > i else kwargs.get(key, default)
 
     if obj is generate_lorem_ipsum:
@@ -248,8 +256,8 @@ def _method_size(obj: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tup
         hits = _hits(owner, sep) if sep else None
         pieces = (n if hits is None else hits) + 1
         return n + 4 * (min(pieces, most + 1) if most >= 0 else pieces), args
-    if name == "translate" and isinstance(arg(0, "table"), dict):
-        table = arg(0, "table")
+    table = arg(0, "table")
+    if name == "translate" and isinstance(table, dict):
         return n * max([1, *(_text_weight(v) for v in table.values() if v is not None)]), args
     return 0, args
 
@@ -285,7 +293,7 @@ class _Buffer(list[str]):
             _check(self.size, "what a macro or block writes")
             super().append(piece)
 
-    def extend(self, pieces: Any) -> None:
+    def extend(self, pieces: Iterable[str]) -> None:
         for piece in pieces:
             self.append(piece)
 
@@ -296,18 +304,20 @@ class BoundedEnvironment(ImmutableSandboxedEnvironment):
     code_generator_class = _BoundedCodeGenerator
     intercepted_binops = frozenset({"*", "**", "+", "%"})
 
-    def __init__(self, *, filters: dict[str, Any] | None = None, **options: Any) -> None:
+    def __init__(
+        self, *, filters: dict[str, Callable[..., object]] | None = None, **options: object
+    ) -> None:
         super().__init__(finalize=self._finalize, **options)
         self.filters.update(filters or {})
         self.filters = {name: self._bounded_filter(name, f) for name, f in self.filters.items()}
 
     @staticmethod
-    def _finalize(value: Any) -> Any:
+    def _finalize(value: object) -> object:
         _check(weight(value), "'{{ }}'")
         return value
 
     @staticmethod
-    def bounded_concat(join: Callable[[Any], str], parts: tuple[Any, ...]) -> str:
+    def bounded_concat(join: Callable[[object], str], parts: tuple[object, ...]) -> str:
         _check(sum(weight(p) for p in parts), "'~'")
         return join(parts)
 
@@ -315,14 +325,15 @@ class BoundedEnvironment(ImmutableSandboxedEnvironment):
     def bounded_buffer() -> list[str]:
         return _Buffer()
 
-    def call_binop(self, context: Any, operator: str, left: Any, right: Any) -> Any:
+    def call_binop(self, context: Context, operator: str, left: object, right: object) -> object:
         what = repr(operator)
         _checked(left, what)
         _checked(right, what)
-        ints = isinstance(left, int) and isinstance(right, int)
-        if operator == "*" and ints:
+        if operator == "*" and isinstance(left, int) and isinstance(right, int):
             bits = left.bit_length() + right.bit_length()
-        elif operator == "**" and ints and abs(left) > 1:
+        elif (
+            operator == "**" and isinstance(left, int) and isinstance(right, int) and abs(left) > 1
+        ):
             bits = left.bit_length() * max(right, 0)
         else:
             bits = 0
@@ -340,7 +351,7 @@ class BoundedEnvironment(ImmutableSandboxedEnvironment):
             _check(_format_size(left, right), what)
         return _checked(super().call_binop(context, operator, left, right), what)
 
-    def call(self, context: Any, obj: Any, /, *args: Any, **kwargs: Any) -> Any:
+    def call(self, context: Context, obj: object, /, *args: object, **kwargs: object) -> object:
         what = f"{getattr(obj, '__name__', type(obj).__name__)}()"
         for a in (*args, *kwargs.values()):
             _checked(a, what)
@@ -348,7 +359,7 @@ class BoundedEnvironment(ImmutableSandboxedEnvironment):
         _check(size, what)
         return _checked(super().call(context, obj, *args, **kwargs), what)
 
-    def _bounded_filter(self, name: str, f: Any) -> Any:
+    def _bounded_filter(self, name: str, f: Callable[..., object]) -> Callable[..., object]:
         what = f"the {name!r} filter"
         estimate = FILTER_SIZES.get(name)
         try:
@@ -357,7 +368,7 @@ class BoundedEnvironment(ImmutableSandboxedEnvironment):
             signature = None
 
         @functools.wraps(f)  # keeps jinja's pass_context/pass_environment marks
-        def bounded(*args: Any, **kwargs: Any) -> Any:
+        def bounded(*args: object, **kwargs: object) -> object:
             for a in (*args, *kwargs.values()):
                 _checked(a, what)
             if signature is not None and estimate is not None:

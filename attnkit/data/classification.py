@@ -31,7 +31,6 @@ import unicodedata
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import torch
 from torch import Tensor
@@ -96,7 +95,7 @@ def _is_int(text: str) -> bool:
 _UNPRINTABLE = frozenset({"Cc", "Zl", "Zp"})
 
 
-def _label(value: Any, where: str) -> str:
+def _label(value: object, where: str) -> str:
     if isinstance(value, bool) or not isinstance(value, str | int):
         raise DataError(f"{where}: label must be a string or an integer, got {value!r}")
     label = str(value).strip()
@@ -162,7 +161,7 @@ def _read_tsv(path: Path) -> LabelledTexts:
     return LabelledTexts(texts, pairs if second is not None else None, labels, kept, str(path))
 
 
-def _text(value: Any, where: str) -> str:
+def _text(value: object, where: str) -> str:
     if not isinstance(value, str):
         raise DataError(f"{where}: text must be a string, got {value!r}")
     if not value.strip():

@@ -49,7 +49,7 @@ class Step:
     """A named step (``corpus_steps.STEPS``) and its arguments."""
 
     op: str
-    args: dict[str, Any]
+    args: dict[str, object]
 
 
 @dataclass(frozen=True)
@@ -109,7 +109,7 @@ def _download_of(f: CorpusFile) -> str:
     return f.source.split("/", 1)[0]
 
 
-def _digest(value: Any, where: str) -> str | None:
+def _digest(value: object, where: str) -> str | None:
     if value is None:
         return None
     if not isinstance(value, str) or len(value) != 64 or not set(value) <= _HEX:
@@ -117,7 +117,7 @@ def _digest(value: Any, where: str) -> str | None:
     return value
 
 
-def _size(value: Any, where: str) -> int | None:
+def _size(value: object, where: str) -> int | None:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
@@ -125,7 +125,7 @@ def _size(value: Any, where: str) -> int | None:
     return value
 
 
-def _name(value: Any, where: str) -> str:
+def _name(value: object, where: str) -> str:
     """A relative path without ``..`` (the table must not write outside the corpus folder)."""
     if not isinstance(value, str) or not value or value.startswith("/") or ".." in value.split("/"):
         raise DataError(f"{where}: expected a relative path inside the corpus, got {value!r}")

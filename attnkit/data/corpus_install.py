@@ -31,7 +31,6 @@ import tarfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 from attnkit import jsonio
 from attnkit.data.corpora import Corpus, CorpusFile, Download
@@ -44,7 +43,7 @@ MANIFEST_FORMAT = 1
 Log = Callable[[str], None]
 
 
-def read_manifest(folder: Path) -> dict[str, Any] | None:
+def read_manifest(folder: Path) -> dict[str, object] | None:
     try:
         manifest = json.loads((folder / MANIFEST).read_text(encoding="utf-8"))
     except (OSError, ValueError):
@@ -109,7 +108,7 @@ def _unpack(download: Download, archive: Path, into: Path) -> None:
     tmp.rename(into)
 
 
-def _make(corpus: Corpus, f: CorpusFile, downloads: Path, out: Path) -> dict[str, Any]:
+def _make(corpus: Corpus, f: CorpusFile, downloads: Path, out: Path) -> dict[str, object]:
     source = downloads / f.source
     if not source.exists():
         raise DataError(f"{corpus.name}: {f.source} is not in the download (for {f.path})")

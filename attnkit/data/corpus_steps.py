@@ -33,7 +33,7 @@ from attnkit.errors import DataError
 MAX_EXPANDED = 1 << 31  # bytes a gunzip step may produce (2 GiB): a gzip bomb stops here
 
 Value = bytes | Path
-StepFn = Callable[[Value, dict[str, Any]], bytes]
+StepFn = Callable[[Value, dict[str, object]], bytes]
 
 
 def _bytes(value: Value) -> bytes:
@@ -60,7 +60,7 @@ def gunzip(value: Value, args: dict[str, Any]) -> bytes:
     return bytes(out)
 
 
-def lf(value: Value, args: dict[str, Any]) -> bytes:
+def lf(value: Value, args: dict[str, object]) -> bytes:
     return _bytes(value).replace(b"\r\n", b"\n")
 
 
@@ -90,7 +90,7 @@ def columns(value: Value, args: dict[str, Any]) -> bytes:
 _SUBJECT, _ANNOTATIONS = "\n\n@subject\n", ("\n\n@ann0\n", "\n\n@ann1\n", "\n\n@ann2\n")
 
 
-def aeslc(value: Value, args: dict[str, Any]) -> bytes:
+def aeslc(value: Value, args: dict[str, object]) -> bytes:
     if not isinstance(value, Path) or not value.is_dir():
         raise DataError("expected the folder of .subject files (an unpacked archive)")
     lines = []
@@ -99,7 +99,7 @@ def aeslc(value: Value, args: dict[str, Any]) -> bytes:
         body, found, rest = text.partition(_SUBJECT)
         if not found:
             raise DataError(f"{path.name}: no '@subject' line")
-        record: dict[str, Any] = {"text": body}
+        record: dict[str, object] = {"text": body}
         if _ANNOTATIONS[0] in rest:
             subject, _, rest = rest.partition(_ANNOTATIONS[0])
             a0, _, rest = rest.partition(_ANNOTATIONS[1])

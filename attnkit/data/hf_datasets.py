@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from attnkit import jsonio
-from attnkit.data.cache import Log, ensure, file_identity
+from attnkit.data.cache import FileIdentity, Log, ensure, file_identity
 from attnkit.errors import ConfigError, DataError
 
 # Bytes of one exported record (one JSON line). NOTE for the integrator: the bounded
@@ -51,7 +51,7 @@ class HFDatasetSettings(Protocol):
     @property
     def name(self) -> str | None: ...
     @property
-    def data_files(self) -> str | list[str] | dict[str, Any] | None: ...
+    def data_files(self) -> str | list[str] | dict[str, object] | None: ...
     @property
     def revision(self) -> str | None: ...
     @property
@@ -60,7 +60,7 @@ class HFDatasetSettings(Protocol):
     def columns(self) -> dict[str, str] | None: ...
 
 
-Row = Mapping[str, Any]
+Row = Mapping[str, object]  # a dataset record
 
 
 @dataclass(frozen=True)
@@ -84,7 +84,7 @@ class RecordFormat:
     """
 
     roles: dict[str, tuple[str, ...]]
-    make: Callable[[Row, Columns], dict[str, Any]]
+    make: Callable[[Row, Columns], dict[str, object]]
     optional: dict[str, tuple[str, ...]] = field(default_factory=dict)
     alternatives: tuple[dict[str, tuple[str, ...]], ...] = ()
 
@@ -101,7 +101,7 @@ def _string(row: Row, cols: Columns, role: str) -> str:
     return value
 
 
-def _pair(row: Row, cols: Columns) -> dict[str, Any]:
+def _pair(row: Row, cols: Columns) -> dict[str, object]:
     if "translation" not in cols.of:
         return {"src": _string(row, cols, "src"), "tgt": _string(row, cols, "tgt")}
     column = cols.of["translation"]
@@ -118,7 +118,7 @@ def _pair(row: Row, cols: Columns) -> dict[str, Any]:
     return out
 
 
-def _text(row: Row, cols: Columns) -> dict[str, Any]:
+def _text(row: Row, cols: Columns) -> dict[str, object]:
     return {"text": _string(row, cols, "text")}
 
 
@@ -138,8 +138,11 @@ def _label_value(row: Row, cols: Columns) -> str | int:
     return value
 
 
-def _labelled(row: Row, cols: Columns) -> dict[str, Any]:
-    record: dict[str, Any] = {"label": _label_value(row, cols), "text": _string(row, cols, "text")}
+def _labelled(row: Row, cols: Columns) -> dict[str, object]:
+    record: dict[str, object] = {
+        "label": _label_value(row, cols),
+        "text": _string(row, cols, "text"),
+    }
     if "text_b" in cols.of:
         record["text_b"] = _string(row, cols, "text_b")
     return record
@@ -186,7 +189,7 @@ def _describe(s: HFDatasetSettings) -> str:
     return s.path + (f" ({s.name})" if s.name else "")
 
 
-def _load(s: HFDatasetSettings, split: str) -> Any:
+def _load(s: HFDatasetSettings, split: str) -> object:
     try:
         import datasets
     except ImportError:
@@ -271,7 +274,7 @@ class ExportedSplit:
     label_names: tuple[str, ...] | None
 
 
-def _local_files(data_files: Any) -> list[dict[str, Any]]:
+def _local_files(data_files: Any) -> list[FileIdentity]:
     """Identities (path, size, mtime) of the local files named in ``data_files``."""
     if data_files is None:
         return []
@@ -328,7 +331,7 @@ def export_split(
         "format": format_name, "columns": of, "langs": list(langs),
     }  # fmt: skip
 
-    def build(tmp: Path) -> dict[str, Any]:
+    def build(tmp: Path) -> dict[str, object]:
         start, count = time.perf_counter(), 0
         with open(tmp / "records.jsonl", "wb") as f:
             for line in _lines(ds, fmt, cols, where):

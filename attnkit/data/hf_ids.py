@@ -28,7 +28,7 @@ def dense_limit(count: int) -> int:
     return count + max(count, SPARE_IDS)
 
 
-def _processor_ids(processor: Any) -> Iterator[tuple[str, Any]]:
+def _processor_ids(processor: object) -> Iterator[tuple[str, Any]]:
     """``(what, id)`` of every special token a post-processor inserts."""
     if not isinstance(processor, dict):
         return
@@ -59,7 +59,7 @@ def _defined_ids(data: dict[str, Any]) -> Iterator[tuple[str, Any]]:
             yield f"added token {added.get('content')!r}", added.get("id")
 
 
-def check_hf_ids(data: Any, where: str) -> int:
+def check_hf_ids(data: object, where: str) -> int:
     """Refuse (``DataError`` naming ``where`` and the id) an id that is not an integer,
     negative, or not below ``dense_limit``; returns the number of distinct ids."""
     if not isinstance(data, dict):

@@ -31,7 +31,6 @@ from collections.abc import Iterable, Iterator
 from collections.abc import Sequence as Seq
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import torch
 from torch import Tensor
@@ -104,7 +103,7 @@ def encode_prompt_completion(prompt: str, completion: str, tokenizer: Tokenizer)
     return out
 
 
-def encode_record(record: Any, tokenizer: Tokenizer, template: ChatTemplate | None) -> Sequence:
+def encode_record(record: object, tokenizer: Tokenizer, template: ChatTemplate | None) -> Sequence:
     """One parsed JSON line as a ``Sequence``; ``DataError`` (without the place) otherwise."""
     if not isinstance(record, dict):
         raise DataError(f"expected a JSON object, got {type(record).__name__}")
@@ -129,7 +128,7 @@ def read_instructions(path: str | Path, tokenizer: Tokenizer, *, max_len: int) -
     and shifted targets of ``max_len`` positions). Blank lines are skipped."""
     path = Path(path)
 
-    def records() -> Iterator[tuple[str, Any]]:
+    def records() -> Iterator[tuple[str, object]]:
         for number, line in enumerate(read_lines(path), start=1):
             if not line.strip():
                 continue
@@ -143,7 +142,7 @@ def read_instructions(path: str | Path, tokenizer: Tokenizer, *, max_len: int) -
 
 
 def encode_instructions(
-    records: Iterable[tuple[str, Any]], tokenizer: Tokenizer, *, max_len: int, path: Path
+    records: Iterable[tuple[str, object]], tokenizer: Tokenizer, *, max_len: int, path: Path
 ) -> InstructionSet:
     """``(where, record)`` pairs (``where`` names the record in errors: ``file:line``)
     tokenized as ``read_instructions`` does; ``path`` is the file they came from."""

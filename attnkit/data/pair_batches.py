@@ -44,11 +44,11 @@ class BatchStream(Protocol):
         """Global batches from where the state stands; advances the state."""
         ...
 
-    def state_dict(self) -> dict[str, Any]: ...
+    def state_dict(self) -> dict[str, object]: ...
 
-    def load_state_dict(self, state: dict[str, Any]) -> None: ...
+    def load_state_dict(self, state: dict[str, object]) -> None: ...
 
-    def progress(self) -> dict[str, Any]:
+    def progress(self) -> dict[str, object]:
         """Fields for the training log (the epoch)."""
         ...
 
@@ -156,14 +156,14 @@ class PairBatches:
             self.epoch += 1
             self.batch_in_epoch = 0
 
-    def state_dict(self) -> dict[str, Any]:
+    def state_dict(self) -> dict[str, object]:
         return {"epoch": self.epoch, "batch_in_epoch": self.batch_in_epoch}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.epoch = int(state["epoch"])
         self.batch_in_epoch = int(state["batch_in_epoch"])
 
-    def progress(self) -> dict[str, Any]:
+    def progress(self) -> dict[str, object]:
         return {"epoch": self.epoch}
 
     def describe(self) -> str:

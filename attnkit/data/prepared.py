@@ -24,14 +24,14 @@ import json
 import queue
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 import numpy as np
 
-from attnkit.data.cache import Log, digest, ensure, file_identity
+from attnkit.data.cache import FileIdentity, Log, digest, ensure, file_identity
 from attnkit.data.formats import (
     Input,
     iter_pair_chunks,
@@ -62,7 +62,7 @@ class TokenizerSettings(Protocol):
     def sample_size(self) -> int: ...
 
 
-def identities(inputs: Sequence[Input]) -> list[dict[str, Any]]:
+def identities(inputs: Sequence[Input]) -> list[FileIdentity]:
     """The fingerprint entries of every file of ``inputs`` (checked to be readable)."""
     paths = [p for item in inputs for p in item.paths]
     for p in paths:
@@ -131,7 +131,7 @@ class Progress:
 
 
 def _trained_tokenizer(
-    stage_inputs: dict[str, Any],
+    stage_inputs: Mapping[str, object],
     settings: TokenizerSettings,
     train: Callable[[], tuple[Tokenizer, Reservoir[Any]]],
     root: Path,
@@ -144,7 +144,7 @@ def _trained_tokenizer(
                       "sample_size": settings.sample_size},
     }  # fmt: skip
 
-    def build(tmp: Path) -> dict[str, Any]:
+    def build(tmp: Path) -> dict[str, object]:
         start = time.perf_counter()
         tokenizer, reservoir = train()
         tokenizer.save(tmp / "tokenizer.json")
@@ -235,7 +235,7 @@ def prepare_pairs(
     fingerprint = {"inputs": identities(inputs), "read": {"skip_empty": skip_empty},
                    "tokenizer": tokenizer_digest(tokenizer)}  # fmt: skip
 
-    def build(tmp: Path) -> dict[str, Any]:
+    def build(tmp: Path) -> dict[str, object]:
         start = time.perf_counter()
         dtype = id_dtype(tokenizer.vocab_size)
         src, tgt = TokenArrayWriter(tmp, "src", dtype), TokenArrayWriter(tmp, "tgt", dtype)
@@ -249,11 +249,12 @@ def prepare_pairs(
             progress.add(len(chunk))
         tokenizer.save(tmp / "tokenizer.json")  # the vocabulary the ids belong to
         seconds = time.perf_counter() - start
-        meta: dict[str, Any] = {"src": src.close(), "tgt": tgt.close(), "dropped_empty": dropped,
-                "seconds": round(seconds, 3)}  # fmt: skip
+        src_meta, tgt_meta = src.close(), tgt.close()
+        meta: dict[str, object] = {"src": src_meta, "tgt": tgt_meta, "dropped_empty": dropped,
+                                   "seconds": round(seconds, 3)}  # fmt: skip
         if log:
-            n = meta["src"]["count"]
-            log(f"encoded {n:,} pairs ({meta['src']['tokens'] + meta['tgt']['tokens']:,} "
+            n = src_meta["count"]
+            log(f"encoded {n:,} pairs ({src_meta['tokens'] + tgt_meta['tokens']:,} "
                 f"tokens, {dtype.name}) in {seconds:.1f} s ({n / max(seconds, 1e-9):,.0f} "
                 "pairs/s)")  # fmt: skip
         return meta
@@ -303,7 +304,7 @@ def prepare_text(
     """The whole corpus encoded with ``tokenizer`` into one cached stream of ids."""
     fingerprint = {"inputs": identities(inputs), "tokenizer": tokenizer_digest(tokenizer)}
 
-    def build(tmp: Path) -> dict[str, Any]:
+    def build(tmp: Path) -> dict[str, object]:
         start = time.perf_counter()
         writer = TokenArrayWriter(tmp, "text", id_dtype(tokenizer.vocab_size))
         pieces = iter_text_pieces(inputs, TEXT_PIECE_CHARS)
@@ -311,9 +312,10 @@ def prepare_text(
             writer.append(tokenizer.encode_batch(batch))
         tokenizer.save(tmp / "tokenizer.json")
         seconds = time.perf_counter() - start
-        meta: dict[str, Any] = {"text": writer.close(), "seconds": round(seconds, 3)}
+        text_meta = writer.close()
+        meta: dict[str, object] = {"text": text_meta, "seconds": round(seconds, 3)}
         if log:
-            log(f"encoded {meta['text']['tokens']:,} tokens in {seconds:.1f} s")
+            log(f"encoded {text_meta['tokens']:,} tokens in {seconds:.1f} s")
         return meta
 
     directory, manifest = ensure(root, "text", fingerprint, build, log=log)

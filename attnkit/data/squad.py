@@ -76,7 +76,7 @@ def max_json_bytes() -> int:
     return value
 
 
-def _string(value: Any, where: str, field: str, *, blank: bool = False) -> str:
+def _string(value: object, where: str, field: str, *, blank: bool = False) -> str:
     if not isinstance(value, str):
         raise DataError(f"{where}: {field} must be a string, got {type(value).__name__}")
     if not blank and not value.strip():
@@ -84,7 +84,7 @@ def _string(value: Any, where: str, field: str, *, blank: bool = False) -> str:
     return value
 
 
-def _answer(context: str, text: Any, start: Any, where: str) -> tuple[str, int]:
+def _answer(context: str, text: object, start: object, where: str) -> tuple[str, int]:
     """``(text, start)`` checked against ``context`` (a misplaced start is moved)."""
     text = _string(text, where, "answer text")
     if isinstance(start, bool) or not isinstance(start, int):
@@ -106,7 +106,7 @@ def _occurrences(context: str, text: str) -> list[int]:
 
 
 def _example(
-    qid: str, question: Any, context: str, texts: list[Any], starts: list[Any], where: str
+    qid: str, question: object, context: str, texts: list[object], starts: list[object], where: str
 ) -> QAExample:
     if len(texts) != len(starts):
         raise DataError(f"{where}: {len(texts)} answer texts but {len(starts)} answer_start values")
@@ -117,7 +117,7 @@ def _example(
     )  # fmt: skip
 
 
-def _list(value: Any, where: str, field: str) -> list[Any]:
+def _list(value: object, where: str, field: str) -> list[Any]:
     if not isinstance(value, list):
         raise DataError(f"{where}: {field} must be a list, got {type(value).__name__}")
     return value

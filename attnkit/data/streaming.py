@@ -192,7 +192,7 @@ class PairStream:
             self.window += 1
             self.batch_in_window = 0
 
-    def state_dict(self) -> dict[str, Any]:
+    def state_dict(self) -> dict[str, object]:
         return {"window": self.window, "batch_in_window": self.batch_in_window,
                 "corpora": [dict(s) for s in self._starts]}  # fmt: skip
 
@@ -206,7 +206,7 @@ class PairStream:
         self.batch_in_window = int(state["batch_in_window"])
         self._starts = [dict(s) for s in state["corpora"]]
 
-    def progress(self) -> dict[str, Any]:
+    def progress(self) -> dict[str, object]:
         return {"window": self.window, "epoch": min(s["pass"] for s in self._starts)}
 
     def describe(self) -> str:

@@ -74,7 +74,7 @@ def text_budget(tokenizer: Any, block: int) -> int:
 
 def instruction_record(
     tokenizer: Tokenizer, text: str, summary: str, *, text_tokens: int
-) -> dict[str, Any]:
+) -> dict[str, object]:
     """One training record in ``attnkit.data.instructions``' formats: a conversation when
     the tokenizer has a chat template, else prompt/completion."""
     prompt = PROMPT.format(text=cut_text(tokenizer, text, text_tokens))

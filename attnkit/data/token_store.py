@@ -28,7 +28,7 @@ import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import BinaryIO, TypedDict
 
 import numpy as np
 import torch
@@ -88,6 +88,15 @@ class _RowReader:
     def _damaged(self, which: int) -> None:
         raise DataError(f"{self.paths[which]}: shorter than its manifest says; "
                         "the prepared data is damaged")  # fmt: skip
+
+
+class ArrayMeta(TypedDict):
+    """What ``TokenArrayWriter.close`` reports (a prepared directory's manifest keeps it)."""
+
+    dtype: str  # numpy's name
+    count: int  # sequences
+    tokens: int
+    longest: int
 
 
 class TokenArray:
@@ -192,7 +201,7 @@ class TokenArrayWriter:
         if len(lengths):
             self.longest = max(self.longest, int(lengths.max()))
 
-    def close(self) -> dict[str, Any]:
+    def close(self) -> ArrayMeta:
         """Flush and sync the files; what ``TokenArray.open`` needs to read them back."""
         for f in self._files.values():
             f.flush()

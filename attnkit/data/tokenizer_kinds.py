@@ -30,7 +30,7 @@ from attnkit.errors import AttnkitError, DataError
 
 __all__ = ["KINDS", "Tokenizer", "TokenizerReader", "load_tokenizer", "tokenizer_from_json"]
 
-TokenizerReader = Callable[[dict[str, Any]], Tokenizer]
+TokenizerReader = Callable[[dict[str, object]], Tokenizer]
 
 
 def _legacy_hf(state: dict[str, Any]) -> Tokenizer:

@@ -53,7 +53,7 @@ def import_hf_tokenizers() -> ModuleType:
     return tokenizers
 
 
-def hf_tokenizer_from_json(data: Any, where: str) -> hf_tokenizers.Tokenizer:
+def hf_tokenizer_from_json(data: object, where: str) -> hf_tokenizers.Tokenizer:
     """``tokenizers.Tokenizer`` from a parsed ``tokenizer.json``, its ids checked first
     (``attnkit.data.hf_ids``: ``tokenizers`` sizes its tables by the largest id)."""
     check_hf_ids(data, where)
@@ -139,12 +139,12 @@ class Tokenizer(ABC):
         """The piece for id ``i`` (for attention-map labels and debugging)."""
 
     @abstractmethod
-    def _state(self) -> dict[str, Any]:
+    def _state(self) -> dict[str, object]:
         """Everything but ``kind``/``version`` needed to rebuild the tokenizer."""
 
     @classmethod
     @abstractmethod
-    def from_state(cls, state: dict[str, Any]) -> Self:
+    def from_state(cls, state: dict[str, object]) -> Self:
         """Rebuild the tokenizer from its JSON object (what ``_state`` wrote)."""
 
     def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
@@ -207,7 +207,7 @@ class _PieceVocab(_OwnSpecials):
     def id_to_token(self, i: int) -> str:
         return self.pieces[i]
 
-    def _state(self) -> dict[str, Any]:
+    def _state(self) -> dict[str, object]:
         return {"pieces": self.pieces[len(SPECIAL_TOKENS) :]}
 
     @classmethod
@@ -352,5 +352,5 @@ class BPETokenizer(_OwnSpecials):
         return {"hf": json.loads(self._hf.to_str())}
 
     @classmethod
-    def from_state(cls, state: dict[str, Any]) -> Self:
+    def from_state(cls, state: dict[str, object]) -> Self:
         return cls(hf_tokenizer_from_json(state["hf"], "tokenizer JSON"))

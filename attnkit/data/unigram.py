@@ -26,6 +26,7 @@ import io
 import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
+from types import ModuleType
 from typing import Any, Self
 
 from attnkit.data.tokenizers import SPECIAL_TOKENS, Tokenizer
@@ -34,7 +35,7 @@ from attnkit.errors import AttnkitError, DataError, UsageError
 BYTE_PIECES = 256
 
 
-def _import_sentencepiece() -> Any:
+def _import_sentencepiece() -> ModuleType:
     try:
         import sentencepiece
     except ImportError:
@@ -136,7 +137,7 @@ class SentencePieceTokenizer(Tokenizer):
             return self._extra[i - self._pieces]
         return f"<id {i}>"
 
-    def _state(self) -> dict[str, Any]:
+    def _state(self) -> dict[str, object]:
         return {"model": base64.b64encode(self._proto).decode("ascii")}
 
     @classmethod

@@ -90,7 +90,7 @@ def translate_texts(
     alpha: float = 0.6,
     batch_size: int = 64,
     max_len_b: int = 50,
-    sampling: dict[str, Any] | None = None,
+    sampling: dict[str, object] | None = None,
     device: torch.device | str | None = None,
     stepper: AnyStepper,
     search: SearchSettings | None = None,

@@ -39,10 +39,12 @@ source itself, so the pieces passed are attnkit's tokens without the EOS.
 
 from __future__ import annotations
 
+import importlib
 import threading
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, ClassVar
+from types import ModuleType
+from typing import ClassVar
 
 from attnkit.checkpoints.loading import LoadedModel
 from attnkit.decoding.common import Hypothesis
@@ -59,14 +61,13 @@ from attnkit.errors import EngineError, UsageError
 COMPUTE_TYPES = {"fp32": "float32", "int8": "int8", "bf16": "bfloat16"}
 
 
-def _ctranslate2() -> Any:
+def _ctranslate2() -> ModuleType:
     try:
-        import ctranslate2
+        return importlib.import_module("ctranslate2")  # (typed as a module; it has no stubs)
     except ImportError:
         raise UsageError(
             "--engine ctranslate2 needs ctranslate2: pip install 'attnkit[export]'"
         ) from None
-    return ctranslate2
 
 
 class CTranslate2Engine:

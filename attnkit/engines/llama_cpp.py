@@ -45,7 +45,8 @@ from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar
+from types import ModuleType
+from typing import ClassVar
 
 from attnkit import jsonio
 from attnkit.checkpoints.loading import LoadedModel
@@ -62,7 +63,7 @@ GGUF_TYPES = {"fp32": "f32", "int8": "q8_0"}
 PROBE_FILE = "probe.json"
 
 
-def _need_llama_cpp() -> Any:
+def _need_llama_cpp() -> ModuleType:
     try:
         import llama_cpp
     except ImportError:
@@ -183,10 +184,10 @@ class LlamaCppEngine:
 # -- llama.cpp's log ----------------------------------------------------------------------
 
 _LOG: deque[str] = deque(maxlen=8)  # llama.cpp's last lines, for an error message
-_LOG_CALLBACK: Any = None  # the ctypes callback, kept alive while llama.cpp may call it
+_LOG_CALLBACK: object = None  # the ctypes callback, kept alive while llama.cpp may call it
 
 
-def _quiet_log(llama_cpp: Any) -> deque[str]:
+def _quiet_log(llama_cpp: ModuleType) -> deque[str]:
     """Keep llama.cpp's log lines off the terminal (the last few, for errors).
 
     llama-cpp-python 0.3's own filter reads ggml's older level numbers, so with
@@ -197,7 +198,7 @@ def _quiet_log(llama_cpp: Any) -> deque[str]:
     global _LOG_CALLBACK
     if _LOG_CALLBACK is None:
 
-        def keep(level: int, text: bytes, user_data: Any) -> None:
+        def keep(level: int, text: bytes, user_data: object) -> None:
             _LOG.append(text.decode("utf-8", errors="replace"))
 
         _LOG_CALLBACK = llama_cpp.llama_log_callback(keep)

@@ -38,9 +38,10 @@ import json
 import os
 import re
 import stat
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TypedDict, TypeGuard
 
 from attnkit import jsonio
 from attnkit.errors import EngineError
@@ -55,7 +56,13 @@ MAX_DEPTH = 8  # directory levels below the cache directory
 
 _O_FLAGS = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
 
-Entry = dict[str, Any]  # {"size": int, "sha256": str, "stamp": [ino, mtime_ns, ctime_ns]}
+
+class Entry(TypedDict):
+    """What the manifest records of one file."""
+
+    size: int
+    sha256: str
+    stamp: list[int]  # [ino, mtime_ns, ctime_ns]
 
 
 @dataclass
@@ -63,7 +70,7 @@ class Checked:
     """``check``'s answer: ``problem`` in words (None: the cache may be loaded)."""
 
     problem: str | None
-    manifest: dict[str, Any] | None = None
+    manifest: dict[str, object] | None = None
 
 
 def _stamp(st: os.stat_result) -> list[int]:
@@ -128,7 +135,7 @@ def record(directory: Path) -> dict[str, Entry]:
     }
 
 
-def read_manifest(directory: Path) -> tuple[dict[str, Any] | None, str | None]:
+def read_manifest(directory: Path) -> tuple[dict[str, object] | None, str | None]:
     """``directory``'s manifest, or why it cannot be read (stat before open: never blocks)."""
     path = directory / MANIFEST
     try:
@@ -203,8 +210,8 @@ def _contents_problem(
     return None, restamped
 
 
-def _valid_record(recorded: Any) -> bool:
-    def valid(entry: Any) -> bool:
+def _valid_record(recorded: object) -> TypeGuard[dict[str, Entry]]:
+    def valid(entry: object) -> bool:
         return (
             isinstance(entry, dict)
             and isinstance(entry.get("size"), int)
@@ -215,7 +222,9 @@ def _valid_record(recorded: Any) -> bool:
     return isinstance(recorded, dict) and all(valid(e) for e in recorded.values())
 
 
-def check(directory: Path, keyed: dict[str, Any], unrecorded: tuple[str, ...] = ()) -> Checked:
+def check(
+    directory: Path, keyed: Mapping[str, object], unrecorded: tuple[str, ...] = ()
+) -> Checked:
     """Whether the cache ``directory`` holds what its manifest records (module doc).
 
     ``keyed``: what the manifest must say besides its contents (the cache key's
@@ -242,7 +251,7 @@ def check(directory: Path, keyed: dict[str, Any], unrecorded: tuple[str, ...] = 
     return Checked(problem, manifest)
 
 
-def _write_stamps(directory: Path, manifest: dict[str, Any]) -> None:
+def _write_stamps(directory: Path, manifest: Mapping[str, object]) -> None:
     """Keep the stamps of files hashed again (a copied cache): the next load need not hash.
     Best effort: a read-only checkpoint is still usable, only hashed on each load."""
     from attnkit.errors import AttnkitError

@@ -54,7 +54,7 @@ class Answer:
     logit: float
 
 
-def is_qa_config(config: Any) -> bool:
+def is_qa_config(config: object) -> bool:
     """Whether a model config is an extractive QA model (token head labelled start, end)."""
     return (getattr(config, "label_level", None) == "token"
             and tuple(getattr(config, "label_names", ())) == LABELS)  # fmt: skip

@@ -19,7 +19,7 @@ from attnkit.evaluation.rouge import rouge_scores
 
 def score_summaries(
     model: Any, tokenizer: Tokenizer, pairs: Sequence[tuple[str, str]], **options: Any
-) -> tuple[dict[str, Any], list[str]]:
+) -> tuple[dict[str, object], list[str]]:
     """``({"rouge1", "rouge2", "rougeL", "examples", "seconds", "examples_per_s"},
     summaries)``; ``options`` are ``summarize_texts``' (beam, max_tokens, ...)."""
     start = time.perf_counter()

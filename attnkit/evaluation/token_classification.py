@@ -114,7 +114,7 @@ def entity_scores(
     }
 
 
-def is_tagger(config: Any) -> bool:
+def is_tagger(config: object) -> bool:
     """Whether ``config`` is a token classifier of entity tags (its labels include ``O``),
     not another token-level head (an extractive QA model's start and end)."""
     return getattr(config, "label_level", "sequence") == "token" and "O" in tuple(

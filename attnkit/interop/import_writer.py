@@ -80,7 +80,7 @@ class Imported:
     format: str
     model_type: str
     notes: list[str] = field(default_factory=list)
-    details: dict[str, Any] = field(default_factory=dict)
+    details: dict[str, object] = field(default_factory=dict)
     extra_files: dict[str, str] = field(default_factory=dict)
 
 
@@ -112,7 +112,7 @@ def write_import(
     out: str | Path,
     *,
     overwrite: bool = False,
-    hub: dict[str, Any] | None = None,
+    hub: dict[str, object] | None = None,
 ) -> Path:
     """Write ``imported`` (read from ``source``) as the run ``out``; returns its checkpoint.
 

@@ -46,16 +46,16 @@ def _first_existing(dirs: list[Path], name: str) -> Path | None:
     return next((d / name for d in dirs if (d / name).is_file()), None)
 
 
-def run_config(loaded: LoadedModel) -> dict[str, Any] | None:
+def run_config(loaded: LoadedModel) -> dict[str, object] | None:
     """The run config of ``loaded``'s run (``run.json`` or the trainer state's copy), if any."""
     return _run_config(loaded)[0]
 
 
-def _run_config(loaded: LoadedModel) -> tuple[dict[str, Any] | None, int | None, str]:
+def _run_config(loaded: LoadedModel) -> tuple[dict[str, object] | None, int | None, str]:
     """``(run config, step, where it came from)``, each possibly unknown."""
     dirs = _run_dirs(loaded.directory)
     step = None
-    run: dict[str, Any] | None = None
+    run: dict[str, object] | None = None
     source = "unknown"
     state_file = loaded.directory / "trainer_state.json"
     if state_file.is_file():
@@ -75,7 +75,7 @@ def _run_config(loaded: LoadedModel) -> tuple[dict[str, Any] | None, int | None,
     return run, step, source
 
 
-def _metrics(loaded: LoadedModel, metrics: Path | None) -> tuple[dict[str, Any] | None, str]:
+def _metrics(loaded: LoadedModel, metrics: Path | None) -> tuple[dict[str, object] | None, str]:
     if metrics is None:
         metrics = _first_existing(_run_dirs(loaded.directory), METRICS_FILE)
         if metrics is None:
@@ -89,7 +89,7 @@ def _metrics(loaded: LoadedModel, metrics: Path | None) -> tuple[dict[str, Any] 
     return data, str(metrics)
 
 
-def _last_valid(loaded: LoadedModel) -> dict[str, Any] | None:
+def _last_valid(loaded: LoadedModel) -> dict[str, object] | None:
     log = _first_existing(_run_dirs(loaded.directory)[1:], "metrics.jsonl")
     if log is None:
         return None
@@ -172,7 +172,7 @@ def _scores(metrics: dict[str, Any] | None, where: str, valid: dict[str, Any] | 
     return lines
 
 
-def model_card(loaded: LoadedModel, hf: Any, *, metrics: Path | None = None) -> str:
+def model_card(loaded: LoadedModel, hf: object, *, metrics: Path | None = None) -> str:
     """The README.md text for the export of ``loaded`` (``hf``: the exported model)."""
     run, step, source = _run_config(loaded)
     scores, where = _metrics(loaded, metrics)

@@ -24,7 +24,6 @@ Shapes: ``x`` ``(..., K)``, weights ``(N, K)``, biases and scales ``(N,)``.
 from __future__ import annotations
 
 import warnings
-from typing import Any
 
 import torch
 from torch import Tensor
@@ -59,7 +58,7 @@ def onednn_linear(
 ) -> Tensor:
     """``act(x W^T + b)`` on oneDNN; ``weight`` packed (``onednn_pack``) or plain, of
     ``x``'s dtype."""
-    scalars: list[Any] = [None] if activation == "relu" else []
+    scalars: list[object] = [None] if activation == "relu" else []
     y: Tensor = torch.ops.mkldnn._linear_pointwise(x, weight, bias, activation, scalars, "")
     return y
 
@@ -75,7 +74,7 @@ def select_quantized_engine() -> None:
         torch.backends.quantized.engine = "x86" if "x86" in engines else "fbgemm"
 
 
-def fbgemm_pack(q: Tensor, scale: Tensor, bias: Tensor | None) -> Any:
+def fbgemm_pack(q: Tensor, scale: Tensor, bias: Tensor | None) -> object:
     """Pack int8 ``q`` ``(N, K)`` with per-row ``scale`` ``(N,)`` and an fp32 ``bias``."""
     select_quantized_engine()
     zeros = torch.zeros(q.size(0), dtype=torch.long)
@@ -86,7 +85,7 @@ def fbgemm_pack(q: Tensor, scale: Tensor, bias: Tensor | None) -> Any:
     return torch.ops.quantized.linear_prepack(qw, b)
 
 
-def fbgemm_linear(x: Tensor, packed: Any, activation: str = "none") -> Tensor:
+def fbgemm_linear(x: Tensor, packed: object, activation: str = "none") -> Tensor:
     """``act(x W^T + b)``: fp32 ``x`` quantised per call (per tensor), fp32 out."""
     op = (
         torch.ops.quantized.linear_relu_dynamic
@@ -97,7 +96,7 @@ def fbgemm_linear(x: Tensor, packed: Any, activation: str = "none") -> Tensor:
     return y
 
 
-def fbgemm_unpack(packed: Any) -> tuple[Tensor, Tensor, Tensor | None]:
+def fbgemm_unpack(packed: object) -> tuple[Tensor, Tensor, Tensor | None]:
     """``(q int8 (N, K), scale fp32 (N,), bias (N,) or None)`` of a packed weight."""
     qw, bias = torch.ops.quantized.linear_unpack(packed)
     return qw.int_repr(), qw.q_per_channel_scales().float(), bias

@@ -8,7 +8,7 @@ checkpoint. Bad values raise ``ConfigError`` (a ``ValueError``) naming the field
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar, Literal
+from typing import ClassVar, Literal
 
 from attnkit.models.config_base import AttentionStackConfig, check_special_ids
 from attnkit.models.presets import TRANSFORMER_PRESETS
@@ -33,7 +33,7 @@ class TransformerConfig(AttentionStackConfig):
     """
 
     family: ClassVar[str] = "transformer"
-    presets: ClassVar[dict[str, dict[str, Any]]] = TRANSFORMER_PRESETS
+    presets: ClassVar[dict[str, dict[str, object]]] = TRANSFORMER_PRESETS
 
     num_encoder_layers: int = 6
     num_decoder_layers: int = 6

@@ -20,7 +20,7 @@ import dataclasses
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, ClassVar, Literal, Self
+from typing import ClassVar, Literal, Self
 
 from attnkit import jsonio
 from attnkit.errors import ConfigError
@@ -63,10 +63,10 @@ class ModelConfig:
     """
 
     family: ClassVar[str]
-    presets: ClassVar[Mapping[str, Mapping[str, Any]]] = {}
+    presets: ClassVar[Mapping[str, Mapping[str, object]]] = {}
 
     @classmethod
-    def from_preset(cls, name: str, **overrides: Any) -> Self:
+    def from_preset(cls, name: str, **overrides: object) -> Self:
         """A preset's fields, then ``overrides``, validated."""
         if name not in cls.presets:
             raise ConfigError(
@@ -74,10 +74,10 @@ class ModelConfig:
             )
         return cls.from_dict({**cls.presets[name], **overrides})
 
-    def replace(self, **changes: Any) -> Self:
+    def replace(self, **changes: object) -> Self:
         return dataclasses.replace(self, **changes)  # type: ignore[type-var]
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         """The fields as JSON has them (tuples as lists), with the family."""
         fields = dataclasses.asdict(self)  # type: ignore[call-overload]
         return {"family": self.family, **{k: _as_json(v) for k, v in fields.items()}}
@@ -86,7 +86,7 @@ class ModelConfig:
         return jsonio.dumps(self.to_dict(), indent=2)
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> Self:
+    def from_dict(cls, data: Mapping[str, object]) -> Self:
         """Fields from a mapping; an unknown key is named with the closest known one."""
         data = dict(data)
         family = data.pop("family", cls.family)
@@ -277,7 +277,7 @@ class AttentionStackConfig(ModelConfig):
         return self.positions.endswith("relative") and self.positions != "t5_relative"
 
 
-def _as_json(value: Any) -> Any:
+def _as_json(value: object) -> object:
     """``value`` with tuples as lists, as a JSON round trip gives it back."""
     if isinstance(value, tuple | list):
         return [_as_json(v) for v in value]

@@ -10,7 +10,7 @@ GPT's and BERT's. Presets are data (``attnkit.models.presets``).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar, Literal
+from typing import ClassVar, Literal
 
 from attnkit.models.config_base import (
     Activation,
@@ -37,7 +37,7 @@ class DecoderOnlyConfig(AttentionStackConfig):
     """
 
     family: ClassVar[str] = "decoder_only"
-    presets: ClassVar[dict[str, dict[str, Any]]] = DECODER_ONLY_PRESETS
+    presets: ClassVar[dict[str, dict[str, object]]] = DECODER_ONLY_PRESETS
 
     activation: Activation = "gelu"
     norm_position: NormPosition = "pre"
@@ -80,7 +80,7 @@ class EncoderOnlyConfig(AttentionStackConfig):
     """
 
     family: ClassVar[str] = "encoder_only"
-    presets: ClassVar[dict[str, dict[str, Any]]] = ENCODER_ONLY_PRESETS
+    presets: ClassVar[dict[str, dict[str, object]]] = ENCODER_ONLY_PRESETS
 
     activation: Activation = "gelu"
     positions: Positions = "learned"

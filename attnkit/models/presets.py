@@ -10,9 +10,7 @@ Luong et al. (2015).
 
 from __future__ import annotations
 
-from typing import Any
-
-TRANSFORMER_PRESETS: dict[str, dict[str, Any]] = {
+TRANSFORMER_PRESETS: dict[str, dict[str, object]] = {
     "base": {},  # TransformerConfig's defaults are the base model
     "big": {"d_model": 1024, "num_heads": 16, "d_ff": 4096, "dropout": 0.3},
     "small": {
@@ -33,7 +31,7 @@ TRANSFORMER_PRESETS: dict[str, dict[str, Any]] = {
 # T5 v1.1's gated-GELU FFN. "t5" is these options alone; "t5_small_cpu" adds a CPU
 # size, with one matrix for both embeddings and the output (the original T5's tying,
 # hence T5's d_model**-0.5 rescale of the decoder output).
-T5_OPTIONS: dict[str, Any] = {
+T5_OPTIONS: dict[str, object] = {
     "positions": "t5_relative",
     "relative_buckets": 32,
     "relative_max_distance": 128,
@@ -62,7 +60,7 @@ TRANSFORMER_PRESETS["t5_small_cpu"] = {
 
 # nanoGPT's config/train_shakespeare_char.py and GPT-2 small (124M). The
 # vocabulary is left to the tokenizer: pass vocab_size=tokenizer.vocab_size.
-DECODER_ONLY_PRESETS: dict[str, dict[str, Any]] = {
+DECODER_ONLY_PRESETS: dict[str, dict[str, object]] = {
     "small": {"d_model": 128, "num_heads": 4, "d_ff": 512, "num_layers": 4, "max_len": 256},
     "shakespeare_char": {
         "d_model": 384,
@@ -88,7 +86,7 @@ DECODER_ONLY_PRESETS: dict[str, dict[str, Any]] = {
 # llama.* metadata); the named shapes add a model's sizes. SmolLM2 (Allal et al.,
 # 2025) is a small Llama with grouped-query attention and tied embeddings; its
 # special ids are <|endoftext|> 0, <|im_start|> 1, <|im_end|> 2 (pad, BOS, EOS).
-LLAMA_OPTIONS: dict[str, Any] = {
+LLAMA_OPTIONS: dict[str, object] = {
     "positions": "rotary",
     "norm": "rmsnorm",
     "norm_position": "pre",
@@ -99,7 +97,7 @@ LLAMA_OPTIONS: dict[str, Any] = {
     "attention_dropout": 0.0,
     "norm_eps": 1e-5,
 }
-LLAMA_SHAPES: dict[str, dict[str, Any]] = {
+LLAMA_SHAPES: dict[str, dict[str, object]] = {
     "smollm2_135m": {
         "d_model": 576,
         "num_heads": 9,
@@ -138,12 +136,12 @@ for _name, _shape in LLAMA_SHAPES.items():
     DECODER_ONLY_PRESETS[_name] = {**LLAMA_OPTIONS, **_shape}
 
 # BERT-base's shape (Devlin et al., 2019); "small" is CPU-sized.
-ENCODER_ONLY_PRESETS: dict[str, dict[str, Any]] = {
+ENCODER_ONLY_PRESETS: dict[str, dict[str, object]] = {
     "small": {"d_model": 128, "num_heads": 4, "d_ff": 512, "num_layers": 4, "max_len": 256},
     "bert_base": {"d_model": 768, "num_heads": 12, "d_ff": 3072, "num_layers": 12},
 }
 
-RNN_PRESETS: dict[str, dict[str, Any]] = {
+RNN_PRESETS: dict[str, dict[str, object]] = {
     # CPU-sized: tests, quick experiments, small corpora.
     "small": {
         "cell": "gru",
@@ -179,7 +177,7 @@ RNN_PRESETS: dict[str, dict[str, Any]] = {
 
 # The Vision Transformer: "digits" for scikit-learn's 8x8 digits on a CPU
 # (issue 17's recipe), "vit_base_16" the paper's ViT-B/16 shape.
-VIT_PRESETS: dict[str, dict[str, Any]] = {
+VIT_PRESETS: dict[str, dict[str, object]] = {
     "digits": {
         "image_size": 8,
         "patch_size": 4,

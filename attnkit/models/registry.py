@@ -15,7 +15,7 @@ config field that a tokenizer's vocabulary must fit into (``None``: no text).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
 
 from torch import nn
 
@@ -73,7 +73,7 @@ FAMILIES: dict[str, Family] = {
 }
 
 
-def get_family(name: Any) -> Family:
+def get_family(name: object) -> Family:
     """The registry row of ``name``; ``ConfigError`` naming the field otherwise."""
     if name not in FAMILIES:
         raise ConfigError(f"family: expected one of {', '.join(FAMILIES)}; got {name!r}")
@@ -84,12 +84,12 @@ def family_of(config: ModelConfig) -> Family:
     return get_family(config.family)
 
 
-def config_from_dict(data: dict[str, Any]) -> Any:
+def config_from_dict(data: dict[str, object]) -> ModelConfig:
     """A config from its ``to_dict()`` form, dispatching on ``family`` (default transformer)."""
     return get_family(data.get("family", "transformer")).config_class.from_dict(data)
 
 
-def config_from_preset(family: str, name: str, **overrides: Any) -> Any:
+def config_from_preset(family: str, name: str, **overrides: object) -> ModelConfig:
     """``from_preset(name, **overrides)`` of the family's config class."""
     return get_family(family).config_class.from_preset(name, **overrides)
 

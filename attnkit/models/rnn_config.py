@@ -10,7 +10,7 @@ Bad values raise ``ConfigError`` whose message starts with the field name.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar, Literal
+from typing import ClassVar, Literal
 
 from attnkit.models.config_base import ModelConfig, check_special_ids
 from attnkit.models.presets import RNN_PRESETS
@@ -33,7 +33,7 @@ class RNNSeq2SeqConfig(ModelConfig):
     """
 
     family: ClassVar[str] = "rnn"
-    presets: ClassVar[dict[str, dict[str, Any]]] = RNN_PRESETS
+    presets: ClassVar[dict[str, dict[str, object]]] = RNN_PRESETS
 
     cell: Cell = "gru"
     attention: RNNAttention = "bahdanau"

@@ -23,7 +23,7 @@ size (image, then token grid), ``K`` classes.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from torch import Tensor, nn
 
@@ -34,7 +34,7 @@ from attnkit.models.config_base import ModelConfig
 from attnkit.models.vit import PatchEmbedding
 from attnkit.validation import at_least, check_fields, in_range, require
 
-SWIN_PRESETS: dict[str, dict[str, Any]] = {
+SWIN_PRESETS: dict[str, dict[str, object]] = {
     # scikit-learn's 8x8 digits: 2x2 patches, a 4x4 grid in windows of 2 (4 of them,
     # shifted every other block), then one 2x2 stage that sees the whole grid. (One-pixel
     # patches learn far slower: a grey pixel times a fixed vector carries little.)
@@ -67,7 +67,7 @@ class SwinConfig(ModelConfig):
     """
 
     family: ClassVar[str] = "swin"
-    presets: ClassVar[dict[str, dict[str, Any]]] = SWIN_PRESETS
+    presets: ClassVar[dict[str, dict[str, object]]] = SWIN_PRESETS
 
     image_size: int = 8
     patch_size: int = 1

@@ -24,7 +24,7 @@ d_model, ``h`` heads, ``K`` classes.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar, Literal
+from typing import ClassVar, Literal
 
 import torch
 from torch import Tensor, nn
@@ -51,7 +51,7 @@ class ViTConfig(AttentionStackConfig):
     """
 
     family: ClassVar[str] = "vit"
-    presets: ClassVar[dict[str, dict[str, Any]]] = VIT_PRESETS
+    presets: ClassVar[dict[str, dict[str, object]]] = VIT_PRESETS
 
     d_model: int = 64
     num_heads: int = 4

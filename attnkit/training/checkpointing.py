@@ -13,7 +13,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import torch
 from torch import nn
@@ -86,12 +85,13 @@ class Checkpointer:
         self.during_write = during_write
         self.weights = weights if weights is not None else FullWeights()
 
-    def trainer_state(self, counters: Counters) -> dict[str, Any]:
+    def trainer_state(self, counters: Counters) -> dict[str, object]:
         """Everything besides weights and optimizer that an exact resume needs.
 
         Under torchrun a collective (every rank's RNG state is gathered).
         """
-        state: dict[str, Any] = {
+        rng_state = rng.capture_rng_state()
+        state: dict[str, object] = {
             "format": STATE_FORMAT,
             "attnkit": __version__,  # the version that wrote this checkpoint
             "task": self.task.name,
@@ -102,11 +102,11 @@ class Checkpointer:
             "nonfinite_streak": counters.nonfinite_streak,
             "skipped_steps": counters.skipped_steps,
             "world_size": self.dist.world_size,
-            "rng": rng.capture_rng_state(),
+            "rng": rng_state,
             "run": self.run.to_dict(),
         }
         if self.dist.enabled:  # each rank's own dropout stream (torch RNGs: small tensors)
-            own = {k: v for k, v in state["rng"].items() if k in ("torch", "cuda")}
+            own = {k: v for k, v in rng_state.items() if k in ("torch", "cuda")}
             state["rng_ranks"] = self.dist.gather(own)
         return state
 

@@ -8,7 +8,6 @@ it into the task's data. Also from the command line:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from attnkit.errors import ConfigError
 from attnkit.validation import check_fields, require
@@ -42,7 +41,7 @@ class HFDatasetConfig:
     name: str | None = None
     split: str = "train"
     valid_split: str | None = None
-    data_files: str | list[str] | dict[str, Any] | None = None
+    data_files: str | list[str] | dict[str, object] | None = None
     columns: dict[str, str] | None = None
     streaming: bool = False
     revision: str | None = None

@@ -152,7 +152,7 @@ class DataConfig:
 
     def one_file(self, split: str, task: str) -> str | None:
         """``train``/``valid`` as the one file the ``task`` reads (a list: an error)."""
-        value = getattr(self, split)
+        value: str | list[str] | None = getattr(self, split)
         if isinstance(value, list):
             raise ConfigError(
                 f"data.{split}: the {task} task reads one file, got a list of {len(value)}"

@@ -12,7 +12,6 @@ as users write them (``1e-3``, ``1E-3``, ``.5``, ``1_000.5``, ``.inf``,
 from __future__ import annotations
 
 import re
-from typing import Any
 
 import yaml
 
@@ -27,7 +26,7 @@ _FLOAT = re.compile(
 )
 
 
-class ConfigLoader(yaml.SafeLoader):
+class ConfigLoader(yaml.SafeLoader):  # type: ignore[misc]  # PyYAML has no stubs here
     """``yaml.SafeLoader`` that resolves floats by YAML 1.2's rules."""
 
 
@@ -40,7 +39,7 @@ ConfigLoader.yaml_implicit_resolvers = {
 ConfigLoader.add_implicit_resolver(_FLOAT_TAG, _FLOAT, list("-+0123456789."))
 
 
-def parse_yaml(text: str) -> Any:
+def parse_yaml(text: str) -> object:
     """``yaml.safe_load(text)`` with YAML 1.2 numbers."""
     loader = ConfigLoader(text)
     try:

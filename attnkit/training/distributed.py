@@ -35,7 +35,7 @@ import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import torch
 import torch.distributed as dist
@@ -78,7 +78,7 @@ class DistContext:
         if self.enabled:
             dist.barrier()
 
-    def on_main(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T | None:
+    def on_main(self, fn: Callable[..., T], *args: object, **kwargs: object) -> T | None:
         """``fn(*args, **kwargs)`` on rank 0 once every rank got here; the others wait.
 
         For work that touches shared files (preparing the run directory).
@@ -112,11 +112,11 @@ class DistContext:
         dist.broadcast(t, src=0)
         return bool(t.item())
 
-    def gather(self, obj: Any) -> list[Any]:
+    def gather(self, obj: object) -> list[object]:
         """``obj`` of every rank, in rank order, on every rank (small objects only)."""
         if not self.enabled:
             return [obj]
-        out: list[Any] = [None] * self.world_size
+        out: list[object] = [None] * self.world_size
         dist.all_gather_object(out, obj)
         return out
 

@@ -79,7 +79,7 @@ def _optimizer_fqns(model: nn.Module, optimizer: torch.optim.Optimizer) -> list[
     return fqns
 
 
-def full_optimizer_state(model: nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
+def full_optimizer_state(model: nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, object]:
     """``optimizer.state_dict()``, gathered from the shards under FSDP2 (a collective;
     rank 0 gets it, keyed by parameter index as a single process would; others ``{}``)."""
     if not is_fsdp(model):
@@ -91,7 +91,7 @@ def full_optimizer_state(model: nn.Module, optimizer: torch.optim.Optimizer) -> 
     if not by_name:
         return {}
     index = {fqn: i for i, fqn in enumerate(_optimizer_fqns(model, optimizer))}
-    named_state: dict[str, Any] = by_name["state"]  # type: ignore[assignment]
+    named_state: dict[str, object] = by_name["state"]  # type: ignore[assignment]
     return {
         "state": {index[fqn]: s for fqn, s in named_state.items()},
         # The groups as a single process has them (indices; betas stay a tuple).

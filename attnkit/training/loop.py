@@ -167,8 +167,8 @@ class Trainer:
             batch, real = self.task.next_batch()
             if self._time_matmul:  # train.cpu_matmul auto, first batch of a new model here
 
-                def one_pass(b: Any = batch) -> None:
-                    self.task.loss(model, b).loss.backward()
+                def one_pass(b: object = batch) -> None:
+                    self.task.loss(model, b).loss.backward()  # type: ignore[no-untyped-call]  # torch leaves backward unannotated
 
                 self.matmul_note = matmul_choice.choose(self.model, one_pass)
                 self._time_matmul = False
@@ -180,7 +180,7 @@ class Trainer:
                 loss, nll, n = sums.loss, sums.nll, sums.tokens
                 if not real:  # a stand-in batch: join the all-reduce, add nothing
                     loss, nll, n = loss * 0.0, nll * 0.0, 0
-                self.scaler.scale(loss).backward()
+                self.scaler.scale(loss).backward()  # type: ignore[no-untyped-call]  # as above
             loss_sum += float(loss.detach())
             nll_sum += float(nll.detach())
             n_tokens += n
@@ -275,7 +275,7 @@ class Trainer:
         """The step and the non-finite guard's counters, as a checkpoint records them."""
         return Counters(self.step, self.nonfinite_streak, self.skipped_steps)
 
-    def trainer_state(self) -> dict[str, Any]:
+    def trainer_state(self) -> dict[str, object]:
         """Everything besides weights and optimizer that an exact resume needs;
         under torchrun a collective."""
         return self.checkpointer().trainer_state(self.counters())
@@ -303,7 +303,7 @@ class Trainer:
 
     # -- the loop ------------------------------------------------------------------
 
-    def fit(self, stop_when: Callable[[dict[str, float]], bool] | None = None) -> dict[str, Any]:
+    def fit(self, stop_when: Callable[[dict[str, float]], bool] | None = None) -> dict[str, object]:
         """Train until ``max_steps``, ``max_minutes`` or ``stop_when(valid metrics)``.
 
         Returns the final step, whether training stopped early, and the last

@@ -105,7 +105,7 @@ def build_optimizer(
     if weight_decay == 0.0 and position_lr_scale == 1.0:
         return torch.optim.Adam(params, lr=lr, betas=betas, eps=eps, fused=fused)
     if weight_decay == 0.0:
-        groups: list[dict[str, Any]] = [{"params": params, "weight_decay": 0.0}]
+        groups: list[dict[str, object]] = [{"params": params, "weight_decay": 0.0}]
     else:
         decay, no_decay = decay_parameters(model)
         groups = [
@@ -121,7 +121,7 @@ def build_optimizer(
 
 def _split_positions(
     model: nn.Module, groups: list[dict[str, Any]], lr: float, scale: float
-) -> list[dict[str, Any]]:
+) -> list[dict[str, object]]:
     """Each group split in two: its position parameters (at ``lr * scale``) and the rest."""
     positions = {id(p) for p in position_parameters(model)}
     if not positions:

@@ -9,22 +9,42 @@ from __future__ import annotations
 
 import random
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, NotRequired, TypedDict
 
 import numpy as np
 import torch
+from torch import Tensor
 
 from attnkit.errors import CheckpointError
 
 
-def capture_rng_state() -> dict[str, Any]:
+class NumpyRNGState(TypedDict):
+    """numpy's legacy global generator (``np.random.get_state(legacy=False)``), as JSON."""
+
+    bit_generator: str
+    key: list[int]
+    pos: int
+    has_gauss: int
+    gauss: float
+
+
+class RNGState(TypedDict):
+    """What ``capture_rng_state`` returns."""
+
+    torch: Tensor  # uint8
+    python: tuple[object, ...]  # random.getstate(): (version, internal state, gauss_next)
+    numpy: NumpyRNGState
+    cuda: NotRequired[list[Tensor]]  # one per device, when CUDA is available
+
+
+def capture_rng_state() -> RNGState:
     """Every RNG a training step may draw from: torch CPU (and CUDA), ``random``, numpy.
 
     Torch states are uint8 tensors (stored in safetensors by ``save_checkpoint``);
     the Python and numpy states are plain numbers (stored as JSON).
     """
     np_state = np.random.get_state(legacy=False)
-    state: dict[str, Any] = {
+    state: RNGState = {
         "torch": torch.get_rng_state(),
         "python": random.getstate(),
         "numpy": {

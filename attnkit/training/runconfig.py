@@ -97,7 +97,7 @@ class RunConfig:
     tokenizer: TokenizerConfig = field(default_factory=TokenizerConfig)
     # As written (an empty section: the task's default preset, e.g. "small"); with
     # `init` only the keys named here are checked against the checkpoint's model.
-    model: dict[str, Any] = field(default_factory=dict)
+    model: dict[str, object] = field(default_factory=dict)
     train: TrainConfig = field(default_factory=TrainConfig)
     decode: DecodeConfig = field(default_factory=DecodeConfig)
     init: InitConfig | None = None  # start from a checkpoint's weights
@@ -127,7 +127,7 @@ class RunConfig:
                                 "init")  # fmt: skip
         return cls(task=task, model=dict(model), init=init, **built)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         """Every key that applies to the task (so a run's ``run.json`` reloads as a config)."""
         data = dataclasses.asdict(self)
         if self.init is None:
@@ -152,7 +152,7 @@ class RunConfig:
         return jsonio.dumps({VERSION_KEY: __version__, **self.to_dict()}, indent=2)
 
 
-def parse_override(text: str) -> tuple[list[str], Any]:
+def parse_override(text: str) -> tuple[list[str], object]:
     """``"train.max_steps=100"`` -> ``(["train", "max_steps"], 100)`` (value parsed as YAML,
     numbers as users write them: ``train.lr=1e-3`` is a float)."""
     import yaml

@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch.optim.lr_scheduler import LambdaLR
@@ -33,7 +34,8 @@ def noam_lr(step: int, *, d_model: int, warmup_steps: int, factor: float = 1.0) 
     """
     if step <= 0:
         return 0.0
-    return factor * d_model**-0.5 * min(step**-0.5, step * warmup_steps**-1.5)
+    # float(): typeshed leaves a float power untyped (it may be complex); these are real
+    return float(factor * d_model**-0.5 * min(step**-0.5, step * warmup_steps**-1.5))
 
 
 def warmup_cosine_lr(
@@ -140,7 +142,7 @@ def build_scheduler(
     )
 
 
-def _base_lr(group: dict) -> float:
+def _base_lr(group: dict[str, Any]) -> float:  # torch types param groups so
     lr = float(group.get("initial_lr", group["lr"]))
     if lr <= 0:
         raise ConfigError(f"lr: must be > 0 for a cosine schedule, got {lr}")

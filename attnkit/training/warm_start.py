@@ -239,7 +239,7 @@ def config_from_start(
     init_config: ModelConfig,
     given: Mapping[str, Any],
     *,
-    task_fields: Mapping[str, Any] | None = None,
+    task_fields: Mapping[str, object] | None = None,
     head_fields: Collection[str] = (),
     families: Collection[str] | None = None,
 ) -> Any:
@@ -281,7 +281,7 @@ def config_from_start(
     for key in fields:
         if key not in known:
             raise ConfigError(f"model.{key}: unknown key{suggest(key, known, 'model.')}")
-    changes: dict[str, Any] = {}
+    changes: dict[str, object] = {}
     for key, value in fields.items():
         if _same(value, current[key]):
             continue
@@ -314,7 +314,7 @@ def config_from_start(
     return config
 
 
-def _same(value: Any, current: Any) -> bool:
+def _same(value: object, current: object) -> bool:
     """Equal as config values (YAML lists stand in for tuples)."""
     if isinstance(value, list | tuple) and isinstance(current, list | tuple):
         return list(value) == list(current)

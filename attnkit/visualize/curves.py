@@ -4,12 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from attnkit.visualize.figures import pyplot, save_figure
 
 
-def plot_curves(records: Sequence[dict[str, Any]], path: str | Path) -> Path:
+def plot_curves(records: Sequence[dict[str, object]], path: str | Path) -> Path:
     """Plot training loss (and validation loss, when present) against step."""
     train = [(r["step"], r["loss"]) for r in records if r.get("split") == "train"]
     valid = [(r["step"], r["loss"]) for r in records if r.get("split") == "valid"]

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import tempfile
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 from attnkit import jsonio
@@ -59,7 +60,7 @@ print([tok.decode([tok.token_to_id(t) for t in r.hypotheses[0]]) for r in result
 """
 
 
-def _need_ctranslate2() -> Any:
+def _need_ctranslate2() -> ModuleType:
     try:
         import ctranslate2
     except ImportError:
@@ -69,11 +70,15 @@ def _need_ctranslate2() -> Any:
     return ctranslate2
 
 
-def _converter(ctranslate2: Any, hf_dir: Path, tokens: dict[str, str]) -> Any:
+def _converter(
+    ctranslate2: Any,  # the module: its classes are untyped bases
+    hf_dir: Path,
+    tokens: dict[str, str],
+) -> Any:
     """CTranslate2's converter with the spec fixed after its Marian loader ran."""
 
     class AttnkitMarianConverter(ctranslate2.converters.TransformersConverter):
-        def _load(self) -> Any:
+        def _load(self) -> object:
             spec = super()._load()
             spec.decoder.start_from_zero_embedding = False
             config = spec.config

@@ -41,8 +41,8 @@ class HFDirectory:
     """A model directory's parsed JSON files (weights are read on demand)."""
 
     path: Path
-    config: dict[str, Any]
-    tokenizer_config: dict[str, Any] = field(default_factory=dict)
+    config: dict[str, object]
+    tokenizer_config: dict[str, object] = field(default_factory=dict)
 
     @property
     def model_type(self) -> str:
@@ -51,12 +51,12 @@ class HFDirectory:
     def file(self, name: str) -> Path:
         return self.path / name
 
-    def get(self, key: str, default: Any = None) -> Any:
+    def get(self, key: str, default: object = None) -> Any:
         """A ``config.json`` field (``default`` when absent or null)."""
         value = self.config.get(key)
         return default if value is None else value
 
-    def require(self, key: str) -> Any:
+    def require(self, key: str) -> object:
         """A ``config.json`` field that must be there."""
         if self.config.get(key) is None:
             raise CheckpointError(f"{self.file(CONFIG)}: field {key!r} is missing")
@@ -83,7 +83,7 @@ class HFDirectory:
             raise self.error(key, f"expected a finite number, got {value!r}")
         return float(value)
 
-    def build(self, config_class: type[C], **fields: Any) -> C:
+    def build(self, config_class: type[C], **fields: object) -> C:
         """``config_class(**fields)``; a refusal of attnkit's validator names ``config.json``."""
         try:
             return config_class(**fields)

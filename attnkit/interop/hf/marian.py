@@ -147,7 +147,7 @@ MARIAN_ACTIVATIONS = tuple(dict.fromkeys(HF_ACTIVATIONS.values()))
 MARIAN_NORM_EPS = 1e-5
 
 
-def check_marian_expressible(c: Any) -> None:
+def check_marian_expressible(c: object) -> None:
     """Raise ``ConfigError`` naming the first field ``MarianMTModel`` cannot express.
 
     Marian is the paper's model: post-LN LayerNorm (eps 1e-5), fixed sinusoids,

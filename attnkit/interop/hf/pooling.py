@@ -27,7 +27,7 @@ def _read(path: Path) -> Any:
     return safe_files.read_json(path, _LIMIT) if path.is_file() else None
 
 
-def sentence_embedding_details(root: Path) -> dict[str, Any] | None:
+def sentence_embedding_details(root: Path) -> dict[str, object] | None:
     """``{"pooling", "normalize", "max_seq_length"}`` of a sentence-transformers directory,
     or ``None`` for a plain transformers directory."""
     modules = _read(root / "modules.json")

@@ -43,7 +43,7 @@ def _specials(tokenizer: Tokenizer) -> dict[str, tuple[str, int]]:
     return {role: (tokenizer.id_to_token(i), i) for role, i in ids.items() if i is not None}
 
 
-def _piece_tokenizer(tokenizer: CharTokenizer | WordTokenizer) -> dict[str, Any]:
+def _piece_tokenizer(tokenizer: CharTokenizer | WordTokenizer) -> dict[str, object]:
     """A ``WordLevel`` tokenizer over the pieces of attnkit's char or word tokenizer."""
     import tokenizers as tk
 
@@ -55,21 +55,21 @@ def _piece_tokenizer(tokenizer: CharTokenizer | WordTokenizer) -> dict[str, Any]
         hf.decoder = tk.decoders.Fuse()  # pieces joined with nothing between them
     else:
         hf.pre_tokenizer = tk.pre_tokenizers.WhitespaceSplit()  # decoded with single spaces
-    data: dict[str, Any] = json.loads(hf.to_str())
+    data: dict[str, object] = json.loads(hf.to_str())
     return data
 
 
 def base_tokenizer_json(tokenizer: Tokenizer) -> dict[str, Any]:
     """The HF ``tokenizers`` JSON (as a dict) that encodes like ``tokenizer``."""
     if isinstance(tokenizer, BPETokenizer | PretrainedTokenizer):
-        data: dict[str, Any] = tokenizer._state()["hf"]  # the HF JSON, parsed afresh
+        data: dict[str, object] = tokenizer._state()["hf"]  # the HF JSON, parsed afresh
         return data
     if isinstance(tokenizer, CharTokenizer | WordTokenizer):
         return _piece_tokenizer(tokenizer)
     raise ConfigError(f"tokenizer: cannot export a {type(tokenizer).__name__} tokenizer")
 
 
-def hf_tokenizer_json(tokenizer: Tokenizer) -> dict[str, Any]:
+def hf_tokenizer_json(tokenizer: Tokenizer) -> dict[str, object]:
     """``tokenizer.json`` for a translation export (see the module doc), attnkit's ids."""
     data = base_tokenizer_json(tokenizer)
     specials = _specials(tokenizer)
@@ -121,7 +121,7 @@ def encoder_tokenizer_json(tokenizer: Tokenizer) -> dict[str, Any]:
     return data
 
 
-def hf_tokenizer_config(tokenizer: Tokenizer, max_len: int) -> dict[str, Any]:
+def hf_tokenizer_config(tokenizer: Tokenizer, max_len: int) -> dict[str, object]:
     """``tokenizer_config.json``: the class, the special tokens, attnkit's encoding rules.
 
     ``unk_token`` is left out on purpose: transformers would mark it special

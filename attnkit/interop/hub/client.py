@@ -33,7 +33,6 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from attnkit.errors import CheckpointError, UsageError
 from attnkit.interop.hf.files import CONFIG, INDEX, TOKENIZER, TOKENIZER_CONFIG, WEIGHTS
@@ -222,13 +221,13 @@ def _shards(index: Path) -> list[str]:
     return shards
 
 
-def download_model(name: HubName) -> tuple[Path, dict[str, Any]]:
+def download_model(name: HubName) -> tuple[Path, dict[str, object]]:
     """``(snapshot directory, hub record)`` for the model ``name``, fetched if needed."""
     resolved = resolve(name)
     return fetch_model(name, resolved)
 
 
-def fetch_model(name: HubName, resolved: Resolved | None) -> tuple[Path, dict[str, Any]]:
+def fetch_model(name: HubName, resolved: Resolved | None) -> tuple[Path, dict[str, object]]:
     """Fetch what the import reads of ``name`` at ``resolved``'s commit (offline: the
     cache's); returns the snapshot directory and the record for ``import.json``."""
     from huggingface_hub import snapshot_download
@@ -247,7 +246,7 @@ def fetch_model(name: HubName, resolved: Resolved | None) -> tuple[Path, dict[st
     return folder, record(name, folder.name, folder, fetched)
 
 
-def download_file(name: HubName) -> tuple[Path, dict[str, Any]]:
+def download_file(name: HubName) -> tuple[Path, dict[str, object]]:
     """``(local file, hub record)`` for ``ORG/NAME[@REV]:FILE`` (a GGUF file), fetched if needed."""
     from huggingface_hub import hf_hub_download
 
@@ -277,7 +276,7 @@ def sha256_of(path: Path) -> str:
         return hashlib.file_digest(f, "sha256").hexdigest()
 
 
-def record(name: HubName, commit: str, folder: Path, fetched: list[str]) -> dict[str, Any]:
+def record(name: HubName, commit: str, folder: Path, fetched: list[str]) -> dict[str, object]:
     """The ``hub`` entry of ``import.json``: where the files came from and their SHA-256.
 
     A file stored in LFS sits in the cache under the SHA-256 the Hub gave for it

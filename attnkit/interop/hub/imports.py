@@ -25,7 +25,6 @@ import fcntl
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 from attnkit.errors import CheckpointError, UsageError
 from attnkit.interop.hub import client as hub
@@ -123,7 +122,7 @@ def hub_checkpoint(text: str) -> Path:
         if _trusted(directory, name, commit):  # another process imported it meanwhile
             return directory
         _say(f"{text}: importing {name.repo} at {commit[:12]} into {directory} (once)")
-        record: dict[str, Any]
+        record: dict[str, object]
         if name.filename is not None:
             from attnkit.interop.gguf.importer import import_gguf
 

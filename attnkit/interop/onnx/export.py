@@ -135,7 +135,7 @@ class DecoderGraph(nn.Module):
         return logits, present_k, present_v
 
 
-def check_onnx_exportable(c: Any) -> None:
+def check_onnx_exportable(c: object) -> None:
     """``ConfigError`` naming the field of a model the graphs cannot hold."""
     if not isinstance(c, TransformerConfig):
         family = getattr(c, "family", type(c).__name__)

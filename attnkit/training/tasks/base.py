@@ -22,7 +22,7 @@ class's ``from_run`` builds it from a run.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol, TypeVar, cast
@@ -201,22 +201,22 @@ class Task(Protocol):
         """One line about the data and vocabulary, printed when training starts."""
         ...
 
-    def progress(self) -> dict[str, Any]:
+    def progress(self) -> dict[str, object]:
         """Extra fields for the training log records (e.g. the epoch)."""
         ...
 
-    def state_dict(self) -> dict[str, Any]:
+    def state_dict(self) -> dict[str, object]:
         """Where the data stream stands and the task's own RNG states."""
         ...
 
-    def load_state_dict(self, state: dict[str, Any]) -> None: ...
+    def load_state_dict(self, state: dict[str, object]) -> None: ...
 
 
 def model_config_from_run(
     run: RunConfig,
     *,
     families: tuple[type[C], ...],
-    defaults: dict[str, Any],
+    defaults: Mapping[str, object],
     preset: str = "small",
     start: WarmStart | None = None,
     head_fields: tuple[str, ...] = (),
@@ -246,11 +246,15 @@ def model_config_from_run(
         raise ConfigError(
             f"model.family: task {run.task} trains {' or '.join(names)}, got {family!r}"
         )
-    preset = fields.pop("preset", preset)
+    chosen = fields.pop("preset", preset)
     for name, value in defaults.items():
         fields.setdefault(name, value)
+    config_class = families[names.index(family)]
+    if not isinstance(chosen, str):  # YAML may give a number: from_preset's refusal, as is
+        raise ConfigError(f"model.preset: unknown preset {chosen!r}; choose from "
+                          f"{', '.join(config_class.presets)}")  # fmt: skip
     try:
-        return families[names.index(family)].from_preset(preset, **fields)
+        return config_class.from_preset(chosen, **fields)
     except ConfigError as e:
         raise ConfigError(f"model.{e}") from None
 

@@ -89,7 +89,7 @@ def translation_data(
         every = [p for part in parts for p in part.pairs]
         tokenizer = tokenizer or train_on_pairs([every], run.tokenizer)[0]
         dropped = sum(part.dropped_empty for part in parts)
-        train: Any = parts[0].pairs
+        train: object = parts[0].pairs
         if len(parts) > 1:
             encoded = [encode_pairs(part.pairs, tokenizer) for part in parts]
             train = PairBatches(encoded, max_len=data.max_len, seed=run.train.seed,
@@ -143,7 +143,7 @@ def lm_corpus(
     return LMCorpus(train, valid, tokenizer), prepared.release
 
 
-def prepare_run_data(run: RunConfig, *, log: Log | None = None) -> dict[str, Any]:
+def prepare_run_data(run: RunConfig, *, log: Log | None = None) -> dict[str, object]:
     """What ``attnkit prepare`` does: the training data of ``run`` prepared (or found
     prepared) in the cache, as ``attnkit train`` will want it; a summary."""
     from attnkit.training.tasks.dataset_source import with_dataset
@@ -154,7 +154,7 @@ def prepare_run_data(run: RunConfig, *, log: Log | None = None) -> dict[str, Any
             "data.loading: memory encodes the data on every run, so there is nothing to "
             "prepare; use data.loading: prepared (the default) or streaming"
         )
-    summary: dict[str, Any] = {"task": run.task, "cache": str(root), "loading": data.loading}
+    summary: dict[str, object] = {"task": run.task, "cache": str(root), "loading": data.loading}
     run = with_dataset(run, log=log)  # data.hf_dataset: exported once into the cache
     data = run.data
     tokenizer = _given_tokenizer(run, None)

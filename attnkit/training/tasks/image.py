@@ -81,7 +81,7 @@ HEAD_FIELDS = ("num_classes", "class_names")
 
 
 def _image_config(
-    run: RunConfig, defaults: dict[str, Any], start: WarmStart | None = None
+    run: RunConfig, defaults: dict[str, object], start: WarmStart | None = None
 ) -> ImageModelConfig:
     families: tuple[type[ViTConfig | SwinConfig], ...] = (ViTConfig, SwinConfig)
     config = model_config_from_run(
@@ -260,10 +260,10 @@ class ImageClassificationTask:
 
     # -- resume --------------------------------------------------------------------
 
-    def progress(self) -> dict[str, Any]:
+    def progress(self) -> dict[str, object]:
         return {"epoch": round(self.epoch + self.batch_in_epoch / self.batches_per_epoch(), 3)}
 
-    def state_dict(self) -> dict[str, Any]:
+    def state_dict(self) -> dict[str, object]:
         return {
             "epoch": self.epoch,
             "batch_in_epoch": self.batch_in_epoch,

@@ -171,10 +171,10 @@ class InstructionTask:
         loss = total / max(count, 1)
         return {"loss": loss, "ppl": perplexity(total, max(count, 1))}
 
-    def progress(self) -> dict[str, Any]:
+    def progress(self) -> dict[str, object]:
         return {}
 
-    def state_dict(self) -> dict[str, Any]:
+    def state_dict(self) -> dict[str, object]:
         return {"batch_rng": self.batch_rng.get_state()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:

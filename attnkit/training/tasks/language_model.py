@@ -99,7 +99,7 @@ class _BlockTask(Generic[LMConfig]):
         self.batch_rng = torch.Generator().manual_seed(self.cfg.seed)
         self.context = TaskContext()
 
-    def _model_defaults(self) -> dict[str, Any]:
+    def _model_defaults(self) -> dict[str, object]:
         tok = self.tokenizer
         return {"vocab_size": tok.vocab_size, "pad_id": tok.pad_id, "bos_id": tok.bos_id,
                 "eos_id": tok.eos_id}  # fmt: skip
@@ -150,10 +150,10 @@ class _BlockTask(Generic[LMConfig]):
         )
         return {"loss": metrics["loss"], "ppl": metrics["ppl"]}
 
-    def progress(self) -> dict[str, Any]:
+    def progress(self) -> dict[str, object]:
         return {}
 
-    def state_dict(self) -> dict[str, Any]:
+    def state_dict(self) -> dict[str, object]:
         return {"batch_rng": self.batch_rng.get_state()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -218,7 +218,7 @@ class MaskedLMTask(_BlockTask[EncoderOnlyConfig]):
         self.special_ids = mlm_special_ids(self.tokenizer)
         self.mask_rng = torch.Generator().manual_seed(self.cfg.seed + 1)
 
-    def _model_defaults(self) -> dict[str, Any]:
+    def _model_defaults(self) -> dict[str, object]:
         # One more id than the tokenizer has, for the mask token; no classifier.
         vocab_size, mask_id = mlm_vocab(self.tokenizer)
         return {**super()._model_defaults(), "vocab_size": vocab_size, "mask_id": mask_id,
@@ -245,7 +245,7 @@ class MaskedLMTask(_BlockTask[EncoderOnlyConfig]):
             nll, count, out = masked_lm_forward(model, *batch)
         return with_moe_losses(nll, nll.detach(), count, out.moe, self.model_config)
 
-    def state_dict(self) -> dict[str, Any]:
+    def state_dict(self) -> dict[str, object]:
         return {**super().state_dict(), "mask_rng": self.mask_rng.get_state()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:

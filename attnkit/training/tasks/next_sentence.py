@@ -251,10 +251,10 @@ class NextSentenceTask:
 
     # -- resume --------------------------------------------------------------------------
 
-    def progress(self) -> dict[str, Any]:
+    def progress(self) -> dict[str, object]:
         return {}
 
-    def state_dict(self) -> dict[str, Any]:
+    def state_dict(self) -> dict[str, object]:
         return {"batch_rng": self.batch_rng.get_state(), "mask_rng": self.mask_rng.get_state()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:

@@ -113,7 +113,7 @@ class QuestionAnsweringTask:
     ) -> None:
         self.run, self.cfg, self.tokenizer = run, run.train, tokenizer
         self.train_data, self.valid_data = train, valid
-        defaults: dict[str, Any] = {"num_labels": 2, "label_names": LABELS,
+        defaults: dict[str, object] = {"num_labels": 2, "label_names": LABELS,
                                     "label_level": "token", "pooler": False}  # fmt: skip
         if start is None:  # from scratch: the vocabulary follows the tokenizer
             vocab_size, mask_id = mlm_vocab(tokenizer)
@@ -233,10 +233,10 @@ class QuestionAnsweringTask:
 
     # -- resume --------------------------------------------------------------------
 
-    def progress(self) -> dict[str, Any]:
+    def progress(self) -> dict[str, object]:
         return {"epoch": round(self.epoch + self.batch_in_epoch / max(len(self.order), 1), 3)}
 
-    def state_dict(self) -> dict[str, Any]:
+    def state_dict(self) -> dict[str, object]:
         return {"epoch": self.epoch, "batch_in_epoch": self.batch_in_epoch,
                 "epoch_rng": self._epoch_rng_state}  # fmt: skip
 

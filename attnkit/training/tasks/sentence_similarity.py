@@ -137,7 +137,7 @@ class SentenceSimilarityTask:
     ) -> None:
         self.run, self.cfg, self.tokenizer = run, run.train, tokenizer
         self.train_data, self.valid_data = train, valid
-        defaults: dict[str, Any] = {"num_labels": 0, "label_names": ()}
+        defaults: dict[str, object] = {"num_labels": 0, "label_names": ()}
         if start is None:
             vocab_size, mask_id = mlm_vocab(tokenizer)
             defaults.update(vocab_size=vocab_size, mask_id=mask_id, pad_id=tokenizer.pad_id,
@@ -282,10 +282,10 @@ class SentenceSimilarityTask:
 
     # -- resume --------------------------------------------------------------------
 
-    def progress(self) -> dict[str, Any]:
+    def progress(self) -> dict[str, object]:
         return {"epoch": round(self.epoch + self.batch_in_epoch / max(len(self.order), 1), 3)}
 
-    def state_dict(self) -> dict[str, Any]:
+    def state_dict(self) -> dict[str, object]:
         return {"epoch": self.epoch, "batch_in_epoch": self.batch_in_epoch,
                 "epoch_rng": self._epoch_rng_state}  # fmt: skip
 

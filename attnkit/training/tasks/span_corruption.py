@@ -181,10 +181,10 @@ class SpanCorruptionTask:
         model.train(was_training)
         return {"loss": nll / max(tokens, 1), "ppl": perplexity(nll, max(tokens, 1))}
 
-    def progress(self) -> dict[str, Any]:
+    def progress(self) -> dict[str, object]:
         return {}
 
-    def state_dict(self) -> dict[str, Any]:
+    def state_dict(self) -> dict[str, object]:
         return {"batch_rng": self.batch_rng.get_state(), "noise_rng": self.noise_rng.get_state()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:

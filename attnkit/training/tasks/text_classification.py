@@ -142,7 +142,7 @@ class TextClassificationTask:
         if len(names) < 2:
             raise ConfigError(f"data.train: {train.source} has one label ({names[0]!r}); "
                               "a classifier needs at least two")  # fmt: skip
-        defaults: dict[str, Any] = {"num_labels": len(names), "label_names": names}
+        defaults: dict[str, object] = {"num_labels": len(names), "label_names": names}
         if start is None:  # from scratch: the vocabulary follows the tokenizer
             vocab_size, mask_id = mlm_vocab(tokenizer)
             defaults.update(vocab_size=vocab_size, mask_id=mask_id, pad_id=tokenizer.pad_id,
@@ -259,10 +259,10 @@ class TextClassificationTask:
 
     # -- resume --------------------------------------------------------------------
 
-    def progress(self) -> dict[str, Any]:
+    def progress(self) -> dict[str, object]:
         return {"epoch": round(self.epoch + self.batch_in_epoch / max(len(self.order), 1), 3)}
 
-    def state_dict(self) -> dict[str, Any]:
+    def state_dict(self) -> dict[str, object]:
         return {"epoch": self.epoch, "batch_in_epoch": self.batch_in_epoch,
                 "epoch_rng": self._epoch_rng_state}  # fmt: skip
 

@@ -136,7 +136,7 @@ class TokenClassificationTask:
                               "(it follows the data)")  # fmt: skip
         if len(names) < 3:
             raise ConfigError(f"data.train: {train.source} tags no entity (only O)")
-        defaults: dict[str, Any] = {"num_labels": len(names), "label_names": names,
+        defaults: dict[str, object] = {"num_labels": len(names), "label_names": names,
                                     "label_level": "token"}  # fmt: skip
         if start is None:  # from scratch: the vocabulary follows the tokenizer
             vocab_size, mask_id = mlm_vocab(tokenizer)
@@ -248,10 +248,10 @@ class TokenClassificationTask:
 
     # -- resume --------------------------------------------------------------------
 
-    def progress(self) -> dict[str, Any]:
+    def progress(self) -> dict[str, object]:
         return {"epoch": round(self.epoch + self.batch_in_epoch / max(len(self.order), 1), 3)}
 
-    def state_dict(self) -> dict[str, Any]:
+    def state_dict(self) -> dict[str, object]:
         return {"epoch": self.epoch, "batch_in_epoch": self.batch_in_epoch,
                 "epoch_rng": self._epoch_rng_state}  # fmt: skip
 

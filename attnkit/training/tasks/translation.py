@@ -18,7 +18,7 @@ on the first ``train.valid_bleu_sentences``.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any, ClassVar, cast
+from typing import ClassVar, cast
 
 import numpy as np
 import torch
@@ -266,12 +266,12 @@ class TranslationTask:
 
     # -- resume --------------------------------------------------------------------
 
-    def progress(self) -> dict[str, Any]:
+    def progress(self) -> dict[str, object]:
         return self.data.progress()
 
-    def state_dict(self) -> dict[str, Any]:
+    def state_dict(self) -> dict[str, object]:
         return self.data.state_dict()
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
+    def load_state_dict(self, state: dict[str, object]) -> None:
         self.data.load_state_dict(state)
         self._stream = None  # restart the stream where the state says

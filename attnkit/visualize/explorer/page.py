@@ -26,7 +26,6 @@ import re
 from dataclasses import asdict, dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Any
 from urllib.parse import urlsplit
 
 from attnkit import jsonio
@@ -58,7 +57,7 @@ def _asset(name: str) -> str:
     return resources.files("attnkit.visualize.explorer").joinpath("assets", name).read_text("utf-8")
 
 
-def _script_json(value: Any) -> str:
+def _script_json(value: object) -> str:
     """JSON safe inside ``<script type="application/json">``.
 
     ``<`` only occurs inside JSON strings, where ``\\u003c`` means the same, so no
@@ -81,7 +80,7 @@ def _csp(api_url: str | None) -> str:
 
 
 def render_page(
-    payload: dict[str, Any] | None,
+    payload: dict[str, object] | None,
     *,
     api_url: str | None = None,
     title: str | None = None,
@@ -117,7 +116,7 @@ def render_page(
     return _PLACEHOLDER.sub(lambda m: fills[m.group(0)], _asset("explorer.html"))
 
 
-def write_page(path: str | Path, payload: dict[str, Any], *, title: str | None = None) -> Path:
+def write_page(path: str | Path, payload: dict[str, object], *, title: str | None = None) -> Path:
     """Write an exported (offline) page to ``path`` and return the path."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)

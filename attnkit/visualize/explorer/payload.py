@@ -53,10 +53,11 @@ from __future__ import annotations
 import base64
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, TypedDict
 
 import numpy as np
 
+from attnkit.jsonio import JSON
 from attnkit.visualize.explorer.summaries import head_summaries, rollout
 
 __all__ = [
@@ -132,7 +133,7 @@ class ExplorerExample:
     title: str = ""
 
 
-def _to_numpy(x: Any, name: str) -> np.ndarray:
+def _to_numpy(x: object, name: str) -> np.ndarray:
     """A float64 copy of a torch tensor, numpy array or nested list."""
     if hasattr(x, "detach"):  # torch, without importing it
         x = x.detach().float().cpu().numpy()
@@ -201,11 +202,25 @@ def _check_group(
     return query, key, arrays
 
 
+class Blob(TypedDict):
+    """One ``(H, Tq, Tk)`` array of weights, base64 (see the module docstring)."""
+
+    data: str
+    scale: str | None  # uint8: the float32 row maxima; float16: None
+
+
+class Ranked(TypedDict):
+    """One hypothesis of the n-best list."""
+
+    text: str
+    score: float | None  # None: not finite
+
+
 def _b64(a: np.ndarray) -> str:
     return base64.b64encode(np.ascontiguousarray(a).tobytes()).decode("ascii")
 
 
-def encode_blob(w: np.ndarray, dtype: Literal["uint8", "float16"] = "uint8") -> dict[str, Any]:
+def encode_blob(w: np.ndarray, dtype: Literal["uint8", "float16"] = "uint8") -> Blob:
     """Encode ``(H, Tq, Tk)`` weights in ``[0, 1]`` as one blob (see the module docstring)."""
     w = np.asarray(w, dtype=np.float64)
     if dtype == "float16":
@@ -228,11 +243,11 @@ def decode_blob(blob: dict[str, Any], shape: Sequence[int], dtype: str = "uint8"
     return q / 255.0 * scale.reshape(*shape[:-1], 1)
 
 
-def _round(a: np.ndarray) -> list[Any]:
+def _round(a: np.ndarray) -> JSON:  # nested lists of floats
     return np.round(a, 6).tolist()
 
 
-def _check_example(ex: ExplorerExample) -> list[dict[str, Any]]:
+def _check_example(ex: ExplorerExample) -> list[Ranked]:
     """Validate the scalar fields; return the n-best list as dicts."""
     if ex.kind not in KINDS:
         raise ValueError(f"kind: {ex.kind!r} is not one of {list(KINDS)}")
@@ -240,7 +255,7 @@ def _check_example(ex: ExplorerExample) -> list[dict[str, Any]]:
     _check_tokens(ex.target, "target")
     if not ex.source:
         raise ValueError("source: needs at least one token")
-    nbest = []
+    nbest: list[Ranked] = []
     for i, h in enumerate(ex.nbest):
         pair = (h.text, h.score) if isinstance(h, Hypothesis) else tuple(h)
         if len(pair) != 2:
@@ -263,7 +278,7 @@ def _check_example(ex: ExplorerExample) -> list[dict[str, Any]]:
 
 def build_payload(
     example: ExplorerExample, *, dtype: Literal["uint8", "float16"] = "uint8"
-) -> dict[str, Any]:
+) -> dict[str, object]:
     """Validate ``example`` and turn it into the JSON-able payload described above.
 
     Raises:
@@ -294,7 +309,7 @@ def build_payload(
             }
         )
     output = example.output if example.output is not None else (nbest[0]["text"] if nbest else "")
-    encoding: dict[str, Any] = {"dtype": dtype, "order": "C", "byteorder": "little"}
+    encoding: dict[str, str] = {"dtype": dtype, "order": "C", "byteorder": "little"}
     if dtype == "uint8":
         encoding["value"] = "data / 255 * scale[row]; scale = float32 row maxima"
     return {
