@@ -20,7 +20,7 @@ Examples:
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from attnkit.cli.argtypes import integer
 from attnkit.cli.common import (
@@ -34,6 +34,9 @@ from attnkit.cli.common import (
 )
 from attnkit.errors import UsageError
 from attnkit.output_paths import atomic_file, check_output_file
+
+if TYPE_CHECKING:
+    from attnkit.models.swin import SwinConfig, SwinTransformer
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -152,7 +155,7 @@ def _image_map(args: argparse.Namespace, model: Any, config: Any, inputs: list) 
     return 0
 
 
-def _window_map(args: argparse.Namespace, model: Any, config: Any) -> int:
+def _window_map(args: argparse.Namespace, model: SwinTransformer, config: SwinConfig) -> int:
     """``--image`` on a Swin model: one block's window attention, its windows drawn."""
     from attnkit.cli.common import image_for
     from attnkit.visualize.window_attention import plot_window_attention, window_attention

@@ -31,7 +31,7 @@ task's new head (a classifier's labels) starts fresh.
   attnkit train --config sst2_minilm --init hf:sentence-transformers/all-MiniLM-L6-v2 \\
       --set data.dir=data/sst2 --out runs/sst2
 
-Any key can be overridden with --set SECTION.KEY=VALUE (repeatable). Training
+Every key can be overridden with --set SECTION.KEY=VALUE (repeatable). Training
 shows a progress bar (loss, lr, tokens/s, ETA), appends metrics to
 OUT/metrics.jsonl, redraws OUT/loss.png, and writes checkpoints under
 OUT/checkpoints/. An existing OUT is never overwritten silently: pass --resume

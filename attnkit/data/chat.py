@@ -44,8 +44,8 @@ class ChatTokenizer(Protocol):
     def id_to_token(self, i: int) -> str: ...
 
 
-def _tojson(x: Any, ensure_ascii: bool = False, indent: int | None = None,
-            separators: Any = None, sort_keys: bool = False) -> str:  # fmt: skip
+def _tojson(x: object, ensure_ascii: bool = False, indent: int | None = None,
+            separators: tuple[str, str] | None = None, sort_keys: bool = False) -> str:  # fmt: skip
     return jsonio.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators,
                         sort_keys=sort_keys)  # fmt: skip
 

@@ -69,7 +69,7 @@ class Columns:
     them), and the languages a ``translation`` column is read with."""
 
     of: dict[str, str]
-    features: Any
+    features: Mapping[str, object] | None
     langs: tuple[str, str] = ("src", "tgt")
 
 

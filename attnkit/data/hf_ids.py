@@ -28,7 +28,7 @@ def dense_limit(count: int) -> int:
     return count + max(count, SPARE_IDS)
 
 
-def _processor_ids(processor: object) -> Iterator[tuple[str, Any]]:
+def _processor_ids(processor: object) -> Iterator[tuple[str, object]]:
     """``(what, id)`` of every special token a post-processor inserts."""
     if not isinstance(processor, dict):
         return
@@ -45,7 +45,7 @@ def _processor_ids(processor: object) -> Iterator[tuple[str, Any]]:
             yield f"post-processor {key} token {pair[0]!r}", pair[1]
 
 
-def _defined_ids(data: dict[str, Any]) -> Iterator[tuple[str, Any]]:
+def _defined_ids(data: dict[str, Any]) -> Iterator[tuple[str, object]]:
     """``(what, id)`` of every id the file defines (a Unigram's are its positions)."""
     model = data.get("model")
     vocab = model.get("vocab") if isinstance(model, dict) else None

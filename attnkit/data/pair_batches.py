@@ -22,7 +22,7 @@ collate. The training task shares the rows out among data-parallel ranks.
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from typing import Any, Protocol
+from typing import Protocol, cast
 
 import numpy as np
 
@@ -159,9 +159,10 @@ class PairBatches:
     def state_dict(self) -> dict[str, object]:
         return {"epoch": self.epoch, "batch_in_epoch": self.batch_in_epoch}
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.epoch = int(state["epoch"])
-        self.batch_in_epoch = int(state["batch_in_epoch"])
+    def load_state_dict(self, state: dict[str, object]) -> None:
+        # the ints ``state_dict`` saved (the casts only tell mypy)
+        self.epoch = int(cast(int, state["epoch"]))
+        self.batch_in_epoch = int(cast(int, state["batch_in_epoch"]))
 
     def progress(self) -> dict[str, object]:
         return {"epoch": self.epoch}

@@ -133,7 +133,7 @@ class Progress:
 def _trained_tokenizer(
     stage_inputs: Mapping[str, object],
     settings: TokenizerSettings,
-    train: Callable[[], tuple[Tokenizer, Reservoir[Any]]],
+    train: Callable[[], tuple[Tokenizer, Reservoir[str] | Reservoir[tuple[str, str]]]],
     root: Path,
     log: Log | None,
 ) -> Tokenizer:
@@ -215,7 +215,7 @@ def pair_tokenizer(
 ) -> Tokenizer:
     """The tokenizer trained on a sample of the pairs of ``inputs`` (cached)."""
 
-    def train() -> tuple[Tokenizer, Reservoir[Any]]:
+    def train() -> tuple[Tokenizer, Reservoir[tuple[str, str]]]:
         chunks = iter_pair_chunks(inputs, skip_empty=skip_empty)
         return train_on_pairs((list(zip(c.src, c.tgt)) for c in chunks), settings, log)
 

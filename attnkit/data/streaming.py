@@ -73,7 +73,7 @@ class _Corpus:
     def state(self) -> dict[str, int]:
         return {"pass": self.passes, "input": self.input, "record": self.record}
 
-    def restore(self, state: dict[str, Any]) -> None:
+    def restore(self, state: dict[str, int]) -> None:
         self.passes, self.input, self.record = (int(state[k]) for k in ("pass", "input", "record"))
         self.kept_this_pass = 1 if self.input or self.record else 0
         self._chunks: Iterator[tuple[int, PairChunk]] | None = None

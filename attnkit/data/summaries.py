@@ -18,7 +18,6 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from attnkit.data.chat import chat_template_of
 from attnkit.data.formats import Input, Kind, json_texts, read_pairs
@@ -65,7 +64,7 @@ def cut_text(tokenizer: Tokenizer, text: str, limit: int) -> str:
     return text if len(ids) <= limit else tokenizer.decode(ids[:limit])
 
 
-def text_budget(tokenizer: Any, block: int) -> int:
+def text_budget(tokenizer: Tokenizer, block: int) -> int:
     """How many tokens of the text fit a decoder-only sequence of ``block`` tokens: what the
     prompt's template and instruction and ``ANSWER_ROOM`` leave (at least 1)."""
     overhead = len(tokenizer.encode(prompt_text(tokenizer, "", text_tokens=1)))
@@ -84,7 +83,7 @@ def instruction_record(
     return {"prompt": prompt + "\n\nSummary: ", "completion": summary}
 
 
-def prompt_text(tokenizer: Any, text: str, *, text_tokens: int) -> str:
+def prompt_text(tokenizer: Tokenizer, text: str, *, text_tokens: int) -> str:
     """What a decoder-only model is given to summarize ``text`` (``instruction_record``'s
     context, ending where the answer starts)."""
     prompt = PROMPT.format(text=cut_text(tokenizer, text, text_tokens))

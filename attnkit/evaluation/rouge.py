@@ -11,14 +11,17 @@ ROUGE-L here is sentence-level LCS (``rougeL``), not the summary-level
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING
 
 from attnkit.errors import AttnkitError, UsageError
+
+if TYPE_CHECKING:
+    from rouge_score.rouge_scorer import RougeScorer  # untyped: unchecked calls
 
 ROUGE_KEYS = ("rouge1", "rouge2", "rougeL")
 
 
-def _scorer() -> Any:
+def _scorer() -> RougeScorer:
     try:
         from rouge_score import rouge_scorer
     except ImportError:

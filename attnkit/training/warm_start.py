@@ -151,7 +151,7 @@ class WarmStart:
         ``head``: module prefixes that may be missing from the checkpoint, extra in
         it or of another shape; ``restart``: prefixes (inside ``head``) that start
         fresh even where the checkpoint has them (a classifier's new labels).
-        Any other mismatch is a ``CheckpointError``.
+        Every other mismatch is a ``CheckpointError``.
         """
         state = {k: v for k, v in self.state.items() if not _under(k, restart)}
         source = Path(self.source.checkpoint) / MODEL_FILE
@@ -329,7 +329,7 @@ def copy_weights(
     State entries under the module prefixes ``head`` (e.g. ``"classifier"``)
     may be missing from ``state``, extra in it or of another shape: the model
     keeps its fresh initialisation there. Returns the names of those freshly
-    initialised entries. Any other mismatch is a ``CheckpointError``.
+    initialised entries. Every other mismatch is a ``CheckpointError``.
     """
     expected = model.state_dict()
     fresh, loaded = [], {}

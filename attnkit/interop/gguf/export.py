@@ -47,7 +47,8 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from torch import Tensor
@@ -79,6 +80,9 @@ from attnkit.models.presets import LLAMA_OPTIONS
 from attnkit.output_paths import atomic_file
 from attnkit.quantize.int4 import dequantize_groups, unpack_nibbles
 
+if TYPE_CHECKING:
+    from gguf import GGMLQuantizationType
+
 # --precision -> (ggml type of the matrices, llama.cpp's general.file_type name).
 PRECISIONS = {"f32": ("F32", "ALL_F32"), "f16": ("F16", "MOSTLY_F16"),
               "q8_0": ("Q8_0", "MOSTLY_Q8_0"), "q4_0": ("Q4_0", "MOSTLY_Q4_0"),
@@ -96,7 +100,7 @@ LLAMA_EXPRESSIBLE = {
 TOKEN_UNUSED = 5  # llama.cpp's type for rows the model has past the tokenizer's vocabulary
 
 
-def check_expressible(config: Any) -> DecoderOnlyConfig:
+def check_expressible(config: object) -> DecoderOnlyConfig:
     """``config`` if GGUF's ``llama`` architecture runs the same function; else a one-line
     ``UsageError`` naming the first field it cannot express."""
     if not isinstance(config, DecoderOnlyConfig):
@@ -193,7 +197,7 @@ def _pre_name(pre_tokenizer: dict[str, Any] | None) -> tuple[str, bool]:
     )
 
 
-def gguf_vocab(tokenizer: Any, vocab_size: int) -> GGUFVocab:
+def gguf_vocab(tokenizer: object, vocab_size: int) -> GGUFVocab:
     """The GGUF tokenizer of ``tokenizer`` for a model of ``vocab_size`` rows; a tokenizer
     llama.cpp cannot reproduce is a one-line ``UsageError``."""
     if not isinstance(tokenizer, PretrainedTokenizer):
@@ -241,7 +245,9 @@ def gguf_vocab(tokenizer: Any, vocab_size: int) -> GGUFVocab:
 # -- the file -----------------------------------------------------------------------------
 
 
-def _array(tensor: Tensor, qtype: Any, gguf: Any) -> tuple[np.ndarray, Any]:
+def _array(
+    tensor: Tensor, qtype: GGMLQuantizationType, gguf: ModuleType
+) -> tuple[np.ndarray, GGMLQuantizationType | None]:
     """``tensor`` as what ``GGUFWriter.add_tensor`` takes: an array and its raw ggml type
     (None: the array's own float type). A record of int4 blocks is written as its blocks
     where ``qtype`` holds them exactly, else as its float weight."""
@@ -262,7 +268,7 @@ def _array(tensor: Tensor, qtype: Any, gguf: Any) -> tuple[np.ndarray, Any]:
     return gguf.quants.quantize(values, qtype), qtype
 
 
-def _need_gguf() -> Any:
+def _need_gguf() -> ModuleType:
     try:
         import gguf
     except ImportError:
@@ -324,7 +330,7 @@ def _run_name(directory: Path) -> str:
     return directory.parent.parent.name if in_run else directory.name
 
 
-def _llama_keys(hp: LlamaHParams, name: str) -> dict[str, Any]:
+def _llama_keys(hp: LlamaHParams, name: str) -> dict[str, object]:
     """``general.*`` and ``llama.*`` (by ``GGUFWriter.add_*`` name)."""
     return {
         "type": "model", "name": name, "context_length": hp.max_len,
@@ -336,7 +342,7 @@ def _llama_keys(hp: LlamaHParams, name: str) -> dict[str, Any]:
     }  # fmt: skip
 
 
-def _vocab_keys(vocab: GGUFVocab, config: DecoderOnlyConfig) -> dict[str, Any]:
+def _vocab_keys(vocab: GGUFVocab, config: DecoderOnlyConfig) -> dict[str, object]:
     """``tokenizer.*`` (by ``GGUFWriter.add_*`` name); the special ids are the model's
     (its config's), the unknown token the tokenizer's; None: not written."""
     return {

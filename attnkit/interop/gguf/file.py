@@ -20,11 +20,17 @@ from __future__ import annotations
 import os
 import struct
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 import numpy as np
 
 from attnkit.errors import CheckpointError
+
+if TYPE_CHECKING:
+    from gguf import GGUFReader, ReaderField
+
+# A metadata value as ``field_value`` gives it (a bool is an int here too).
+GGUFValue: TypeAlias = int | float | str | list[int] | list[float] | list[str]
 
 # GGUF value types with a fixed width: u8 i8 u16 i16 u32 i32 f32 bool u64 i64 f64.
 _WIDTH = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
@@ -101,7 +107,7 @@ def _check_layout(blob: np.ndarray, blocks: dict[int, tuple[str, int]]) -> None:
                            f"{kind_name} blocks of {block}")  # fmt: skip
 
 
-def _plain_view_reader(gguf: Any) -> type:
+def _plain_view_reader(gguf: Any) -> type[GGUFReader]:
     """``gguf.GGUFReader`` over a plain ndarray view of its file map: 3-4x faster to open.
 
     The reader slices its ``np.memmap`` once per metadata string (~100k for a
@@ -123,7 +129,7 @@ def _plain_view_reader(gguf: Any) -> type:
     return PlainViewReader
 
 
-def open_gguf(path: Path) -> Any:
+def open_gguf(path: Path) -> GGUFReader:
     """A ``gguf.GGUFReader`` for ``path``; a missing, foreign or corrupt file is one line."""
     try:
         import gguf
@@ -148,7 +154,7 @@ def open_gguf(path: Path) -> Any:
     return reader
 
 
-def field_value(reader_field: Any) -> Any:
+def field_value(reader_field: ReaderField) -> GGUFValue:
     """A metadata value as Python: int/float/bool/str, or a list for arrays."""
     from gguf import GGUFValueType
 
@@ -162,7 +168,7 @@ def field_value(reader_field: Any) -> Any:
     return parts[reader_field.data[0]][0].item()
 
 
-def metadata_values(path: Path, reader: Any) -> dict[str, Any]:
+def metadata_values(path: Path, reader: GGUFReader) -> dict[str, GGUFValue]:
     """Every metadata key -> its Python value; a non-UTF-8 string is one line."""
     try:
         return {key: field_value(f) for key, f in reader.fields.items()}

@@ -35,7 +35,6 @@ from __future__ import annotations
 import os
 from collections import Counter
 from pathlib import Path
-from typing import Any
 
 from attnkit.checkpoints.int4_weights import INT4_FILE
 from attnkit.data.pretrained_tokenizer import PretrainedTokenizer
@@ -85,7 +84,7 @@ def read_gguf_import(
         notes += ckpt.notes
         notes += settle_records(ckpt.tensors, plan.sources(), kept, ckpt.tensor_types)
     state, _ = plan.load(ckpt.tensors.pop, finite=False)  # popped: never held twice
-    details: dict[str, Any] = {
+    details: dict[str, object] = {
         "name": ckpt.metadata.get("general.name"),
         "tensor_types": dict(sorted(Counter(ckpt.tensor_types.values()).items())),
         "pre_tokenizer": pre_tokenizer or ckpt.metadata.get("tokenizer.ggml.pre"),
@@ -109,7 +108,7 @@ def import_gguf(
     *,
     overwrite: bool = False,
     pre_tokenizer: str | None = None,
-    hub: dict[str, Any] | None = None,
+    hub: dict[str, object] | None = None,
     keep_quantized: bool = False,
 ) -> Path:
     """Import the Llama GGUF file ``source`` as the run ``out``; returns its checkpoint.

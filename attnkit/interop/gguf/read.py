@@ -33,7 +33,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, TypeVar, cast
 
 import numpy as np
 import torch
@@ -41,13 +41,16 @@ from torch import Tensor
 
 from attnkit.errors import CheckpointError
 from attnkit.interop.gguf.blocks import Q4_TYPES, to_record
-from attnkit.interop.gguf.file import metadata_values, open_gguf
+from attnkit.interop.gguf.file import GGUFValue, metadata_values, open_gguf
 from attnkit.interop.keymap import plan_load
 from attnkit.interop.keytable import Rule, Step, Table
 from attnkit.interop.llama import LlamaHParams, llama_dims
 
 if TYPE_CHECKING:
+    from gguf import ReaderTensor
     from tokenizers import Tokenizer
+
+T = TypeVar("T")
 
 SUPPORTED_ARCHITECTURES = ("llama",)
 # Plain floats and the classic llama.cpp block formats, all dequantized by gguf-py's numpy
@@ -81,7 +84,9 @@ class GGUFCheckpoint:
     tokenizer: Tokenizer | None
     special_ids: dict[str, int]  # bos_id, eos_id, pad_id, unk_id: those the file gives
     chat_template: str | None
-    metadata: dict[str, Any] = field(default_factory=dict)  # scalar fields; arrays as lengths
+    metadata: dict[str, int | float | str] = field(
+        default_factory=dict
+    )  # scalar fields; arrays as lengths
     notes: list[str] = field(default_factory=list)  # what keep_quantized could not keep
 
 
@@ -158,13 +163,13 @@ GGUF_LLAMA_KEYS = Table(
 class _Fields:
     """Typed access to metadata, every failure naming the file and the key."""
 
-    def __init__(self, path: Path, values: dict[str, Any]) -> None:
+    def __init__(self, path: Path, values: dict[str, GGUFValue]) -> None:
         self.path, self.values = path, values
 
     def error(self, key: str, message: str) -> CheckpointError:
         return CheckpointError(f"{self.path}: {key}: {message}")
 
-    def get(self, key: str, kind: type, default: Any = None) -> Any:
+    def get(self, key: str, kind: type[T], default: T | None = None) -> T:
         if key not in self.values:
             if default is None:
                 raise self.error(key, "missing from the GGUF metadata")
@@ -175,7 +180,7 @@ class _Fields:
             value, ok = float(value), True
         if not ok:
             raise self.error(key, f"expected {kind.__name__}, got {value!r}")
-        return value
+        return cast(T, value)  # a ``kind`` (checked above)
 
     def positive(self, key: str, default: int | None = None) -> int:
         value = self.get(key, int, default)
@@ -185,7 +190,7 @@ class _Fields:
 
 
 def read_llama_hparams(
-    path: Path, values: dict[str, Any], tensor_shapes: dict[str, tuple[int, ...]]
+    path: Path, values: dict[str, GGUFValue], tensor_shapes: dict[str, tuple[int, ...]]
 ) -> LlamaHParams:
     """Validate ``llama.*`` metadata into ``LlamaHParams``; errors name the key.
 
@@ -295,19 +300,20 @@ def read_gguf(
     scalars = {k: (len(v) if isinstance(v, list) else v) for k, v in values.items()}
     return GGUFCheckpoint(
         path=path,
-        architecture=values["general.architecture"],
+        architecture=cast(str, values["general.architecture"]),  # checked by read_llama_hparams
         hparams=hparams,
         tensors=out,
         tensor_types={ours: by_name[keys[0]].tensor_type.name for ours, keys in sources.items()},
         tokenizer=tok,
         special_ids=specials,
-        chat_template=values.get("tokenizer.chat_template"),
+        # a string by the GGUF spec, not checked here (as before the annotation)
+        chat_template=cast("str | None", values.get("tokenizer.chat_template")),
         metadata=scalars,
         notes=notes,
     )
 
 
-def _read(t: Any, shape: tuple[int, ...], keep: bool, notes: list[str]) -> Tensor:
+def _read(t: ReaderTensor, shape: tuple[int, ...], keep: bool, notes: list[str]) -> Tensor:
     """One tensor: a record of its blocks if ``keep`` and it is Q4_0/Q4_1 (else, or
     where its blocks have no exact int4 form, float32 with a note)."""
     kind = t.tensor_type.name
@@ -320,7 +326,7 @@ def _read(t: Any, shape: tuple[int, ...], keep: bool, notes: list[str]) -> Tenso
     return _dequantize(t, shape)
 
 
-def _dequantize(t: Any, shape: tuple[int, ...]) -> Tensor:
+def _dequantize(t: ReaderTensor, shape: tuple[int, ...]) -> Tensor:
     """One tensor as float32 ``shape`` (in the file's row order)."""
     import gguf
 

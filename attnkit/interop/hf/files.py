@@ -16,7 +16,7 @@ import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from torch import Tensor
 
@@ -25,6 +25,9 @@ from attnkit.data.hf_ids import check_hf_ids
 from attnkit.errors import CheckpointError, ConfigError
 from attnkit.interop.keymap import plan_load
 from attnkit.interop.keytable import Dims, Table
+
+if TYPE_CHECKING:
+    import tokenizers
 
 CONFIG, WEIGHTS, INDEX = "config.json", "model.safetensors", "model.safetensors.index.json"
 TOKENIZER, TOKENIZER_CONFIG = "tokenizer.json", "tokenizer_config.json"
@@ -152,7 +155,7 @@ def read_weights(directory: HFDirectory) -> dict[str, Tensor]:
     raise CheckpointError(f"{path / WEIGHTS}: not found; the directory holds no weights")
 
 
-def read_tokenizer(directory: HFDirectory) -> Any:
+def read_tokenizer(directory: HFDirectory) -> tokenizers.Tokenizer:
     """The directory's ``tokenizer.json`` as a ``tokenizers.Tokenizer``."""
     from tokenizers import Tokenizer
 
@@ -183,7 +186,9 @@ def special_token(directory: HFDirectory, name: str, default: str | None = None)
     return value if isinstance(value, str) else default
 
 
-def token_id(tokenizer: Any, token: str | None, directory: HFDirectory, role: str) -> int:
+def token_id(
+    tokenizer: tokenizers.Tokenizer, token: str | None, directory: HFDirectory, role: str
+) -> int:
     """The id of ``token`` in ``tokenizer``; a one-line error naming the role otherwise."""
     found = None if token is None else tokenizer.token_to_id(token)
     if found is None:
@@ -193,7 +198,7 @@ def token_id(tokenizer: Any, token: str | None, directory: HFDirectory, role: st
     return int(found)
 
 
-def special_ids(tokenizer: Any) -> list[int]:
+def special_ids(tokenizer: tokenizers.Tokenizer) -> list[int]:
     """Ids of the added tokens the tokenizer marks special (what ``skip_special_tokens`` drops)."""
     data = json.loads(tokenizer.to_str())
     return sorted(int(t["id"]) for t in data.get("added_tokens") or [] if t.get("special"))

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from attnkit.errors import CheckpointError
 from attnkit.interop.hf.bert import import_bert
@@ -65,7 +64,7 @@ def import_hf(
     out: str | Path,
     *,
     overwrite: bool = False,
-    hub: dict[str, Any] | None = None,
+    hub: dict[str, object] | None = None,
 ) -> Path:
     """Import the Hugging Face model directory ``source`` into the run ``out``.
 

@@ -29,7 +29,7 @@ source/target embeddings with an untied output projection.
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -50,6 +50,9 @@ from attnkit.interop.hf.files import (
 from attnkit.interop.hf.marian import marian_dims, marian_keys, marian_ties
 from attnkit.interop.import_writer import Imported, check_positions
 from attnkit.models.config import TransformerConfig
+
+if TYPE_CHECKING:
+    import tokenizers
 
 
 def marian_config(d: HFDirectory) -> TransformerConfig:
@@ -110,7 +113,7 @@ def marian_tokenizer(d: HFDirectory, c: TransformerConfig) -> PretrainedTokenize
     )
 
 
-def _model_unk(hf: Any) -> str | None:
+def _model_unk(hf: tokenizers.Tokenizer) -> str | None:
     unk = json.loads(hf.to_str()).get("model", {}).get("unk_token")
     return unk if isinstance(unk, str) else None
 

@@ -13,10 +13,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from attnkit.checkpoints import safe_files
 from attnkit.errors import CheckpointError
+
+if TYPE_CHECKING:
+    from attnkit.models.lm_config import EncoderOnlyConfig
 
 _LIMIT = 1 << 20  # these files are a few hundred bytes
 _MODES = {"pooling_mode_cls_token": "cls", "pooling_mode_mean_tokens": "mean",
@@ -63,7 +66,7 @@ class EmbeddingSettings:
     max_len: int  # tokens, [CLS] and [SEP] included
 
 
-def embedding_settings(directory: Path, config: Any) -> EmbeddingSettings:
+def embedding_settings(directory: Path, config: EncoderOnlyConfig) -> EmbeddingSettings:
     """The settings of the checkpoint in ``directory`` (a run or checkpoint folder): an
     imported sentence-transformers model's own (its import record, in the run folder two
     levels up), else the encoder's pooling, normalised, at its full length."""

@@ -26,7 +26,6 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterable
-from typing import Any
 
 from attnkit.data.pretrained_tokenizer import PretrainedTokenizer
 from attnkit.errors import CheckpointError
@@ -96,7 +95,7 @@ def t5_tokenizer(d: HFDirectory, c: TransformerConfig) -> PretrainedTokenizer:
     """The directory's tokenizer with the config's ids (unk from the tokenizer files)."""
     hf = read_tokenizer(d)
     model_unk = json.loads(hf.to_str()).get("model", {}).get("unk_token")
-    default: Any = model_unk if isinstance(model_unk, str) else "<unk>"
+    default: str = model_unk if isinstance(model_unk, str) else "<unk>"
     unk = token_id(hf, special_token(d, "unk_token", default), d, "unknown")
     return PretrainedTokenizer(hf, pad_id=c.pad_id, bos_id=c.bos_id, eos_id=c.eos_id,
                                unk_id=unk, skip_ids=special_ids(hf))  # fmt: skip

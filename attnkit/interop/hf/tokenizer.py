@@ -96,7 +96,7 @@ def hf_tokenizer_json(tokenizer: Tokenizer) -> dict[str, object]:
     return data
 
 
-def encoder_tokenizer_json(tokenizer: Tokenizer) -> dict[str, Any]:
+def encoder_tokenizer_json(tokenizer: Tokenizer) -> dict[str, object]:
     """``tokenizer.json`` for an encoder's export: BOS, the text, EOS (a pair: BOS, the
     first, EOS, the second, EOS, with token types 0 then 1), as attnkit's encoders read
     it; a ``PretrainedTokenizer``'s own file (BERT's post-processor does the same)."""
@@ -105,10 +105,10 @@ def encoder_tokenizer_json(tokenizer: Tokenizer) -> dict[str, Any]:
     data = hf_tokenizer_json(tokenizer)
     (bos, bos_id), (eos, eos_id) = _specials(tokenizer)["bos"], _specials(tokenizer)["eos"]
 
-    def special(token: str, type_id: int) -> dict[str, Any]:
+    def special(token: str, type_id: int) -> dict[str, object]:
         return {"SpecialToken": {"id": token, "type_id": type_id}}
 
-    def text(name: str, type_id: int) -> dict[str, Any]:
+    def text(name: str, type_id: int) -> dict[str, object]:
         return {"Sequence": {"id": name, "type_id": type_id}}
 
     data["post_processor"] = {
@@ -140,7 +140,7 @@ def hf_tokenizer_config(tokenizer: Tokenizer, max_len: int) -> dict[str, object]
     }
 
 
-def encoder_tokenizer_config(tokenizer: Tokenizer, max_len: int) -> dict[str, Any]:
+def encoder_tokenizer_config(tokenizer: Tokenizer, max_len: int) -> dict[str, object]:
     """``tokenizer_config.json`` of an encoder's export: BERT's roles (``cls_token`` =
     BOS, ``sep_token`` = EOS, pad, unknown, and the mask token where the vocabulary has
     one), which ``attnkit import --from hf`` reads back."""

@@ -212,6 +212,18 @@ class Task(Protocol):
     def load_state_dict(self, state: dict[str, object]) -> None: ...
 
 
+def saved_int(state: dict[str, object], key: str) -> int:
+    """The counter ``state_dict`` saved under ``key`` (an ``int``; the cast only tells mypy)."""
+    return int(cast(int, state[key]))
+
+
+def saved_rng(state: dict[str, object], key: str) -> Tensor:
+    """The generator state ``state_dict`` saved under ``key`` (``Generator.get_state``'s
+    tensor), on the CPU as ``uint8``, as ``Generator.set_state`` takes it (a checkpoint
+    loaded with ``map_location`` may have moved it)."""
+    return cast(Tensor, state[key]).to("cpu", torch.uint8)
+
+
 def model_config_from_run(
     run: RunConfig,
     *,

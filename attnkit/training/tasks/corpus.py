@@ -17,6 +17,7 @@ names, else one trained on a bounded sample of the training data
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -114,7 +115,7 @@ def translation_data(
 
 def lm_corpus(
     run: RunConfig, tokenizer: Tokenizer | None = None, *, log: Log | None = None
-) -> tuple[LMCorpus, Any]:
+) -> tuple[LMCorpus, Callable[[], None] | None]:
     """The LM tasks' corpus (split 90/10 by default) and, when prepared, the callable
     that hands back the pages of its memory map."""
     data = run.data

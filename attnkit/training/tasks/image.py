@@ -39,7 +39,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from pathlib import Path
-from typing import Any, ClassVar, cast
+from typing import ClassVar, cast
 
 import torch
 import torch.nn.functional as F
@@ -65,6 +65,8 @@ from attnkit.training.tasks.base import (
     TaskInputs,
     build_task_model,
     model_config_from_run,
+    saved_int,
+    saved_rng,
     with_moe_losses,
 )
 from attnkit.training.warm_start import WarmStart
@@ -271,9 +273,9 @@ class ImageClassificationTask:
             "augment_rng": self.augment_rng.get_state(),
         }
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.epoch = int(state["epoch"])
-        self.batch_in_epoch = int(state["batch_in_epoch"])
-        self.order_rng.set_state(state["epoch_rng"].to("cpu", torch.uint8))
+    def load_state_dict(self, state: dict[str, object]) -> None:
+        self.epoch = saved_int(state, "epoch")
+        self.batch_in_epoch = saved_int(state, "batch_in_epoch")
+        self.order_rng.set_state(saved_rng(state, "epoch_rng"))
         self._draw_order()  # the same order again, the generator past it
-        self.augment_rng.set_state(state["augment_rng"].to("cpu", torch.uint8))
+        self.augment_rng.set_state(saved_rng(state, "augment_rng"))

@@ -25,7 +25,7 @@ Validation: mean loss per answer token (and its perplexity) over the first
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -42,6 +42,7 @@ from attnkit.data.instructions import (
 from attnkit.data.tokenizers import Tokenizer
 from attnkit.errors import ConfigError, DataError
 from attnkit.evaluation.perplexity import perplexity
+from attnkit.models.decoder_only import CausalLMOutput
 from attnkit.models.lm_config import DecoderOnlyConfig
 from attnkit.training.runconfig import RunConfig
 from attnkit.training.tasks.base import (
@@ -53,6 +54,7 @@ from attnkit.training.tasks.base import (
     check_vocab_fits,
     context_block,
     model_config_from_run,
+    saved_rng,
     with_moe_losses,
 )
 from attnkit.training.warm_start import WarmStart
@@ -60,9 +62,11 @@ from attnkit.training.warm_start import WarmStart
 Batch = tuple[Tensor, Tensor]
 
 
-def answer_nll(model: nn.Module, inputs: Tensor, targets: Tensor) -> tuple[Tensor, int, Any]:
+def answer_nll(
+    model: nn.Module, inputs: Tensor, targets: Tensor
+) -> tuple[Tensor, int, CausalLMOutput]:
     """Summed NLL of the answer tokens (``targets != IGNORE_INDEX``), their count, the output."""
-    out = model(inputs)
+    out: CausalLMOutput = model(inputs)
     logits = out.logits
     logits = logits.to(torch.promote_types(logits.dtype, torch.float32))
     nll = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), reduction="sum",
@@ -177,8 +181,8 @@ class InstructionTask:
     def state_dict(self) -> dict[str, object]:
         return {"batch_rng": self.batch_rng.get_state()}
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.batch_rng.set_state(state["batch_rng"].to("cpu", torch.uint8))
+    def load_state_dict(self, state: dict[str, object]) -> None:
+        self.batch_rng.set_state(saved_rng(state, "batch_rng"))
 
 
 def _hold_out(

@@ -26,7 +26,7 @@ Validation: the mean loss per scored token and the perplexity over the first
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, ClassVar, Generic, TypeVar, cast
+from typing import ClassVar, Generic, TypeVar, cast
 
 import torch
 from torch import Tensor, nn
@@ -51,6 +51,7 @@ from attnkit.training.tasks.base import (
     check_vocab_fits,
     context_block,
     model_config_from_run,
+    saved_rng,
     unknown_note,
     with_moe_losses,
 )
@@ -156,8 +157,8 @@ class _BlockTask(Generic[LMConfig]):
     def state_dict(self) -> dict[str, object]:
         return {"batch_rng": self.batch_rng.get_state()}
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.batch_rng.set_state(state["batch_rng"].to("cpu", torch.uint8))
+    def load_state_dict(self, state: dict[str, object]) -> None:
+        self.batch_rng.set_state(saved_rng(state, "batch_rng"))
 
 
 class CausalLMTask(_BlockTask[DecoderOnlyConfig]):
@@ -248,6 +249,6 @@ class MaskedLMTask(_BlockTask[EncoderOnlyConfig]):
     def state_dict(self) -> dict[str, object]:
         return {**super().state_dict(), "mask_rng": self.mask_rng.get_state()}
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
+    def load_state_dict(self, state: dict[str, object]) -> None:
         super().load_state_dict(state)
-        self.mask_rng.set_state(state["mask_rng"].to("cpu", torch.uint8))
+        self.mask_rng.set_state(saved_rng(state, "mask_rng"))

@@ -34,7 +34,7 @@ evaluation scores the same ones: ``mlm_loss``, ``ppl`` (the MLM's), ``nsp_loss``
 from __future__ import annotations
 
 import math
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -48,6 +48,7 @@ from attnkit.data.sentence_pairs import LABEL_NAMES, SentencePairs, split_pairs
 from attnkit.data.tokenizers import Tokenizer
 from attnkit.errors import ConfigError
 from attnkit.models import EncoderOnlyConfig
+from attnkit.models.encoder_only import EncoderOnlyOutput
 from attnkit.training.runconfig import RunConfig
 from attnkit.training.tasks.base import (
     LossSums,
@@ -57,6 +58,7 @@ from attnkit.training.tasks.base import (
     build_task_model,
     check_vocab_fits,
     model_config_from_run,
+    saved_rng,
     with_moe_losses,
 )
 from attnkit.training.tasks.corpus import _given_tokenizer, cache_root
@@ -200,7 +202,9 @@ class NextSentenceTask:
 
     # -- objective -----------------------------------------------------------------------
 
-    def _forward(self, model: nn.Module, batch: Batch) -> tuple[Tensor, Tensor, int, Any]:
+    def _forward(
+        self, model: nn.Module, batch: Batch
+    ) -> tuple[Tensor, Tensor, int, EncoderOnlyOutput]:
         """``(MLM NLL sum, NSP logits (B, 2), masked tokens, the model's output)``."""
         inputs, types, mlm_labels, _ = batch
         selected = mlm_labels != IGNORE_INDEX
@@ -257,6 +261,6 @@ class NextSentenceTask:
     def state_dict(self) -> dict[str, object]:
         return {"batch_rng": self.batch_rng.get_state(), "mask_rng": self.mask_rng.get_state()}
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.batch_rng.set_state(state["batch_rng"].to("cpu", torch.uint8))
-        self.mask_rng.set_state(state["mask_rng"].to("cpu", torch.uint8))
+    def load_state_dict(self, state: dict[str, object]) -> None:
+        self.batch_rng.set_state(saved_rng(state, "batch_rng"))
+        self.mask_rng.set_state(saved_rng(state, "mask_rng"))

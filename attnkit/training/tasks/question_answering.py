@@ -28,7 +28,7 @@ question's windows (``attnkit.evaluation.question_answering``), and ``loss``.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import numpy as np
 import torch
@@ -57,6 +57,8 @@ from attnkit.training.tasks.base import (
     TaskInputs,
     build_task_model,
     model_config_from_run,
+    saved_int,
+    saved_rng,
     unknown_note,
 )
 from attnkit.training.warm_start import WarmStart
@@ -240,8 +242,8 @@ class QuestionAnsweringTask:
         return {"epoch": self.epoch, "batch_in_epoch": self.batch_in_epoch,
                 "epoch_rng": self._epoch_rng_state}  # fmt: skip
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.epoch = int(state["epoch"])
-        self.batch_in_epoch = int(state["batch_in_epoch"])
-        self.order_rng.set_state(state["epoch_rng"].to("cpu", torch.uint8))
+    def load_state_dict(self, state: dict[str, object]) -> None:
+        self.epoch = saved_int(state, "epoch")
+        self.batch_in_epoch = saved_int(state, "batch_in_epoch")
+        self.order_rng.set_state(saved_rng(state, "epoch_rng"))
         self._draw_order()  # the same batches again, the generator past them

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -53,6 +53,8 @@ from attnkit.training.tasks.base import (
     TaskInputs,
     build_task_model,
     model_config_from_run,
+    saved_int,
+    saved_rng,
 )
 from attnkit.training.warm_start import WarmStart
 
@@ -289,8 +291,8 @@ class SentenceSimilarityTask:
         return {"epoch": self.epoch, "batch_in_epoch": self.batch_in_epoch,
                 "epoch_rng": self._epoch_rng_state}  # fmt: skip
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.epoch = int(state["epoch"])
-        self.batch_in_epoch = int(state["batch_in_epoch"])
-        self.order_rng.set_state(state["epoch_rng"].to("cpu", torch.uint8))
+    def load_state_dict(self, state: dict[str, object]) -> None:
+        self.epoch = saved_int(state, "epoch")
+        self.batch_in_epoch = saved_int(state, "batch_in_epoch")
+        self.order_rng.set_state(saved_rng(state, "epoch_rng"))
         self._draw_order()

@@ -25,7 +25,7 @@ from a fixed seed (two evaluations of the same weights agree).
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import torch
 from torch import Tensor, nn
@@ -35,7 +35,7 @@ from attnkit.data.lm import LMBlocks, LMCorpus, as_tensor, num_tokens
 from attnkit.data.span_corruption import noise_counts, span_corrupt
 from attnkit.errors import ConfigError
 from attnkit.evaluation.perplexity import perplexity
-from attnkit.losses import label_smoothed_cross_entropy
+from attnkit.losses import LossOutput, label_smoothed_cross_entropy
 from attnkit.models import TransformerConfig
 from attnkit.training.runconfig import RunConfig
 from attnkit.training.tasks.base import (
@@ -46,6 +46,7 @@ from attnkit.training.tasks.base import (
     build_task_model,
     context_block,
     model_config_from_run,
+    saved_rng,
     unknown_note,
     with_moe_losses,
 )
@@ -150,7 +151,7 @@ class SpanCorruptionTask:
         mine = TranslationBatch(src, tgt_in, tgt_out, batch.pad_id)
         return mine.to(self.context.device), True
 
-    def _sums(self, model: nn.Module, batch: TranslationBatch) -> tuple[LossSums, Any]:
+    def _sums(self, model: nn.Module, batch: TranslationBatch) -> tuple[LossSums, LossOutput]:
         with self.context.precision():
             output = model(batch.src, batch.tgt_in)
         out = label_smoothed_cross_entropy(output.logits, batch.tgt_out, epsilon=0.0,
@@ -187,6 +188,6 @@ class SpanCorruptionTask:
     def state_dict(self) -> dict[str, object]:
         return {"batch_rng": self.batch_rng.get_state(), "noise_rng": self.noise_rng.get_state()}
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.batch_rng.set_state(state["batch_rng"].to("cpu", torch.uint8))
-        self.noise_rng.set_state(state["noise_rng"].to("cpu", torch.uint8))
+    def load_state_dict(self, state: dict[str, object]) -> None:
+        self.batch_rng.set_state(saved_rng(state, "batch_rng"))
+        self.noise_rng.set_state(saved_rng(state, "noise_rng"))

@@ -29,7 +29,7 @@ and ``loss``, the mean NLL of the kept words' tags.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -59,6 +59,8 @@ from attnkit.training.tasks.base import (
     TaskInputs,
     build_task_model,
     model_config_from_run,
+    saved_int,
+    saved_rng,
     unknown_note,
 )
 from attnkit.training.warm_start import WarmStart
@@ -255,8 +257,8 @@ class TokenClassificationTask:
         return {"epoch": self.epoch, "batch_in_epoch": self.batch_in_epoch,
                 "epoch_rng": self._epoch_rng_state}  # fmt: skip
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.epoch = int(state["epoch"])
-        self.batch_in_epoch = int(state["batch_in_epoch"])
-        self.order_rng.set_state(state["epoch_rng"].to("cpu", torch.uint8))
+    def load_state_dict(self, state: dict[str, object]) -> None:
+        self.epoch = saved_int(state, "epoch")
+        self.batch_in_epoch = saved_int(state, "batch_in_epoch")
+        self.order_rng.set_state(saved_rng(state, "epoch_rng"))
         self._draw_order()  # the same batches again, the generator past them
