@@ -69,7 +69,10 @@ def _read_json(path: Path) -> object:
 
 
 def _read_tree(directory: Path, stem: str) -> dict[str, object] | None:
-    return safe_files.read_tree(directory, stem, _json_limit(directory / f"{stem}.json"))
+    what = {OPTIMIZER_FILE: "an optimizer state", TRAINER_FILE: "a trainer state"}.get(stem)
+    return safe_files.read_tree(
+        directory, stem, _json_limit(directory / f"{stem}.json"), what or f"a {stem} tree"
+    )
 
 
 @dataclass

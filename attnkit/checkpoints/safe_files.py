@@ -277,8 +277,11 @@ def write_tree(directory: Path, stem: str, tree: Mapping[str, object]) -> None:
     write_json(directory / f"{stem}.json", encoded)
 
 
-def read_tree(directory: Path, stem: str, limit: int) -> dict[str, object] | None:
-    """Undo ``write_tree``; None without a ``stem.json``, an error past ``limit`` bytes."""
+def read_tree(
+    directory: Path, stem: str, limit: int, what: str = "a saved tree"
+) -> dict[str, object] | None:
+    """Undo ``write_tree``; None without a ``stem.json``, an error past ``limit`` bytes
+    or when the file holds no object (``what`` it should have been, for the message)."""
     json_path = directory / f"{stem}.json"
     if not json_path.exists():
         return None
@@ -287,7 +290,9 @@ def read_tree(directory: Path, stem: str, limit: int) -> dict[str, object] | Non
     tensors = load_tensors(tensor_path) if tensor_path.exists() else {}
     tree = _decode(encoded, tensors, json_path)
     if not isinstance(tree, dict):  # write_tree writes a mapping: this file was not its
-        raise CheckpointError(f"{json_path}: expected a JSON object")
+        raise CheckpointError(
+            f"{json_path}: not {what} (a JSON {type(tree).__name__}, not an object)"
+        )
     return tree
 
 
