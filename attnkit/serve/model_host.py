@@ -345,8 +345,8 @@ class ModelHost:
         ``[MASK]`` markers filled in the output (``model_roles``). Runs in the
         calling thread; a cancelled ``handle`` stops the decoding at the next step.
         """
-        options = ExploreOptions(beam, nbest, max_new_tokens)
-        payload = self.role.explore(self, text, options, field, handle)
+        options = ExploreOptions(beam, nbest, max_new_tokens, field, handle)
+        payload = self.role.explore(self, text, options)
         output = payload["output"]
         assert isinstance(output, str)
         return {"explore": payload, "explore_note": note_of(self.role), "output": output}

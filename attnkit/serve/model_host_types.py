@@ -24,6 +24,7 @@ __all__ = [
     "ExplorePayload",
     "RequestError",
     "TranslationJSON",
+    "TranslatesSources",
     "Translator",
 ]
 
@@ -76,12 +77,8 @@ class RequestError(ValueError):
         self.param, self.code = param, code
 
 
-class Translator(Protocol):
-    """What decodes /v1/translate's batches under ``serve --engine`` (``attnkit.serve.
-    engine_translator.EngineTranslator``): ``ModelHost.translate``'s signature, a check, a
-    description."""
-
-    def check(self, *, beam: int, alpha: float, nbest: int) -> None: ...
+class TranslatesSources(Protocol):
+    """Decodes source ids into ``DecodeResult``s (``ModelHost.translate``'s signature)."""
 
     def translate(
         self,
@@ -92,5 +89,12 @@ class Translator(Protocol):
         nbest: int,
         handles: Sequence[RequestHandle] | None = None,
     ) -> list[DecodeResult]: ...
+
+
+class Translator(TranslatesSources, Protocol):
+    """What decodes /v1/translate's batches under ``serve --engine`` (``attnkit.serve.
+    engine_translator.EngineTranslator``): ``translate``, a check, a description."""
+
+    def check(self, *, beam: int, alpha: float, nbest: int) -> None: ...
 
     def describe(self) -> dict[str, object]: ...

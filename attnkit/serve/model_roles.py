@@ -19,7 +19,7 @@ from attnkit.decoding.common import DecodeResult
 from attnkit.serve.explore_payloads import EXPLORE_NOTES
 from attnkit.serve.handles import RequestHandle
 from attnkit.serve.mask_filling import MaskCandidates, MaskedText
-from attnkit.serve.model_host_types import KIND_ENDPOINTS, ExplorePayload
+from attnkit.serve.model_host_types import KIND_ENDPOINTS, ExplorePayload, TranslatesSources
 from attnkit.visualize.explorer.page import ServedForm
 
 __all__ = [
@@ -61,30 +61,23 @@ CLASSIFIER_FORM = ServedForm(
 
 @dataclass(frozen=True)
 class ExploreOptions:
-    """How ``ModelRole.explore`` decodes: beam and n-best (translation), new tokens (LMs)."""
+    """How ``ModelRole.explore`` decodes: beam and n-best (translation), new tokens (LMs);
+    the request field a bad text is reported under; the request's handle (cancellation)."""
 
     beam: int = 4
     nbest: int = 1
     max_new_tokens: int = 20
+    field: str = "text[0]"
+    handle: RequestHandle | None = None
 
 
-class RoleHost(Protocol):
+class RoleHost(TranslatesSources, Protocol):
     """What a role uses of its host (``ModelHost``): the model and its operations."""
 
     @property
     def model(self) -> nn.Module: ...
 
     def encode_sources(self, texts: Sequence[str], field: str = "text") -> list[list[int]]: ...
-
-    def translate(
-        self,
-        sources: Sequence[Sequence[int]],
-        *,
-        beam: int,
-        alpha: float,
-        nbest: int,
-        handles: Sequence[RequestHandle] | None = None,
-    ) -> list[DecodeResult]: ...
 
     def translation_payload(self, src: Sequence[int], result: DecodeResult) -> ExplorePayload: ...
 
@@ -127,14 +120,7 @@ class ModelRole(Protocol):
         for the server's budget (``None``: it generates none)."""
         ...
 
-    def explore(
-        self,
-        host: RoleHost,
-        text: str,
-        options: ExploreOptions,
-        field: str,
-        handle: RequestHandle | None,
-    ) -> ExplorePayload:
+    def explore(self, host: RoleHost, text: str, options: ExploreOptions) -> ExplorePayload:
         """The explorer payload of ``text`` (runs the model: the worker thread)."""
         ...
 
@@ -154,30 +140,34 @@ def _check(handle: RequestHandle | None) -> None:
         handle.check()
 
 
-class TranslationRole:
+class _Role:
+    """What most kinds share: the page posts to /v1/explore with the kind's own form, and
+    exploring generates no new tokens."""
+
+    kind = ""
+    page_url = "/v1/explore"
+
+    def form(self, host: RoleHost) -> ServedForm:
+        return PAGE_FORMS[self.kind]
+
+    def explore_tokens(self, host: RoleHost, text: str, max_new_tokens: int) -> int | None:
+        return None
+
+
+class TranslationRole(_Role):
     """An encoder-decoder: beam search, then the teacher-forced pass with weights."""
 
     kind = "seq2seq"
     endpoint = KIND_ENDPOINTS["seq2seq"]
     page_url = "/v1/translate"
 
-    def form(self, host: RoleHost) -> ServedForm:
-        return PAGE_FORMS[self.kind]
-
     def explore_tokens(self, host: RoleHost, text: str, max_new_tokens: int) -> int | None:
         host.encode_sources([text])  # a 422 before queueing
         return None
 
-    def explore(
-        self,
-        host: RoleHost,
-        text: str,
-        options: ExploreOptions,
-        field: str,
-        handle: RequestHandle | None,
-    ) -> ExplorePayload:
-        beam = options.beam
-        src = host.encode_sources([text], field)[0]
+    def explore(self, host: RoleHost, text: str, options: ExploreOptions) -> ExplorePayload:
+        beam, handle = options.beam, options.handle
+        src = host.encode_sources([text], options.field)[0]
         handles = None if handle is None else [handle]
         result = host.translate(
             [src], beam=beam, alpha=0.6, nbest=min(options.nbest, beam), handles=handles
@@ -186,56 +176,34 @@ class TranslationRole:
         return host.translation_payload(src, result)
 
 
-class LanguageModelRole:
+class LanguageModelRole(_Role):
     """A decoder-only LM: a greedy continuation, then prompt + continuation with weights."""
 
     kind = "causal_lm"
     endpoint = KIND_ENDPOINTS["causal_lm"]
-    page_url = "/v1/explore"
-
-    def form(self, host: RoleHost) -> ServedForm:
-        return PAGE_FORMS[self.kind]
 
     def explore_tokens(self, host: RoleHost, text: str, max_new_tokens: int) -> int | None:
         return max_new_tokens
 
-    def explore(
-        self,
-        host: RoleHost,
-        text: str,
-        options: ExploreOptions,
-        field: str,
-        handle: RequestHandle | None,
-    ) -> ExplorePayload:
-        prompt = host.encode_prompt(text, field)
+    def explore(self, host: RoleHost, text: str, options: ExploreOptions) -> ExplorePayload:
+        prompt = host.encode_prompt(text, options.field)
         new = host.generate(prompt, max_new_tokens=options.max_new_tokens, temperature=0.0,
-                            top_k=0, top_p=1.0, seed=0, handle=handle)  # fmt: skip
-        _check(handle)
+                            top_k=0, top_p=1.0, seed=0, handle=options.handle)  # fmt: skip
+        _check(options.handle)
         return host.causal_payload(prompt, new)
 
 
-class EncoderRole:
+class EncoderRole(_Role):
     """An encoder-only model: the text as it is, its mask markers filled in the output."""
 
     kind = "masked_lm"
     endpoint = KIND_ENDPOINTS["masked_lm"]
-    page_url = "/v1/explore"
 
     def form(self, host: RoleHost) -> ServedForm:
         return CLASSIFIER_FORM if labels_texts(host.model.config) else PAGE_FORMS[self.kind]
 
-    def explore_tokens(self, host: RoleHost, text: str, max_new_tokens: int) -> int | None:
-        return None
-
-    def explore(
-        self,
-        host: RoleHost,
-        text: str,
-        options: ExploreOptions,
-        field: str,
-        handle: RequestHandle | None,
-    ) -> ExplorePayload:
-        masked = host.encode_masked(text, "[MASK]", field)
+    def explore(self, host: RoleHost, text: str, options: ExploreOptions) -> ExplorePayload:
+        masked = host.encode_masked(text, "[MASK]", options.field)
         filled, _ = host.fill_mask(masked, 1) if masked.positions else (text, [])
         return host.masked_payload(masked, filled)
 
