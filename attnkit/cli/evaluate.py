@@ -249,6 +249,7 @@ def _score_translation(
     model, tokenizer = loaded.model, loaded.tokenizer
     beam = 1 if args.greedy else args.beam
     sources = [s for s, _ in pairs]
+    precision = args.precision  # what ran: the plan's own (an int4 checkpoint runs as int4)
     if args.engine != "attnkit":
         engine = engine_from_args(args, "evaluate", loaded)
         start = time.perf_counter()
@@ -259,6 +260,7 @@ def _score_translation(
         check_decode_fits(model.config, rows, next(model.parameters()).device,
                           f"--beam {beam} with --batch-size {args.batch_size}")  # fmt: skip
         stepper, plan = stepper_from_args(loaded, args, "evaluate")
+        precision = plan.precision
         start = time.perf_counter()
         hyps = translate_texts(model, tokenizer, sources, beam=beam, alpha=args.alpha,
                                batch_size=args.batch_size, max_len_b=args.max_len_b,
@@ -281,7 +283,7 @@ def _score_translation(
             "beam": beam,
             "alpha": args.alpha,
             "path": decode_path(args),
-            "precision": args.precision,
+            "precision": precision,
         },  # fmt: skip
         "sentences_per_s": len(pairs) / max(seconds, 1e-9),
     }
@@ -382,5 +384,6 @@ def run(args: argparse.Namespace) -> int:
     print(f"tokenized lowercased BLEU {result['bleu_lc']:.2f}")
     speed, beam = result["sentences_per_s"], result["decode"]["beam"]
     print(f"perplexity {result['perplexity']:.2f}   {result['sentences']} sentences, "
-          f"{speed:.1f} sentences/s (beam {beam}, {args.precision}, {args.engine})")  # fmt: skip
+          f"{speed:.1f} sentences/s (beam {beam}, {result['decode']['precision']}, "
+          f"{args.engine})")  # fmt: skip
     return 0
