@@ -31,6 +31,14 @@ def mlm_vocab(tokenizer: Tokenizer) -> tuple[int, int]:
     return tokenizer.vocab_size + 1, tokenizer.vocab_size
 
 
+def encoder_vocab_fields(tokenizer: Tokenizer) -> dict[str, object]:
+    """An encoder-only model's vocabulary fields when it starts from scratch: they follow
+    ``tokenizer`` (``mlm_vocab``'s size and mask id, and its special ids)."""
+    vocab_size, mask_id = mlm_vocab(tokenizer)
+    return {"vocab_size": vocab_size, "mask_id": mask_id, "pad_id": tokenizer.pad_id,
+            "bos_id": tokenizer.bos_id, "eos_id": tokenizer.eos_id}  # fmt: skip
+
+
 def mask_tokens(
     ids: Tensor,
     *,

@@ -36,7 +36,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from attnkit.data.classification import length_grouped_order
-from attnkit.data.mlm import mlm_vocab
+from attnkit.data.mlm import encoder_vocab_fields
 from attnkit.data.qa_windows import QABatch, collate_windows, make_windows, query_limit
 from attnkit.data.squad import QAExample, read_squad
 from attnkit.data.tokenizers import Tokenizer
@@ -118,10 +118,8 @@ class QuestionAnsweringTask:
         defaults: dict[str, object] = {"num_labels": 2, "label_names": LABELS,
                                     "label_level": "token", "pooler": False}  # fmt: skip
         if start is None:  # from scratch: the vocabulary follows the tokenizer
-            vocab_size, mask_id = mlm_vocab(tokenizer)
-            defaults.update(vocab_size=vocab_size, mask_id=mask_id, pad_id=tokenizer.pad_id,
-                            bos_id=tokenizer.bos_id, eos_id=tokenizer.eos_id,
-                            type_vocab_size=2)  # fmt: skip
+            defaults.update(encoder_vocab_fields(tokenizer))
+            defaults.update(type_vocab_size=2)
         for key in ("num_labels", "label_names", "label_level"):
             given = run.model.get(key)
             if given is not None and (tuple(given) if isinstance(given, list) else given) \

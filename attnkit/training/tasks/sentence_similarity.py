@@ -39,7 +39,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from attnkit.data.classification import collate_examples, encode_example, length_grouped_order
-from attnkit.data.mlm import mlm_vocab
+from attnkit.data.mlm import encoder_vocab_fields
 from attnkit.data.scored_pairs import ScoredPairs, read_scored_pairs
 from attnkit.data.tokenizers import Tokenizer
 from attnkit.errors import ConfigError
@@ -141,10 +141,8 @@ class SentenceSimilarityTask:
         self.train_data, self.valid_data = train, valid
         defaults: dict[str, object] = {"num_labels": 0, "label_names": ()}
         if start is None:
-            vocab_size, mask_id = mlm_vocab(tokenizer)
-            defaults.update(vocab_size=vocab_size, mask_id=mask_id, pad_id=tokenizer.pad_id,
-                            bos_id=tokenizer.bos_id, eos_id=tokenizer.eos_id,
-                            pooling="mean")  # fmt: skip
+            defaults.update(encoder_vocab_fields(tokenizer))
+            defaults.update(pooling="mean")
         self.model_config: EncoderOnlyConfig = model_config_from_run(
             run, families=(EncoderOnlyConfig,), defaults=defaults, start=start,
             head_fields=HEAD_FIELDS,

@@ -45,7 +45,7 @@ from attnkit.data.classification import (
     length_grouped_order,
     read_labelled,
 )
-from attnkit.data.mlm import mlm_vocab
+from attnkit.data.mlm import encoder_vocab_fields
 from attnkit.data.tokenizers import Tokenizer
 from attnkit.errors import ConfigError
 from attnkit.evaluation.text_classification import (
@@ -68,6 +68,7 @@ from attnkit.training.tasks.base import (
     saved_rng,
     unknown_note,
 )
+from attnkit.training.tasks.label_order import head_label_names
 from attnkit.training.warm_start import WarmStart
 
 HEAD = ("classifier",)
@@ -125,18 +126,8 @@ class TextClassificationTask:
         self.train_data, self.valid_data = train, valid
         names = label_names(train.labels)
         known = tuple(getattr(start.config, "label_names", ())) if start else ()
-        if known and set(names) <= set(known):
-            names = known  # an earlier classifier of these labels: keep its order and head
-        listed = run.model.get("label_names")
-        if isinstance(listed, list | tuple) and all(isinstance(n, str) for n in listed):
-            # the config fixes the labels' order (their output rows): train by it, so the
-            # checkpoint's names are the labels each row learned (not the data's order
-            # renamed); the model config checks the list itself (no duplicates, ...)
-            unlisted = [n for n in names if n not in listed]
-            if unlisted:
-                raise ConfigError(f"model.label_names: {train.source} has labels "
-                                  f"{unlisted} that it does not list")  # fmt: skip
-            names = tuple(listed)
+        names = head_label_names(names, known, run.model.get("label_names"), train.source,
+                                 "labels")  # fmt: skip
         given = run.model.get("num_labels")
         if given is not None and given != len(names):
             raise ConfigError(f"model.num_labels: {given}, but {train.source} has {len(names)} "
@@ -146,10 +137,8 @@ class TextClassificationTask:
                               "a classifier needs at least two")  # fmt: skip
         defaults: dict[str, object] = {"num_labels": len(names), "label_names": names}
         if start is None:  # from scratch: the vocabulary follows the tokenizer
-            vocab_size, mask_id = mlm_vocab(tokenizer)
-            defaults.update(vocab_size=vocab_size, mask_id=mask_id, pad_id=tokenizer.pad_id,
-                            bos_id=tokenizer.bos_id, eos_id=tokenizer.eos_id,
-                            type_vocab_size=2 if train.pairs is not None else 0)  # fmt: skip
+            defaults.update(encoder_vocab_fields(tokenizer))
+            defaults.update(type_vocab_size=2 if train.pairs is not None else 0)
         self.model_config: EncoderOnlyConfig = model_config_from_run(
             run, families=(EncoderOnlyConfig,), defaults=defaults, start=start,
             head_fields=HEAD_FIELDS,

@@ -36,7 +36,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from attnkit.data.classification import length_grouped_order
-from attnkit.data.mlm import mlm_vocab
+from attnkit.data.mlm import encoder_vocab_fields
 from attnkit.data.tag_schemes import bio_label_names
 from attnkit.data.token_tags import (
     IGNORE,
@@ -63,6 +63,7 @@ from attnkit.training.tasks.base import (
     saved_rng,
     unknown_note,
 )
+from attnkit.training.tasks.label_order import head_label_names
 from attnkit.training.warm_start import WarmStart
 
 HEAD = ("token_classifier",)
@@ -122,16 +123,7 @@ class TokenClassificationTask:
         known = tuple(getattr(start.config, "label_names", ())) if start else ()
         if start is not None and getattr(start.config, "label_level", "") != "token":
             known = ()  # a sentence classifier's labels are not tags
-        if known and set(names) <= set(known):
-            names = known  # an earlier tagger of these labels: keep its order and head
-        listed = run.model.get("label_names")
-        if isinstance(listed, list | tuple) and all(isinstance(n, str) for n in listed):
-            # the config fixes the labels' order (their output rows): train by it
-            unlisted = [n for n in names if n not in listed]
-            if unlisted:
-                raise ConfigError(f"model.label_names: {train.source} has tags {unlisted} "
-                                  "that it does not list")  # fmt: skip
-            names = tuple(listed)
+        names = head_label_names(names, known, run.model.get("label_names"), train.source, "tags")
         if run.model.get("num_labels") not in (None, len(names)):
             raise ConfigError(f"model.num_labels: {run.model['num_labels']}, but "
                               f"{train.source} has {len(names)} BIO labels; leave it out "
@@ -141,9 +133,7 @@ class TokenClassificationTask:
         defaults: dict[str, object] = {"num_labels": len(names), "label_names": names,
                                     "label_level": "token"}  # fmt: skip
         if start is None:  # from scratch: the vocabulary follows the tokenizer
-            vocab_size, mask_id = mlm_vocab(tokenizer)
-            defaults.update(vocab_size=vocab_size, mask_id=mask_id, pad_id=tokenizer.pad_id,
-                            bos_id=tokenizer.bos_id, eos_id=tokenizer.eos_id)  # fmt: skip
+            defaults.update(encoder_vocab_fields(tokenizer))
         self.model_config: EncoderOnlyConfig = model_config_from_run(
             run, families=(EncoderOnlyConfig,), defaults=defaults, start=start,
             head_fields=HEAD_FIELDS,
