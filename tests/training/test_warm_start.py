@@ -13,11 +13,8 @@ from attnkit.checkpoints.digest import weights_digest
 from attnkit.cli.main import main
 from attnkit.errors import CheckpointError, ConfigError
 from attnkit.models import EncoderOnlyConfig, ViTConfig, config_from_preset
-from attnkit.training.warm_start import (
-    config_from_start,
-    count_parameters,
-    load_warm_start,
-)
+from attnkit.training.start_config import config_from_start
+from attnkit.training.warm_start import count_parameters, load_warm_start
 
 CONFIG = """
 task: {task}

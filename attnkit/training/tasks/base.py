@@ -40,7 +40,8 @@ from attnkit.models.config_base import AttentionStackConfig, ModelConfig
 from attnkit.training.distributed import DistContext
 from attnkit.training.freeze import freeze as freeze_parameters
 from attnkit.training.runconfig import RunConfig
-from attnkit.training.warm_start import WarmStart, config_from_start
+from attnkit.training.start_config import config_from_start
+from attnkit.training.warm_start import WarmStart
 
 C = TypeVar("C", bound=ModelConfig)
 
