@@ -39,17 +39,16 @@ from __future__ import annotations
 
 import math
 import time
-import warnings
 from collections.abc import Callable, Sequence
 from contextlib import nullcontext
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 import torch
 
 from attnkit.checkpoints import rundir
 from attnkit.device import resolve_device
-from attnkit.errors import ConfigError, TrainingError
+from attnkit.errors import ConfigError
 from attnkit.kernels import matmul_choice
 from attnkit.training import distributed as dist_util
 from attnkit.training.checkpointing import Checkpointer, Counters
@@ -59,6 +58,7 @@ from attnkit.training.logging import RunLog
 from attnkit.training.optim import build_optimizer
 from attnkit.training.runconfig import RunConfig
 from attnkit.training.schedules import build_scheduler, remaining_steps, set_total_steps
+from attnkit.training.skipped_updates import check_skipped, raise_nothing_learned
 from attnkit.training.tasks.base import Task, TaskContext, autocast_dtype
 from attnkit.training.weights import weights_for_run
 
@@ -217,7 +217,8 @@ class Trainer:
         self.optimizer.zero_grad(set_to_none=True)
         self.step += 1
         if self.nonfinite_streak and skipped.startswith("non-finite"):
-            self._check_nonfinite(skipped)
+            check_skipped(skipped, step=self.step, streak=self.nonfinite_streak,
+                          limit=self.cfg.max_nonfinite, out_dir=self.out_dir)  # fmt: skip
         return {
             "loss": loss_sum / max(n_tokens, 1),
             "nll": nll_sum / max(n_tokens, 1),
@@ -227,26 +228,6 @@ class Trainer:
             "skipped": skipped,
             "metrics": metrics,
         }
-
-    def _check_nonfinite(self, what: str) -> None:
-        """Warn about a skipped update, or stop once too many were skipped in a row."""
-        limit = self.cfg.max_nonfinite
-        if self.nonfinite_streak > limit:
-            latest = rundir.latest_checkpoint(self.out_dir) or "none (no checkpoint yet)"
-            raise TrainingError(
-                f"step {self.step}: {what}, {self.nonfinite_streak} updates in a row "
-                f"(more than train.max_nonfinite={limit}); training diverged and was stopped "
-                f"without saving; the last good checkpoint is {latest}; "
-                "try a lower train.lr, train.precision=fp32 or train.clip_norm=1.0"
-            )
-        if self.nonfinite_streak > 1:  # once per streak: each skip is in metrics.jsonl
-            return
-        warnings.warn(
-            f"step {self.step}: {what}; update skipped (more than "
-            f"train.max_nonfinite={limit} in a row stop the run; each is logged)",
-            RuntimeWarning,
-            stacklevel=3,
-        )
 
     def evaluate(self) -> dict[str, float]:
         """The task's validation metrics, in eval mode (the same on every rank)."""
@@ -410,17 +391,3 @@ class Trainer:
             raise_nothing_learned(ran, last_skip, rundir.latest_checkpoint(self.out_dir))
         return {"step": self.step, "stopped_early": stopped_early, "valid": last_valid,
                 "skipped_steps": self.skipped_steps}  # fmt: skip
-
-
-def raise_nothing_learned(steps: int, reason: str, latest: Path | None) -> NoReturn:
-    """A run whose every update was skipped learned nothing: an error, not a success.
-
-    No checkpoint was written for it (the weights are still the ones it started
-    from), so ``--resume`` and ``average`` never take a no-op for progress.
-    """
-    where = latest if latest is not None else "none"
-    raise TrainingError(
-        f"all {steps} updates of this run were skipped ({reason}); nothing was learned "
-        f"and no checkpoint was written (the last good one: {where}); look for weights "
-        "or a scale that overflow: train.lora.alpha, train.lr, the --init weights"
-    )
