@@ -88,6 +88,7 @@ TASK_KEYS: dict[str, tuple[str, ...]] = {
     "train.nsp_weight": ("mlm",),
     "train.batch_size": EXAMPLE_TASKS,
     "train.group_by_length": EXAMPLE_TASKS,
+    "train.similarity_loss": ("sentence_similarity",),
     "decode": SEQ2SEQ_TEXT,
 }
 

@@ -76,6 +76,10 @@ class TrainConfig:
     nsp: bool = False
     nsp_weight: float = 1.0
     batch_size: int = 32  # text_classification: examples per batch and rank
+    # sentence_similarity with scored pairs: cosine (Sentence-BERT's regression of the
+    # cosine on the score) or cosent (Su, 2022: a ranking loss over every two pairs of a
+    # batch, the pair with the higher gold score asked for the higher cosine)
+    similarity_loss: Literal["cosine", "cosent"] = "cosine"
     # text_classification: examples of similar length share a batch (less padding)
     group_by_length: bool = True
     # Parameters kept as they are (any task): "embeddings", "layers:N" (the first N of

@@ -9,10 +9,14 @@ vector: the encoder's last hidden states pooled over its tokens (``model.pooling
 
 Objective, chosen by the data:
 
-* **scored pairs**: Sentence-BERT's regression (its ``CosineSimilarityLoss``): the
-  squared difference between ``cos(u, v)`` and the gold score scaled into [0, 1]
-  (divided by the training file's largest score when that is above 1: STS-B's 0-5
-  becomes 0-1), summed over the pairs;
+* **scored pairs**, ``train.similarity_loss: cosine`` (the default): Sentence-BERT's
+  regression (its ``CosineSimilarityLoss``): the squared difference between
+  ``cos(u, v)`` and the gold score scaled into [0, 1] (divided by the training file's
+  largest score when that is above 1: STS-B's 0-5 becomes 0-1), summed over the pairs;
+  ``cosent``: CoSENT (Su, 2022; sentence-transformers' ``CoSENTLoss``), which only asks
+  that the cosines be ordered as the gold scores are: ``log(1 + sum over pairs (i, j)
+  with score_i < score_j of exp(20 (cos_i - cos_j)))`` over a batch (Spearman
+  correlation, the benchmark's figure, only reads the order too);
 * **pairs without scores** (paraphrases, question and answer): in-batch negatives
   (sentence-transformers' ``MultipleNegativesRankingLoss``, Henderson et al., 2017):
   every other pair's second sentence is a negative for a pair's first, cross-entropy
@@ -59,7 +63,19 @@ from attnkit.training.tasks.base import (
 from attnkit.training.warm_start import WarmStart
 
 HEAD_FIELDS = ("num_labels", "label_names")
-SCALE = 20.0  # in-batch negatives: cosine similarities times this are the logits
+SCALE = 20.0  # in-batch negatives and CoSENT: cosine similarities times this are the logits
+
+
+def cosent_loss(cosine: Tensor, gold: Tensor, scale: float = SCALE) -> Tensor:
+    """CoSENT over one batch: ``cosine`` and ``gold`` ``(B,)``; a scalar.
+
+    ``log(1 + sum_{gold_i < gold_j} exp(scale * (cos_i - cos_j)))``: zero when every
+    pair's cosine is ordered as its gold score, and a pair of equal gold scores asks
+    for nothing."""
+    diff = scale * (cosine[:, None] - cosine[None, :])  # (B, B): cos_i - cos_j
+    wrong_order = gold[:, None] < gold[None, :]
+    terms = diff.masked_fill(~wrong_order, float("-inf")).flatten()
+    return torch.logsumexp(torch.cat([terms.new_zeros(1), terms]), dim=0)
 
 
 def _read(run: RunConfig, split: str) -> ScoredPairs | None:
@@ -241,13 +257,20 @@ class SentenceSimilarityTask:
         u, v = self.vectors(model, batch)
         if batch.scores is not None:
             cosine = F.cosine_similarity(u, v, dim=-1)
-            loss = F.mse_loss(cosine, batch.scores.float(), reduction="sum")
+            loss = self._scored_loss(cosine, batch.scores.float()) * u.size(0)
             return LossSums(loss, loss.detach(), int(u.size(0)))
         logits = SCALE * F.normalize(u, dim=-1) @ F.normalize(v, dim=-1).T
         targets = torch.arange(u.size(0), device=u.device)
         loss = F.cross_entropy(logits, targets, reduction="sum")
         accuracy = (logits.detach().argmax(-1) == targets).float().mean()
         return LossSums(loss, loss.detach(), int(u.size(0)), {"accuracy": float(accuracy)})
+
+    def _scored_loss(self, cosine: Tensor, gold: Tensor) -> Tensor:
+        """The objective on scored pairs, a mean over the ``B`` pairs (``cosine``, ``gold``:
+        ``(B,)``; CoSENT's batch loss counts as each pair's)."""
+        if self.cfg.similarity_loss == "cosent":
+            return cosent_loss(cosine, gold)
+        return F.mse_loss(cosine, gold)
 
     @torch.no_grad()
     def evaluate(self, model: nn.Module) -> dict[str, float]:
@@ -278,7 +301,7 @@ class SentenceSimilarityTask:
         # the objective on the validation pairs too (the loss curve plots it)
         gold = torch.tensor(valid.scores) / getattr(self, "score_scale", 1.0)
         cosine = F.cosine_similarity(u, v, dim=-1)
-        return {**scores, "loss": float(F.mse_loss(cosine, gold))}
+        return {**scores, "loss": float(self._scored_loss(cosine, gold.float()))}
 
     # -- resume --------------------------------------------------------------------
 

@@ -73,3 +73,36 @@ def test_one_pair_batches_without_scores_are_refused(tmp_path):
     )  # fmt: skip
     assert done.returncode == 2 and "train.batch_size" in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1
+
+
+def test_cosent_matches_sentence_transformers():
+    """``cosent_loss`` is sentence-transformers' ``CoSENTLoss`` on the same cosines (ties in
+    the gold scores included), and its gradient ranks: the pair scored lower is pushed down."""
+    import torch
+    from sentence_transformers.sentence_transformer.losses import CoSENTLoss
+
+    from attnkit.training.tasks.sentence_similarity import cosent_loss
+
+    torch.manual_seed(0)
+    u, v = torch.randn(12, 8), torch.randn(12, 8)
+    gold = torch.tensor([0.0, 0.2, 0.2, 1.0, 0.4, 0.8, 0.8, 0.8, 0.1, 0.6, 0.3, 0.9])
+    reference = CoSENTLoss(torch.nn.Identity()).compute_loss_from_embeddings([u, v], gold)
+    cosine = torch.nn.functional.cosine_similarity(u, v, dim=-1).requires_grad_()
+    ours = cosent_loss(cosine, gold)
+    assert ours.item() == pytest.approx(reference.item(), rel=1e-5)
+    ours.backward()
+    lowest, highest = int(gold.argmin()), int(gold.argmax())
+    assert (
+        cosine.grad[lowest] > 0 > cosine.grad[highest]
+    )  # descent lowers the first, raises the last
+
+
+def test_cosent_trains(tmp_path, capsys):
+    config = _write(tmp_path, scored=True)
+    config.write_text(
+        config.read_text().replace("keep_last: 1}", "keep_last: 1, similarity_loss: cosent}")
+    )
+    out = tmp_path / "run"
+    assert main(["train", "--config", str(config), "--out", str(out), "--no-progress"]) == 0
+    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert summary["valid"]["loss"] > 0 and -1 <= summary["valid"]["spearman"] <= 1
