@@ -21,7 +21,8 @@ with the same model family's fp32 argmax:
   same token ids; q4_0's argmax against f32's.
 
 Also the median relative logit error (``max|l - l_ref| / max|l_ref|`` per
-position). Accuracy only, no timing: one thread, any machine load.
+position), and the seconds ``quantize_model`` took (calibration included). Accuracy
+only: one thread, any machine load.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ import importlib.util
 import statistics
 import sys
 import tempfile
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -134,9 +136,13 @@ def main() -> None:
     ref = forced_logits(ref_model, sequences)
     rows = []
     for name in args.variants.split(","):
-        model = VARIANTS[name](fresh(), tokenizer)
+        float_model = fresh()
+        start = time.perf_counter()
+        model = VARIANTS[name](float_model, tokenizer)
+        seconds = time.perf_counter() - start
         same, total, median = compare(forced_logits(model, sequences), ref)
-        rows.append([f"attnkit {name}", f"{same}/{total}", f"{same / total:.1%}", f"{median:.4f}"])
+        rows.append([f"attnkit {name}", f"{same}/{total}", f"{same / total:.1%}",
+                     f"{median:.4f}", f"{seconds:.1f}"])  # fmt: skip
     if not args.no_llama_cpp:
         from attnkit.interop.gguf.export import export_gguf
 
@@ -148,11 +154,12 @@ def main() -> None:
             f32 = llama_cpp_logits(files["f32"], sequences)
             same, total, median = compare(f32, ref)
             rows.append(["llama.cpp f32 vs attnkit fp32", f"{same}/{total}",
-                         f"{same / total:.1%}", f"{median:.4f}"])  # fmt: skip
+                         f"{same / total:.1%}", f"{median:.4f}", "-"])  # fmt: skip
             same, total, median = compare(llama_cpp_logits(files["q4_0"], sequences), f32)
             rows.append(["llama.cpp q4_0 vs its f32", f"{same}/{total}", f"{same / total:.1%}",
-                         f"{median:.4f}"])  # fmt: skip
-    print(format_table(["model", "top-1 = reference", "share", "logits rel err median"], rows))
+                         f"{median:.4f}", "-"])  # fmt: skip
+    header = ["model", "top-1 = reference", "share", "logits rel err median", "convert s"]
+    print(format_table(header, rows))
     print(f"{len(encoded)} prompts, {n} teacher-forced positions each; {cpu_name()}; "
           f"torch {torch.__version__}")  # fmt: skip
 
