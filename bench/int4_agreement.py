@@ -12,8 +12,9 @@ with the same model family's fp32 argmax:
 * attnkit: ``int4`` (``quantize_model(m, "int4")``: RTN in groups of 32) and
   ``int4_awq`` (``quantize_model(m, "int4", calibrate=lm_calibration(tok))``:
   activation-aware scales and clipping, calibrated on attnkit's built-in text,
-  which none of the prompts is), ``int4_awq_noclip`` (scales only), ``int8w``
-  for scale; all against attnkit fp32;
+  which none of the prompts is), ``int4_awq_noclip`` (scales only),
+  ``int4_awq_no_vo`` (no fold into attention's values), ``int8w`` for scale; all
+  against attnkit fp32;
 * ``llama.cpp q4_0``: the checkpoint exported with ``attnkit export --to gguf``
   at ``--precision f32`` and ``q4_0`` (``attnkit.interop.gguf.export``; q4_0
   by the ``gguf`` package's reference quantizer, every matrix including the
@@ -56,23 +57,28 @@ def prompts() -> list[str]:
     return list(module.PROMPTS)
 
 
-def _awq(model: nn.Module, tok: Encodes, clip: bool) -> nn.Module:
+def _awq(model: nn.Module, tok: Encodes, clip: bool = True, values: bool = True) -> nn.Module:
+    """``quantize_model(..., "int4", calibrate=...)``; ``clip=False``: without the clipping
+    search, ``values=False``: without the fold into attention's values (probes)."""
     from attnkit.quantize import awq
 
+    saved = awq.CLIP_RATIOS, awq._value_pairs
     if not clip:
-        saved, awq.CLIP_RATIOS = awq.CLIP_RATIOS, (1.0,)
-        try:
-            return quantize_model(model, "int4", calibrate=lm_calibration(tok))
-        finally:
-            awq.CLIP_RATIOS = saved
-    return quantize_model(model, "int4", calibrate=lm_calibration(tok))
+        awq.CLIP_RATIOS = (1.0,)
+    if not values:
+        awq._value_pairs = lambda _: []
+    try:
+        return quantize_model(model, "int4", calibrate=lm_calibration(tok))
+    finally:
+        awq.CLIP_RATIOS, awq._value_pairs = saved
 
 
 VARIANTS: dict[str, Callable[[nn.Module, Encodes], nn.Module]] = {
     "int8w": lambda m, _: quantize_model(m, "int8w"),
     "int4": lambda m, _: quantize_model(m, "int4"),
-    "int4_awq": lambda m, tok: _awq(m, tok, clip=True),
+    "int4_awq": lambda m, tok: _awq(m, tok),
     "int4_awq_noclip": lambda m, tok: _awq(m, tok, clip=False),
+    "int4_awq_no_vo": lambda m, tok: _awq(m, tok, values=False),
 }
 
 
@@ -118,7 +124,7 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--checkpoint", required=True, help="a Llama-type decoder-only run")
     p.add_argument("--new-tokens", type=int, default=128)
-    p.add_argument("--variants", default="int4,int4_awq,int4_awq_noclip,int8w")
+    p.add_argument("--variants", default="int4,int4_awq,int4_awq_noclip,int4_awq_no_vo,int8w")
     p.add_argument("--no-llama-cpp", action="store_true", help="skip the GGUF exports")
     args = p.parse_args()
     torch.set_num_threads(1)

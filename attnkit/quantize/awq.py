@@ -24,18 +24,23 @@ at inference and an int4 checkpoint or a GGUF export holds the result:
   all the linears reading it are scaled together, with one ``s``;
 * into a gated FFN's ``ffn_in`` rows for its ``ffn_out`` (the declared roles
   of ``down(act(gate x) * up x)``: dividing up's output ``j`` divides down's
-  input ``j``).
+  input ``j``);
+* into attention's ``v`` rows for its ``o`` projection, whose inputs are the
+  values mixed per head: one factor per value channel (the mean ``|x|`` over
+  the query heads that share it, with grouped-query attention), so the module
+  must say its ``head_dim``.
 
-Attention's output projection (its input: the values mixed per head, shared
-by grouped query heads) gets no scale (a run-time multiply would need a
-tensor that GGUF cannot hold); it is only clipped. Clipping (AWQ's second
-step): per row and group the range shrinks by the ratio of ``CLIP_RATIOS``
-with the smallest output error on the calibration inputs.
+Nothing runs at inference time (a run-time multiply before the int4 product
+would need a tensor that GGUF cannot hold). Clipping (AWQ's second step),
+for every int4 linear calibration reached: per row and group the range
+shrinks by the ratio of ``CLIP_RATIOS`` with the smallest output error on the
+calibration inputs.
 
 Exactness is checked, not assumed: after folding, calibration runs again and
 every recorded linear must see the inputs it saw before (divided by its
 ``s``); where it does not (a post-norm model, whose norm output is also the
-residual stream), the norm folds are undone (then the FFN folds). A linear
+residual stream), the norm folds are undone (then the value folds, then the
+FFN folds) until it does. A linear
 whose weight is shared with another module (a tied output projection) is
 never scaled or clipped.
 
@@ -196,13 +201,18 @@ def clip_weight(weight: Tensor, x: Tensor, group_size: int) -> Tensor:
 
 @dataclass
 class _Fold:
-    """One exact fold: ``consumers``' weight columns times ``s``, ``source`` divided by
-    it (a norm's parameters, or an FFN's ``ffn_in`` rows)."""
+    """One exact fold: ``consumers``' weight columns times ``s``, and the source of their
+    input divided by it: a norm's parameters (``norm``), or the output rows
+    ``start:start+len(row_s)`` of the linear ``rows_of`` divided by ``row_s`` (an FFN's
+    up projection: ``row_s`` is ``s``; attention's values, whose rows each feed the
+    output projection's inputs of the query heads sharing them)."""
 
     s: Tensor
     consumers: list[nn.Linear]
     norm: list[nn.Parameter] = field(default_factory=list)
     rows_of: nn.Linear | None = None
+    start: int = 0
+    row_s: Tensor | None = None
 
     def apply(self, inverse: bool = False) -> None:
         """Fold ``s`` in; ``inverse``: take it out again (the opposite operations, so that
@@ -213,26 +223,54 @@ class _Fold:
         for param in self.norm:
             over(param, self.s)
         if self.rows_of is not None:
-            over(self.rows_of.weight, self.s[:, None])
+            row_s = self.s if self.row_s is None else self.row_s
+            stop = self.start + row_s.numel()
+            over(self.rows_of.weight[self.start : stop], row_s[:, None])
             if self.rows_of.bias is not None:
-                over(self.rows_of.bias, self.s)
+                over(self.rows_of.bias[self.start : stop], row_s)
+
+
+def _by_declarer(model: nn.Module) -> list[tuple[nn.Module, dict[str, tuple[nn.Module, int, int]]]]:
+    """Per declaring module: role -> (its linear, first row, row past the last)."""
+    found: dict[int, tuple[nn.Module, dict[str, tuple[nn.Module, int, int]]]] = {}
+    for proj in declared_projections(model):
+        linear = getattr(proj.owner, proj.attribute)
+        roles = found.setdefault(id(proj.declared_by), (proj.declared_by, {}))[1]
+        for role, (first, stop) in proj.rows.items():
+            roles[role] = (linear, first, stop)
+    return list(found.values())
 
 
 def _ffn_pairs(model: nn.Module) -> list[tuple[nn.Linear, nn.Linear]]:
     """``(ffn_in, ffn_out)`` of every declared gated FFN (``ffn_gate``, ``ffn_in`` and
     ``ffn_out`` declared by one module, each a whole linear)."""
-    by_declarer: dict[int, dict[str, nn.Module]] = {}
-    for proj in declared_projections(model):
-        if len(proj.rows) == 1:
-            (role,) = proj.rows
-            by_declarer.setdefault(id(proj.declared_by), {})[role] = getattr(
-                proj.owner, proj.attribute
-            )
     pairs = []
-    for roles in by_declarer.values():
-        up, down = roles.get("ffn_in"), roles.get("ffn_out")
-        if "ffn_gate" in roles and isinstance(up, nn.Linear) and isinstance(down, nn.Linear):
-            pairs.append((up, down))
+    for _, roles in _by_declarer(model):
+        if "ffn_gate" in roles and "ffn_in" in roles and "ffn_out" in roles:
+            (up, first, stop), (down, *_) = roles["ffn_in"], roles["ffn_out"]
+            if not (isinstance(up, nn.Linear) and isinstance(down, nn.Linear)):
+                continue
+            if first == 0 and stop == up.out_features == down.in_features:
+                pairs.append((up, down))
+    return pairs
+
+
+def _value_pairs(model: nn.Module) -> list[tuple[nn.Linear, int, int, nn.Linear, int]]:
+    """``(values' linear, first row, stop, output projection, head size)`` of every
+    declared attention whose ``o`` reads its ``v`` heads (``head_dim`` its attribute;
+    query head ``h`` of ``H`` reads value head ``h // (H / H_kv)``: grouped queries).
+    The fold is checked like every other (module doc), so a wrong guess is undone."""
+    pairs = []
+    for module, roles in _by_declarer(model):
+        head = getattr(module, "head_dim", None)
+        if "v" not in roles or "o" not in roles or not isinstance(head, int) or head < 1:
+            continue
+        (values, first, stop), (out, *_) = roles["v"], roles["o"]
+        width = stop - first
+        if not (isinstance(values, nn.Linear) and isinstance(out, nn.Linear)):
+            continue
+        if width % head == 0 and out.in_features % width == 0:
+            pairs.append((values, first, stop, out, head))
     return pairs
 
 
@@ -296,21 +334,30 @@ def apply_awq(
     usable = {key for key in group_of if key in inputs}
     by_id = {id(lin): lin for lin in every}
 
-    ffn_folds = []
+    tiers: list[list[_Fold]] = [[], [], []]  # FFN, values, norms: undone last first
     for up, down in _ffn_pairs(model):
-        scalable = id(up.weight) not in shared and up.out_features == down.in_features
-        if id(down) in usable and scalable:
+        if id(down) in usable and id(up.weight) not in shared:
             x = inputs[id(down)]
             s = awq_scales([down.weight], x.sample(), x.mean_abs(), group_of[id(down)])
-            ffn_folds.append(_Fold(s, [down], rows_of=up))
-            ffn_folds[-1].apply()
+            tiers[0].append(_Fold(s, [down], rows_of=up))
+    for values, first, stop, out, head in _value_pairs(model):
+        if id(out) in usable and id(values.weight) not in shared:
+            x = inputs[id(out)]
+            kv_heads, repeat = (stop - first) // head, out.in_features // (stop - first)
+            # one factor per value channel: the mean over the query heads reading it
+            base = x.mean_abs().reshape(kv_heads, repeat, head).mean(1, keepdim=True)
+            base = base.expand(kv_heads, repeat, head).reshape(-1)
+            s = awq_scales([out.weight], x.sample(), base, group_of[id(out)])
+            row_s = s.reshape(kv_heads, repeat, head)[:, 0].reshape(-1)
+            tiers[1].append(_Fold(s, [out], rows_of=values, start=first, row_s=row_s))
+    for fold in tiers[0] + tiers[1]:
+        fold.apply()
     readers: dict[int, list[nn.Linear]] = {}
     norms: dict[int, nn.Module] = {}
     for key, source in fed_by.items():
         if isinstance(source, nn.Module):
             readers.setdefault(id(source), []).append(by_id[key])
             norms[id(source)] = source
-    norm_folds = []
     for norm_id, group in readers.items():
         params = _norm_parameters(norms[norm_id])
         width = group[0].in_features
@@ -318,23 +365,21 @@ def apply_awq(
             continue
         x, g = inputs[id(group[0])], group_of[id(group[0])]
         s = awq_scales([lin.weight for lin in group], x.sample(), x.mean_abs(), g)
-        norm_folds.append(_Fold(s, group, norm=params))
-        norm_folds[-1].apply()
+        tiers[2].append(_Fold(s, group, norm=params))
+        tiers[2][-1].apply()
 
-    after = _exact(model, every, calibrate, inputs, ffn_folds + norm_folds)
-    if after is None:  # a norm's output is read elsewhere too (post-norm): undo those
-        for fold in norm_folds:
+    after = _exact(model, every, calibrate, inputs, [f for tier in tiers for f in tier])
+    for undo in (2, 1, 0):  # not exact (a post-norm's output is also the stream): undo
+        if after is not None:
+            break
+        for fold in tiers[undo]:
             fold.apply(inverse=True)
-        norm_folds = []
-        after = _exact(model, every, calibrate, inputs, ffn_folds)
-    if after is None:
-        for fold in ffn_folds:
-            fold.apply(inverse=True)
-        ffn_folds = []
-        after = inputs
+        tiers[undo] = []
+        after = _exact(model, every, calibrate, inputs, [f for tier in tiers for f in tier])
+    after = inputs if after is None else after
     if clip:
         for key in usable:
             linear = by_id[key]
             clipped = clip_weight(linear.weight, after[key].sample(), group_of[key])
             linear.weight.copy_(clipped)
-    return sum(len(fold.consumers) for fold in ffn_folds + norm_folds)
+    return sum(len(fold.consumers) for tier in tiers for fold in tier)

@@ -59,8 +59,8 @@ def test_folding_the_scales_leaves_the_float_model_unchanged():
     ref = logits(model)
     norms_before = [m.weight.clone() for m in model.modules() if type(m).__name__ == "RMSNorm"]
     scaled = apply_awq(model, CALIBRATE, convertible_linears(model), 32, clip=False)
-    # per layer: qkv (its norm), gate and up (theirs), down (up's rows)
-    assert scaled == 2 * 4
+    # per layer: qkv (its norm), gate and up (theirs), down (up's rows), out (v's rows)
+    assert scaled == 2 * 5
     norms_after = [m.weight for m in model.modules() if type(m).__name__ == "RMSNorm"]
     assert sum(not torch.equal(a, b) for a, b in zip(norms_before, norms_after)) == 4
     torch.testing.assert_close(logits(model), ref, rtol=0, atol=1e-10)
@@ -68,11 +68,11 @@ def test_folding_the_scales_leaves_the_float_model_unchanged():
 
 def test_a_post_norm_model_keeps_its_function():
     """A post-norm's output is also the residual stream: its fold would change the model,
-    so it is undone (only the FFN's up -> down fold stays)."""
+    so it is undone (the folds into the FFN's up and attention's values stay)."""
     model = llama_like("post").double()
     ref = logits(model)
     scaled = apply_awq(model, CALIBRATE, convertible_linears(model), 32, clip=False)
-    assert scaled == 2  # the down projections
+    assert scaled == 2 * 2  # down and out projections
     torch.testing.assert_close(logits(model), ref, rtol=0, atol=1e-10)
 
 
