@@ -36,6 +36,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import torch
 from common import cpu_name, format_table
@@ -61,16 +62,26 @@ def _awq(model: nn.Module, tok: Encodes, clip: bool = True, values: bool = True)
     """``quantize_model(..., "int4", calibrate=...)``; ``clip=False``: without the clipping
     search, ``values=False``: without the fold into attention's values (probes)."""
     from attnkit.quantize import awq
+    from attnkit.quantize import model as quantize_module
 
-    saved = awq.CLIP_RATIOS, awq._value_pairs
+    saved = awq.CLIP_RATIOS, awq._value_pairs, quantize_module.apply_awq
     if not clip:
         awq.CLIP_RATIOS = (1.0,)
     if not values:
         awq._value_pairs = lambda _: []
+
+    def counted(*args: Any, **kwargs: Any) -> int:
+        SCALED.append(saved[2](*args, **kwargs))
+        return SCALED[-1]
+
+    quantize_module.apply_awq = counted
     try:
         return quantize_model(model, "int4", calibrate=lm_calibration(tok))
     finally:
-        awq.CLIP_RATIOS, awq._value_pairs = saved
+        awq.CLIP_RATIOS, awq._value_pairs, quantize_module.apply_awq = saved
+
+
+SCALED: list[int] = []  # how many linears each AWQ variant scaled (a failed check: fewer)
 
 
 VARIANTS: dict[str, Callable[[nn.Module, Encodes], nn.Module]] = {
@@ -147,7 +158,8 @@ def main() -> None:
         model = VARIANTS[name](float_model, tokenizer)
         seconds = time.perf_counter() - start
         same, total, median = compare(forced_logits(model, sequences), ref)
-        rows.append([f"attnkit {name}", f"{same}/{total}", f"{same / total:.1%}",
+        scaled = f" ({SCALED.pop()} linears scaled)" if SCALED else ""
+        rows.append([f"attnkit {name}{scaled}", f"{same}/{total}", f"{same / total:.1%}",
                      f"{median:.4f}", f"{seconds:.1f}"])  # fmt: skip
     if not args.no_llama_cpp:
         from attnkit.interop.gguf.export import export_gguf
