@@ -19,7 +19,10 @@ with the same model family's fp32 argmax:
   at ``--precision f32`` and ``q4_0`` (``attnkit.interop.gguf.export``; q4_0
   by the ``gguf`` package's reference quantizer, every matrix including the
   tied embedding), both run by llama-cpp-python with ``logits_all=True`` on the
-  same token ids; q4_0's argmax against f32's.
+  same token ids; q4_0's argmax against f32's; and ``llama-quantize q4_0``: the
+  f32 file quantized by llama.cpp's own quantizer (``llama_model_quantize``,
+  which keeps the output matrix, the tied embedding here, at Q6_K), the file
+  llama.cpp's users would make.
 
 Also the median relative logit error (``max|l - l_ref| / max|l_ref|`` per
 position), and the seconds ``quantize_model`` took (calibration included). Accuracy
@@ -120,6 +123,19 @@ def llama_cpp_logits(path: Path, sequences: list[tuple[list[int], list[int]]]) -
     return out
 
 
+def llama_quantize(source: Path, out: Path) -> Path:
+    """``source`` (f32 GGUF) quantized to q4_0 by llama.cpp's own ``llama_model_quantize``
+    (as ``llama-quantize FILE OUT q4_0``: the output matrix, here the tied embedding, Q6_K)."""
+    import llama_cpp
+
+    params = llama_cpp.llama_model_quantize_default_params()
+    params.ftype = llama_cpp.LLAMA_FTYPE_MOSTLY_Q4_0
+    params.nthread = 1
+    if llama_cpp.llama_model_quantize(str(source).encode(), str(out).encode(), params) != 0:
+        raise RuntimeError(f"llama_model_quantize failed on {source}")
+    return out
+
+
 def compare(logits: list[Tensor], ref: list[Tensor]) -> tuple[int, int, float]:
     """(positions whose argmax is the reference's, positions, median relative error)."""
     same = total = 0
@@ -173,9 +189,13 @@ def main() -> None:
             same, total, median = compare(f32, ref)
             rows.append(["llama.cpp f32 vs attnkit fp32", f"{same}/{total}",
                          f"{same / total:.1%}", f"{median:.4f}", "-"])  # fmt: skip
-            same, total, median = compare(llama_cpp_logits(files["q4_0"], sequences), f32)
-            rows.append(["llama.cpp q4_0 vs its f32", f"{same}/{total}", f"{same / total:.1%}",
-                         f"{median:.4f}", "-"])  # fmt: skip
+            files["llama-quantize q4_0"] = llama_quantize(files["f32"], Path(tmp) / "lq.gguf")
+            sizes = ", ".join(f"{k} {v.stat().st_size / 1e6:.1f} MB" for k, v in files.items())
+            print(f"GGUF files: {sizes}")
+            for name in ("q4_0", "llama-quantize q4_0"):
+                same, total, median = compare(llama_cpp_logits(files[name], sequences), f32)
+                rows.append([f"llama.cpp {name} vs its f32", f"{same}/{total}",
+                             f"{same / total:.1%}", f"{median:.4f}", "-"])  # fmt: skip
     header = ["model", "top-1 = reference", "share", "logits rel err median", "convert s"]
     print(format_table(header, rows))
     print(f"{len(encoded)} prompts, {n} teacher-forced positions each; {cpu_name()}; "
