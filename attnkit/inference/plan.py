@@ -11,7 +11,8 @@ user asked for (``Options``), every "how to run" choice into one frozen
 * ``precision`` and ``linears``: the weights' conversion (``attnkit.quantize``):
   fp32 as loaded, oneDNN-packed or plain (MKL) fp32 (measured per machine:
   ``attnkit.kernels.fp32_choice``), bf16, int8 (with SmoothQuant calibration
-  for a decoder-only LM given its tokenizer), int8w or int4 (4-bit group-wise weights);
+  for a decoder-only LM given its tokenizer), int8w or int4 (4-bit group-wise weights;
+  with activation-aware scales, AWQ, calibrated likewise unless ``ATTNKIT_INT4_AWQ=0``);
   with no precision asked for, the checkpoint's own (``CheckpointInfo.weights``:
   ``int4`` for one stored as int4 blocks, on the CPU, run as loaded; else fp32);
 * ``attention``: the attention backend of the decode step (``one-query``, two
@@ -143,7 +144,8 @@ class InferencePlan:
     device: str
     precision: str
     path: str
-    linears: str  # as-loaded | packed | plain | bf16 | int8 | int8-smooth | int8w | engine
+    linears: str  # as-loaded | packed | plain | bf16 | int8 | int8-smooth | int8w | int4
+    #                int4-awq | engine
     attention: str  # one-query | reference | as-loaded
     cache: str  # model | static | compiled | none (no decode step) | engine
     compile_mode: str | None
@@ -277,6 +279,12 @@ def _linears(
             # int4 blocks run as stored: their linears, and the embedding as the file had it
             # (SmolLM2's Q8_0 one as int8 rows cost 11 points of next-token agreement)
             return "as-loaded", "checkpoint", ""
+        from attnkit.quantize.awq import awq_from_env
+
+        # float weights (not int4 blocks) of a language model whose tokenizer the command has
+        if options.calibrate and checkpoint.decoder_only_lm and checkpoint.weights != "int4":
+            if awq_from_env():
+                return "int4-awq", "checkpoint", ""
     if precision == "int8" and options.calibrate and checkpoint.decoder_only_lm:
         return "int8-smooth", "checkpoint", ""
     return precision, "option", ""

@@ -53,12 +53,13 @@ def convert(model: nn.Module, plan: InferencePlan, tokenizer: Tokenizer | None =
 
     if plan.linears in ("packed", "plain"):
         return quantize_model(model, "fp32", pack_fp32=plan.linears == "packed")
-    if plan.linears == "int8-smooth":
+    if plan.linears in ("int8-smooth", "int4-awq"):
         from attnkit.quantize.smooth import lm_calibration
 
         if tokenizer is None:
-            raise ValueError("int8-smooth: the plan calibrates with the tokenizer; none given")
-        return quantize_model(model, "int8", calibrate=lm_calibration(tokenizer))
+            raise ValueError(f"{plan.linears}: the plan calibrates with the tokenizer; none given")
+        precision = "int8" if plan.linears == "int8-smooth" else "int4"
+        return quantize_model(model, precision, calibrate=lm_calibration(tokenizer))
     return quantize_model(model, plan.linears)
 
 

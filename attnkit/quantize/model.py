@@ -23,7 +23,8 @@ Precisions (``PRECISIONS``):
   ``attnkit.quantize.int4``; group size ``group_size`` or ``ATTNKIT_INT4_GROUP``,
   default 32); a linear the int4 kernel cannot take (output count not a
   multiple of 16, input width not a multiple of 32) becomes ``int8w``; token
-  embeddings int8 per row.
+  embeddings int8 per row. With ``calibrate``, activation-aware scales (AWQ,
+  ``attnkit.quantize.awq``) are folded into the norms and weights first.
 
 Its attention modules get the CPU decode backend (``OneQueryDecode``: a
 decode step's one query per row as two batched GEMVs). The residual stream,
@@ -55,6 +56,7 @@ from attnkit.blocks.moe import MoEFeedForward
 from attnkit.blocks.swiglu import SwiGLU
 from attnkit.kernels import torch_ops
 from attnkit.models.embeddings import TokenEmbedding
+from attnkit.quantize.awq import apply_awq
 from attnkit.quantize.int4 import GROUP_SIZES, Int4Linear, fitting_group, group_size_from_env
 from attnkit.quantize.linear import Int8Linear, PackedLinear, quantize_rows
 from attnkit.quantize.smooth import DEFAULT_ALPHA, input_maxima, smoothing_factors
@@ -172,23 +174,27 @@ def quantize_model(
     (``convertible_linears``). ``pack_fp32=False`` (fp32 only) keeps the plain
     linears (MKL's sgemm), for a machine where they are the faster
     (``attnkit.kernels.fp32_choice``); the decode backend is set either way.
-    ``calibrate(model)`` (int8 only) runs the still-float model on typical
+    ``calibrate(model)`` (int8 and int4) runs the still-float model on typical
     inputs (``attnkit.quantize.smooth.lm_calibration`` for a language model);
-    each linear it reaches is smoothed with strength ``alpha`` (SmoothQuant).
+    at int8 each linear it reaches is smoothed with strength ``alpha``
+    (SmoothQuant), at int4 activation-aware scales are folded into the float
+    weights and the ranges clipped before rounding (``attnkit.quantize.awq``).
     ``group_size`` (int4 only; 32, 64 or 128) defaults to ``ATTNKIT_INT4_GROUP``
     or 32.
 
     Raises ``ValueError`` naming ``precision`` for an unknown one, for a
     model on a non-CPU device (the kernels are CPU kernels), for
-    ``calibrate`` with another precision than int8, and for int4 where this
+    ``calibrate`` with another precision than int8 or int4, and for int4 where this
     torch lacks the CPU int4 kernel (the message says which op).
     """
     if precision not in PRECISIONS:
         raise ValueError(f"precision: expected one of {', '.join(PRECISIONS)}, got {precision!r}")
     if any(p.device.type != "cpu" for p in model.parameters()):
         raise ValueError("precision: these kernels run on the CPU; load the model there")
-    if calibrate is not None and precision != "int8":
-        raise ValueError(f"calibrate: SmoothQuant is for int8 activations, not {precision!r}")
+    if calibrate is not None and precision not in ("int8", "int4"):
+        raise ValueError(
+            f"calibrate: SmoothQuant (int8) and AWQ (int4) calibrate; not {precision!r}"
+        )
     group = 0
     if precision == "int4":
         why = torch_ops.int4_unavailable()  # looked up per call (tests replace it)
@@ -200,7 +206,9 @@ def quantize_model(
     model.eval()
     maxima: dict[int, Tensor] = {}
     weight_only: set[int] = set()
-    if calibrate is not None:
+    if calibrate is not None and precision == "int4":
+        apply_awq(model, calibrate, convertible_linears(model), group)
+    elif calibrate is not None:
         maxima = input_maxima(model, convertible_linears(model), calibrate)
         weight_only = {id(m.down_proj) for m in model.modules() if isinstance(m, SwiGLU)}
     if precision != "fp32" or pack_fp32:

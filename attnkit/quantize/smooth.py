@@ -53,6 +53,30 @@ class Encodes(Protocol):
     def encode(self, text: str) -> list[int]: ...
 
 
+def record_inputs(
+    model: nn.Module,
+    linears: Sequence[nn.Module],
+    run: Callable[[nn.Module], object],
+    record: Callable[[nn.Module, Tensor], None],
+) -> None:
+    """Calibration: ``run(model)`` in inference mode with ``record(linear, x)`` called on
+    the input ``x`` ``(..., K)`` (the very tensor, as the linear receives it) of every
+    call of each of ``linears``; the hooks are removed afterwards, whatever happens.
+    SmoothQuant's maxima (``input_maxima``) and AWQ's samples (``attnkit.quantize.awq``)
+    are both recorded this way."""
+
+    def hook(module: nn.Module, args: tuple[Tensor, ...]) -> None:
+        record(module, args[0])
+
+    handles = [linear.register_forward_pre_hook(hook) for linear in linears]
+    try:
+        with torch.inference_mode():
+            run(model)
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
 def input_maxima(
     model: nn.Module, linears: Sequence[nn.Linear], run: Callable[[nn.Module], object]
 ) -> dict[int, Tensor]:
@@ -63,19 +87,13 @@ def input_maxima(
     """
     maxima: dict[int, Tensor] = {}
 
-    def record(module: nn.Module, args: tuple[Tensor, ...]) -> None:
-        x = args[0].detach().float()
+    def record(module: nn.Module, x: Tensor) -> None:
+        x = x.detach().float()
         m = x.reshape(-1, x.size(-1)).abs().amax(0)
         key = id(module)
         maxima[key] = torch.maximum(maxima[key], m) if key in maxima else m
 
-    handles = [linear.register_forward_pre_hook(record) for linear in linears]
-    try:
-        with torch.inference_mode():
-            run(model)
-    finally:
-        for handle in handles:
-            handle.remove()
+    record_inputs(model, linears, run, record)
     return maxima
 
 
