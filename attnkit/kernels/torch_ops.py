@@ -23,7 +23,10 @@ Shapes: ``x`` ``(..., K)``, weights ``(N, K)``, biases and scales ``(N,)``.
 
 from __future__ import annotations
 
+import copy
+import itertools
 import warnings
+import weakref
 
 import torch
 from torch import Tensor
@@ -74,7 +77,35 @@ def select_quantized_engine() -> None:
         torch.backends.quantized.engine = "x86" if "x86" in engines else "fbgemm"
 
 
-def fbgemm_pack(q: Tensor, scale: Tensor, bias: Tensor | None) -> object:
+class FbgemmWeight:
+    """fbgemm's packed int8 weight (a TorchScript object) and the handle that names it
+    to ``torch.compile``.
+
+    The compiler cannot trace an op taking the packed object (a TorchScript class
+    with no fake for its tracer), so a compiled step calls the custom op
+    ``attnkit::fbgemm_linear_dynamic`` instead, which takes the weight's
+    ``handle`` (an int, a constant of the compiled graph) and finds the packed
+    object in a registry of the live weights. Eager calls skip the custom op
+    (its dispatch would cost ~10 us per linear). Copies register anew.
+    """
+
+    def __init__(self, params: object, out_features: int) -> None:
+        self.params, self.out_features = params, out_features
+        self.handle = next(_HANDLES)
+        _LIVE[self.handle] = self
+
+    def __deepcopy__(self, memo: dict[int, object]) -> FbgemmWeight:
+        return FbgemmWeight(copy.deepcopy(self.params, memo), self.out_features)
+
+    def __reduce__(self) -> tuple[object, tuple[object, int]]:
+        return FbgemmWeight, (self.params, self.out_features)
+
+
+_HANDLES = itertools.count()
+_LIVE: weakref.WeakValueDictionary[int, FbgemmWeight] = weakref.WeakValueDictionary()
+
+
+def fbgemm_pack(q: Tensor, scale: Tensor, bias: Tensor | None) -> FbgemmWeight:
     """Pack int8 ``q`` ``(N, K)`` with per-row ``scale`` ``(N,)`` and an fp32 ``bias``."""
     select_quantized_engine()
     zeros = torch.zeros(q.size(0), dtype=torch.long)
@@ -82,23 +113,46 @@ def fbgemm_pack(q: Tensor, scale: Tensor, bias: Tensor | None) -> object:
         warnings.simplefilter("ignore")  # per-channel quantized tensors: deprecated in 2.13
         qw = torch._make_per_channel_quantized_tensor(q.cpu(), scale.double().cpu(), zeros, 0)
     b = None if bias is None else bias.float().cpu().contiguous()
-    return torch.ops.quantized.linear_prepack(qw, b)
+    return FbgemmWeight(torch.ops.quantized.linear_prepack(qw, b), q.size(0))
 
 
-def fbgemm_linear(x: Tensor, packed: object, activation: str = "none") -> Tensor:
-    """``act(x W^T + b)``: fp32 ``x`` quantised per call (per tensor), fp32 out."""
+def _fbgemm_call(x: Tensor, params: object, activation: str) -> Tensor:
     op = (
         torch.ops.quantized.linear_relu_dynamic
         if activation == "relu"
         else torch.ops.quantized.linear_dynamic
     )
-    y: Tensor = op(x, packed, False)
+    y: Tensor = op(x, params, False)
     return y
 
 
-def fbgemm_unpack(packed: object) -> tuple[Tensor, Tensor, Tensor | None]:
+@torch.library.custom_op("attnkit::fbgemm_linear_dynamic", mutates_args=())
+def _fbgemm_linear_op(x: Tensor, handle: int, out_features: int, activation: str) -> Tensor:
+    """``fbgemm_linear`` on the live weight ``handle`` (what a compiled step calls)."""
+    weight = _LIVE.get(handle)
+    if weight is None:
+        raise RuntimeError(f"fbgemm weight {handle}: no longer alive (a stale compiled step)")
+    return _fbgemm_call(x, weight.params, activation)
+
+
+@_fbgemm_linear_op.register_fake
+def _(x: Tensor, handle: int, out_features: int, activation: str) -> Tensor:
+    return x.new_empty((*x.shape[:-1], out_features))
+
+
+def fbgemm_linear(x: Tensor, packed: FbgemmWeight, activation: str = "none") -> Tensor:
+    """``act(x W^T + b)``: fp32 ``x`` quantised per call (per tensor), fp32 out."""
+    if torch.compiler.is_compiling():
+        y: Tensor = torch.ops.attnkit.fbgemm_linear_dynamic(
+            x, packed.handle, packed.out_features, activation
+        )
+        return y
+    return _fbgemm_call(x, packed.params, activation)
+
+
+def fbgemm_unpack(packed: FbgemmWeight) -> tuple[Tensor, Tensor, Tensor | None]:
     """``(q int8 (N, K), scale fp32 (N,), bias (N,) or None)`` of a packed weight."""
-    qw, bias = torch.ops.quantized.linear_unpack(packed)
+    qw, bias = torch.ops.quantized.linear_unpack(packed.params)
     return qw.int_repr(), qw.q_per_channel_scales().float(), bias
 
 
