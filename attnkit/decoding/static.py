@@ -147,7 +147,9 @@ class StaticCacheStepper:
         cache = state.cache
         if not isinstance(cache, StaticKVCache):
             return self.model.step(tokens, state)
-        tokens = state.take_input(tokens)
+        # contiguous: a compiled step guards on strides, and a prompt's last column
+        # (a strided view) against an argmax would compile the step twice
+        tokens = state.take_input(tokens).contiguous()
         cache.check_room(tokens.size(1))  # host-side: an overflow would be a device error
         args = (tokens, state.memory_mask, cache.self_k, cache.self_v, cache.cross_k,
                 cache.cross_v, cache.pos)  # fmt: skip

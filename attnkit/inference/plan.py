@@ -251,13 +251,13 @@ def _linears(
 
     fp32 on the fast CPU path packs the weights for oneDNN where that is the
     faster on this machine (timed once at ``rows`` rows per product, then
-    cached); the reference path and ``--compile`` keep the plain
-    ``nn.Linear`` modules (a compiled step's frozen weights are packed by
-    inductor itself). ``--compile`` with bf16 gets plain bf16 linears
-    (``bf16-plain``: oneDNN's packed weights are opaque to the compiler, and
-    inductor packs frozen ones itself); with int8, int8w and int4 the compiled
-    step calls the same kernels as the eager one. Off the CPU only fp32 exists
-    (the packed and int8 kernels are CPU kernels).
+    cached); the reference path and ``--compile`` keep the plain ``nn.Linear``
+    modules (a compiled step's frozen fp32 weights inductor packs itself, for
+    MKL: oneDNN's packed weight is opaque to the compiler). ``--compile`` with
+    bf16 gets plain bf16 linears (``bf16-plain``) whose frozen weights inductor
+    packs for oneDNN; with int8, int8w and int4 the compiled step calls the same
+    kernels as the eager one. Off the CPU only fp32 exists (the packed and int8
+    kernels are CPU kernels).
     """
     path = options.path
     if not options.convert:

@@ -14,6 +14,10 @@
   4-bit weights in groups along K, one bf16 scale and zero per group and row
   (``w = (q - 8) * scale + zero``, ``q`` in 0..15), bf16 activations; private.
 
+A packed weight the compiler cannot trace is held as a ``KernelWeight``, and
+inside ``torch.compile`` its linear is a custom op (``attnkit::...``) naming it
+by a handle; eager calls go to the kernels directly.
+
 ``attnkit.quantize`` (``PackedLinear``, ``Int8Linear``,
 ``Int8WeightOnlyLinear``, ``Int4Linear``) and ``attnkit.kernels.onednn_linear`` call them only
 through here, so a torch release that renames or drops one needs one change.
@@ -27,6 +31,7 @@ import copy
 import itertools
 import warnings
 import weakref
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -39,6 +44,44 @@ def check_activation(activation: str) -> None:
     """``ValueError`` naming ``activation`` unless it is one of ``ACTIVATIONS``."""
     if activation not in ACTIVATIONS:
         raise ValueError(f"activation: expected one of {ACTIVATIONS}, got {activation!r}")
+
+
+# -- weights the compiler cannot trace ------------------------------------------------
+
+
+class KernelWeight:
+    """A weight only its kernel reads (fbgemm's packed int8 object), and the handle
+    that names it to ``torch.compile``.
+
+    The compiler cannot trace such a weight (a TorchScript object without a fake
+    for its tracer), so a compiled step calls a custom op
+    (``attnkit::fbgemm_linear_dynamic``) that takes the weight's ``handle`` (an int,
+    a constant of the compiled graph) and finds the weight in a registry of the
+    live ones. Eager calls skip the custom op (its dispatch into Python costs
+    ~10 us a call). A copy registers anew.
+    """
+
+    def __init__(self, value: Any, out_features: int) -> None:
+        self.value, self.out_features = value, out_features
+        self.handle = next(_HANDLES)
+        _LIVE[self.handle] = self
+
+    def __deepcopy__(self, memo: dict[int, object]) -> KernelWeight:
+        return KernelWeight(copy.deepcopy(self.value, memo), self.out_features)
+
+    def __reduce__(self) -> tuple[object, tuple[object, int]]:
+        return KernelWeight, (self.value, self.out_features)
+
+
+_HANDLES = itertools.count()
+_LIVE: weakref.WeakValueDictionary[int, KernelWeight] = weakref.WeakValueDictionary()
+
+
+def _live(handle: int) -> Any:
+    weight = _LIVE.get(handle)
+    if weight is None:
+        raise RuntimeError(f"kernel weight {handle}: no longer alive (a stale compiled step)")
+    return weight.value
 
 
 # -- oneDNN ------------------------------------------------------------------------------
@@ -77,35 +120,7 @@ def select_quantized_engine() -> None:
         torch.backends.quantized.engine = "x86" if "x86" in engines else "fbgemm"
 
 
-class FbgemmWeight:
-    """fbgemm's packed int8 weight (a TorchScript object) and the handle that names it
-    to ``torch.compile``.
-
-    The compiler cannot trace an op taking the packed object (a TorchScript class
-    with no fake for its tracer), so a compiled step calls the custom op
-    ``attnkit::fbgemm_linear_dynamic`` instead, which takes the weight's
-    ``handle`` (an int, a constant of the compiled graph) and finds the packed
-    object in a registry of the live weights. Eager calls skip the custom op
-    (its dispatch would cost ~10 us per linear). Copies register anew.
-    """
-
-    def __init__(self, params: object, out_features: int) -> None:
-        self.params, self.out_features = params, out_features
-        self.handle = next(_HANDLES)
-        _LIVE[self.handle] = self
-
-    def __deepcopy__(self, memo: dict[int, object]) -> FbgemmWeight:
-        return FbgemmWeight(copy.deepcopy(self.params, memo), self.out_features)
-
-    def __reduce__(self) -> tuple[object, tuple[object, int]]:
-        return FbgemmWeight, (self.params, self.out_features)
-
-
-_HANDLES = itertools.count()
-_LIVE: weakref.WeakValueDictionary[int, FbgemmWeight] = weakref.WeakValueDictionary()
-
-
-def fbgemm_pack(q: Tensor, scale: Tensor, bias: Tensor | None) -> FbgemmWeight:
+def fbgemm_pack(q: Tensor, scale: Tensor, bias: Tensor | None) -> KernelWeight:
     """Pack int8 ``q`` ``(N, K)`` with per-row ``scale`` ``(N,)`` and an fp32 ``bias``."""
     select_quantized_engine()
     zeros = torch.zeros(q.size(0), dtype=torch.long)
@@ -113,7 +128,7 @@ def fbgemm_pack(q: Tensor, scale: Tensor, bias: Tensor | None) -> FbgemmWeight:
         warnings.simplefilter("ignore")  # per-channel quantized tensors: deprecated in 2.13
         qw = torch._make_per_channel_quantized_tensor(q.cpu(), scale.double().cpu(), zeros, 0)
     b = None if bias is None else bias.float().cpu().contiguous()
-    return FbgemmWeight(torch.ops.quantized.linear_prepack(qw, b), q.size(0))
+    return KernelWeight(torch.ops.quantized.linear_prepack(qw, b), q.size(0))
 
 
 def _fbgemm_call(x: Tensor, params: object, activation: str) -> Tensor:
@@ -129,10 +144,7 @@ def _fbgemm_call(x: Tensor, params: object, activation: str) -> Tensor:
 @torch.library.custom_op("attnkit::fbgemm_linear_dynamic", mutates_args=())
 def _fbgemm_linear_op(x: Tensor, handle: int, out_features: int, activation: str) -> Tensor:
     """``fbgemm_linear`` on the live weight ``handle`` (what a compiled step calls)."""
-    weight = _LIVE.get(handle)
-    if weight is None:
-        raise RuntimeError(f"fbgemm weight {handle}: no longer alive (a stale compiled step)")
-    return _fbgemm_call(x, weight.params, activation)
+    return _fbgemm_call(x, _live(handle), activation)
 
 
 @_fbgemm_linear_op.register_fake
@@ -140,19 +152,19 @@ def _(x: Tensor, handle: int, out_features: int, activation: str) -> Tensor:
     return x.new_empty((*x.shape[:-1], out_features))
 
 
-def fbgemm_linear(x: Tensor, packed: FbgemmWeight, activation: str = "none") -> Tensor:
+def fbgemm_linear(x: Tensor, packed: KernelWeight, activation: str = "none") -> Tensor:
     """``act(x W^T + b)``: fp32 ``x`` quantised per call (per tensor), fp32 out."""
     if torch.compiler.is_compiling():
         y: Tensor = torch.ops.attnkit.fbgemm_linear_dynamic(
             x, packed.handle, packed.out_features, activation
         )
         return y
-    return _fbgemm_call(x, packed.params, activation)
+    return _fbgemm_call(x, packed.value, activation)
 
 
-def fbgemm_unpack(packed: FbgemmWeight) -> tuple[Tensor, Tensor, Tensor | None]:
+def fbgemm_unpack(packed: KernelWeight) -> tuple[Tensor, Tensor, Tensor | None]:
     """``(q int8 (N, K), scale fp32 (N,), bias (N,) or None)`` of a packed weight."""
-    qw, bias = torch.ops.quantized.linear_unpack(packed.params)
+    qw, bias = torch.ops.quantized.linear_unpack(packed.value)
     return qw.int_repr(), qw.q_per_channel_scales().float(), bias
 
 

@@ -100,7 +100,7 @@ def test_the_int8_op_a_compiled_step_calls_is_the_eager_product():
         (x, twin._packed.handle, 32, "relu"),
         test_utils=("test_schema", "test_faketensor"),
     )
-    assert isinstance(twin._packed, torch_ops.FbgemmWeight)
+    assert isinstance(twin._packed, torch_ops.KernelWeight)
 
 
 def test_bf16_for_a_compiled_step_is_plain_bf16_linears():
