@@ -23,8 +23,14 @@ Engines (``--engines``):
 * ``attnkit_plain``, ``attnkit_packed``: fp32 on the same path with MKL's
   plain linears (``quantize_model(model, "fp32", pack_fp32=False)``) or the
   oneDNN-packed ones, whatever the machine's choice (``attnkit`` is one of them);
-* ``attnkit_compiled``: plain fp32 linears on the static cache, the decode
-  step compiled (``StaticCacheStepper(model, compile=True)``, inductor's C++);
+* ``attnkit_compiled``, ``attnkit_compiled_bf16``, ``attnkit_compiled_int8``,
+  ``attnkit_compiled_int8w``, ``attnkit_compiled_int4``: what ``attnkit generate
+  --compile --precision P`` runs (issue 47): the static cache, the decode step
+  compiled with the precision's linears inside it (inductor's C++ wrapper,
+  frozen weights: ``attnkit.decoding.static.FROZEN``); fp32 as plain linears,
+  which inductor packs. The warm-up generation compiles; its seconds are the
+  "first run s" column, and a line per compiled engine says how much of it
+  the compile took (first run minus a timed run);
 * ``hf``: ``AutoModelForCausalLM.from_pretrained(dir, gguf_file=...)`` in fp32,
   ``generate``; prefill and decode are split by a logits processor that
   notes the time of each new token;
@@ -90,8 +96,12 @@ def attnkit_engine(checkpoint: Path, variant: str) -> tuple[float, Run, Traffic]
     stepper: Any
     if variant == "attnkit_int8_plain":
         stepper = stepper_for(quantize_model(model, "int8"))
-    elif variant == "attnkit_compiled":  # plain fp32 linears on the compiled static cache
-        stepper = StaticCacheStepper(model, compile=True)
+    elif variant.startswith("attnkit_compiled"):  # `generate --compile --precision P`
+        precision = variant.removeprefix("attnkit_compiled").removeprefix("_") or "fp32"
+        options = Options(precision=precision, path="compiled", rows=1, calibrate=True)
+        info = CheckpointInfo.of(model, loaded.family.kind, loaded.weights)
+        stepper = prepare(loaded, make_plan(info, Machine.of(model), options))
+        assert isinstance(stepper, StaticCacheStepper) and stepper.compile
     elif variant in ("attnkit_plain", "attnkit_packed"):  # one fp32 choice, forced
         stepper = stepper_for(quantize_model(model, "fp32", pack_fp32=variant == "attnkit_packed"))
     else:  # what `attnkit generate --precision P` runs on the CPU: its own conversion
@@ -99,7 +109,8 @@ def attnkit_engine(checkpoint: Path, variant: str) -> tuple[float, Run, Traffic]
         if precision == "fp32":  # say which fp32 linears this machine gets (cached choice)
             print(f"# attnkit fp32: {fp32_choice.choose(model, rows=1).describe()}", flush=True)
         options = Options(precision=precision, rows=1, calibrate=True)
-        plan = make_plan(CheckpointInfo.of(model, loaded.family.kind), Machine.of(model), options)
+        info = CheckpointInfo.of(model, loaded.family.kind, loaded.weights)
+        plan = make_plan(info, Machine.of(model), options)
         stepper = prepare(loaded, plan)
     seconds = time.perf_counter() - start
     # the model as it runs (converted in place); the cache in the activations' dtype
@@ -239,7 +250,7 @@ def profile_decode(checkpoint: Path, variant: str, ids: list[int], steps: int = 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--checkpoint", type=Path, required=True, help="attnkit import output")
-    parser.add_argument("--gguf", type=Path, required=True, help="the GGUF file itself")
+    parser.add_argument("--gguf", type=Path, help="the GGUF file itself (hf, llama_cpp)")
     parser.add_argument(
         "--engines",
         default="attnkit,attnkit_compiled,attnkit_bf16,attnkit_int8,attnkit_int8w,hf,llama_cpp",
@@ -287,6 +298,8 @@ def main() -> None:
         try:
             if name.startswith("attnkit"):
                 loads[name], runs[name], traffic[name] = attnkit_engine(args.checkpoint, name)
+            elif name in ("hf", "llama_cpp") and args.gguf is None:
+                raise SystemExit(f"--engines {name}: needs --gguf")
             elif name == "hf":
                 loads[name], runs[name], traffic[name] = hf_engine(args.gguf)
             elif name == "llama_cpp":
@@ -312,6 +325,11 @@ def main() -> None:
             prefill, decode, _ = run(ids, args.new_tokens)
             samples[name].append((prefill, decode))
 
+    for name in runs:  # a compiled engine's first run compiles: how long that took
+        if "compiled" in name:
+            timed = min(p + d for p, d in samples[name])
+            print(f"# {name}: first run {warm[name]:.1f} s, a timed run {timed:.1f} s: "
+                  f"compile ~{warm[name] - timed:.1f} s")  # fmt: skip
     reference = tokens[next(iter(runs))]
     # The decode steps attend over the prompt and, on average, half the new tokens.
     mean_cached = len(ids) + args.new_tokens / 2

@@ -90,6 +90,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--system", help="with --chat: a system message before the prompt")
     drafting.add_arguments(parser)
     add_precision_argument(parser)
+    parser.add_argument(
+        "--compile",
+        action="store_true",
+        help="torch.compile the decode step on a static KV cache, with --precision's "
+        "linears inside it (on the CPU inductor's C++ with frozen weights): the first "
+        "token waits for the compile (a minute or more), and whether later ones are "
+        "faster depends on the machine and precision (bench/cpu_generate.py measures it)",
+    )
     add_device_argument(parser)
     parser.add_argument(
         "--engine",

@@ -52,8 +52,9 @@ def add_decoding_arguments(parser: argparse.ArgumentParser) -> None:
     speed.add_argument(
         "--compile",
         action="store_true",
-        help="Transformer only: torch.compile the decode step (CUDA graphs on a GPU); "
-        "each new batch shape compiles once, so it pays off on long inputs",
+        help="Transformer only: torch.compile the decode step, with the --precision's "
+        "linears inside it (on the CPU inductor's C++ with frozen weights; CUDA graphs on "
+        "a GPU); each new batch shape compiles once, so it pays off on long inputs",
     )
     speed.add_argument(
         "--no-fast",

@@ -11,7 +11,12 @@ as it is.
 
 ``compile=True`` also compiles the step with ``torch.compile`` (inductor's
 C++ code on the CPU; CUDA graphs with ``mode="reduce-overhead"``, which the
-inference plan picks on a GPU). Shapes are
+inference plan picks on a GPU; ``mode=FROZEN``, the plan's choice on the CPU:
+inductor's C++ wrapper, so a step is one C++ call rather than a Python
+function calling kernels, and frozen weights, which inductor folds and packs
+as constants). The model's linears are compiled with it, whatever their
+precision: the quantized ones (``attnkit.quantize``) call their kernels as
+ops inductor knows (``attnkit.kernels.torch_ops``). Shapes are
 static (``dynamic=False``): each new (batch, source length, capacity)
 compiles once; past ``torch._dynamo.config.recompile_limit`` shapes torch
 falls back to eager. A step that fails to compile warns once and runs
@@ -29,7 +34,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import torch
 from torch import Tensor, nn
@@ -85,7 +90,8 @@ class StaticCacheStepper:
         model: a ``SupportsStaticCache`` model, in eval mode.
         compile: compile the step with ``torch.compile``.
         mode: ``torch.compile`` mode (``None``: inductor's default;
-            ``"reduce-overhead"``: CUDA graphs, the plan's choice on CUDA).
+            ``"reduce-overhead"``: CUDA graphs, the plan's choice on CUDA;
+            ``FROZEN``: the C++ wrapper and frozen weights, the plan's choice on the CPU).
         fullgraph: refuse graph breaks when compiling.
     """
 
@@ -141,7 +147,9 @@ class StaticCacheStepper:
         cache = state.cache
         if not isinstance(cache, StaticKVCache):
             return self.model.step(tokens, state)
-        tokens = state.take_input(tokens)
+        # contiguous: a compiled step guards on strides, and a prompt's last column
+        # (a strided view) against an argmax would compile the step twice
+        tokens = state.take_input(tokens).contiguous()
         cache.check_room(tokens.size(1))  # host-side: an overflow would be a device error
         args = (tokens, state.memory_mask, cache.self_k, cache.self_v, cache.cross_k,
                 cache.cross_v, cache.pos)  # fmt: skip
@@ -168,10 +176,27 @@ class StaticCacheStepper:
         if not self.compile or self._failed:
             return None
         if self._compiled is None:  # compiled lazily, at the first step
-            self._compiled = torch.compile(
-                _static_logits, mode=self.mode, fullgraph=self.fullgraph, dynamic=False
-            )
+            if self.mode == FROZEN:
+                self._compiled = torch.compile(
+                    _static_logits, fullgraph=self.fullgraph, dynamic=False,
+                    options=dict(_FROZEN_OPTIONS),
+                )  # fmt: skip
+            else:
+                self._compiled = torch.compile(
+                    _static_logits, mode=self.mode, fullgraph=self.fullgraph, dynamic=False
+                )
         return self._compiled
+
+
+FROZEN = "frozen"
+"""``StaticCacheStepper``'s ``mode`` for inductor's C++ wrapper with frozen weights (the CPU's
+compiled step: module doc); any other mode is ``torch.compile``'s own."""
+# Inductor's options for it. Freezing takes effect only with gradients off (the searches'
+# no_grad): the weights become constants that inductor packs (fp32, bf16) and folds.
+_FROZEN_OPTIONS: dict[str, str | int | bool | Callable[..., Any]] = {
+    "cpp_wrapper": True,
+    "freezing": True,
+}
 
 
 CacheName = str  # "model" | "static" | "compiled"

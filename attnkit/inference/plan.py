@@ -144,8 +144,8 @@ class InferencePlan:
     device: str
     precision: str
     path: str
-    linears: str  # as-loaded | packed | plain | bf16 | int8 | int8-smooth | int8w | int4
-    #                int4-awq | engine
+    linears: str  # as-loaded | packed | plain | bf16 | bf16-plain | int8 | int8-smooth | int8w
+    # | int4 | int4-awq | engine
     attention: str  # one-query | reference | as-loaded
     cache: str  # model | static | compiled | none (no decode step) | engine
     compile_mode: str | None
@@ -185,14 +185,14 @@ def make_plan(checkpoint: CheckpointInfo, machine: Machine, options: Options) ->
     """The plan for ``checkpoint`` on ``machine`` with the user's ``options``.
 
     Raises ``UsageError`` (naming the option) for what cannot run: ``--compile``
-    on a checkpoint without a static-cache step, a CPU precision off the CPU, a
-    converted precision with ``--compile``. The fp32 kernel choice may time the
-    model's linears here once (then cached per machine: ``kernels.fp32_choice``).
+    on a checkpoint without a static-cache step, a CPU precision off the CPU.
+    The fp32 kernel choice may time the model's linears here once (then cached
+    per machine: ``kernels.fp32_choice``).
     """
     if options.path not in PATHS:
         raise ValueError(f"path: expected one of {', '.join(PATHS)}; got {options.path!r}")
-    # int4 blocks run as stored where the int4 kernel runs: the CPU, not compiled
-    runs_int4 = machine.on_cpu and options.engine == ATTNKIT and options.path != "compiled"
+    # int4 blocks run as stored where the int4 kernel runs: the CPU (compiled or not)
+    runs_int4 = machine.on_cpu and options.engine == ATTNKIT
     own = checkpoint.weights if runs_int4 else "fp32"
     precision = options.precision or own
     if precision not in PRECISIONS:
@@ -231,6 +231,10 @@ def make_plan(checkpoint: CheckpointInfo, machine: Machine, options: Options) ->
         )
         cuda = torch.device(machine.device).type == "cuda"
         mode = "reduce-overhead" if compiled and cuda else None
+        if compiled and cpu:
+            from attnkit.decoding.static import FROZEN
+
+            mode = FROZEN  # inductor's C++ wrapper, the weights frozen into it
     why = [("engine", "default"), ("device", "machine"), ("precision", precision_why),
            ("path", path_why), ("linears", linears_why), ("attention", "machine"),
            ("cache", "machine" if options.path == "fast" else path_why),
@@ -248,8 +252,12 @@ def _linears(
 
     fp32 on the fast CPU path packs the weights for oneDNN where that is the
     faster on this machine (timed once at ``rows`` rows per product, then
-    cached); the reference path and ``--compile`` keep the plain
-    ``nn.Linear`` modules. Off the CPU only fp32 exists (the packed and int8
+    cached); the reference path and ``--compile`` keep the plain ``nn.Linear``
+    modules (a compiled step's frozen fp32 weights inductor packs itself, for
+    MKL: oneDNN's packed weight is opaque to the compiler). ``--compile`` with
+    bf16 gets plain bf16 linears (``bf16-plain``) whose frozen weights inductor
+    packs for oneDNN; with int8, int8w and int4 the compiled step calls the same
+    kernels as the eager one. Off the CPU only fp32 exists (the packed and int8
     kernels are CPU kernels).
     """
     path = options.path
@@ -261,8 +269,8 @@ def _linears(
         return "as-loaded", "machine", ""
     if precision == "fp32" and path != "fast":
         return "as-loaded", "option", ""
-    if path == "compiled":
-        raise UsageError(f"--precision {precision}: not with --compile (use one or the other)")
+    if path == "compiled" and precision == "bf16":
+        return "bf16-plain", "option", ""
     if precision == "fp32":
         from attnkit.kernels import fp32_choice
 

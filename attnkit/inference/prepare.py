@@ -53,6 +53,8 @@ def convert(model: nn.Module, plan: InferencePlan, tokenizer: Tokenizer | None =
 
     if plan.linears in ("packed", "plain"):
         return quantize_model(model, "fp32", pack_fp32=plan.linears == "packed")
+    if plan.linears == "bf16-plain":  # a compiled step's bf16: inductor packs the weights
+        return quantize_model(model, "bf16", pack_fp32=False)
     if plan.linears in ("int8-smooth", "int4-awq"):
         from attnkit.quantize.smooth import lm_calibration
 

@@ -14,6 +14,10 @@
   4-bit weights in groups along K, one bf16 scale and zero per group and row
   (``w = (q - 8) * scale + zero``, ``q`` in 0..15), bf16 activations; private.
 
+A packed weight the compiler cannot trace is held as a ``KernelWeight``, and
+inside ``torch.compile`` its linear is a custom op (``attnkit::...``) naming it
+by a handle; eager calls go to the kernels directly.
+
 ``attnkit.quantize`` (``PackedLinear``, ``Int8Linear``,
 ``Int8WeightOnlyLinear``, ``Int4Linear``) and ``attnkit.kernels.onednn_linear`` call them only
 through here, so a torch release that renames or drops one needs one change.
@@ -23,7 +27,11 @@ Shapes: ``x`` ``(..., K)``, weights ``(N, K)``, biases and scales ``(N,)``.
 
 from __future__ import annotations
 
+import copy
+import itertools
 import warnings
+import weakref
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -36,6 +44,44 @@ def check_activation(activation: str) -> None:
     """``ValueError`` naming ``activation`` unless it is one of ``ACTIVATIONS``."""
     if activation not in ACTIVATIONS:
         raise ValueError(f"activation: expected one of {ACTIVATIONS}, got {activation!r}")
+
+
+# -- weights the compiler cannot trace ------------------------------------------------
+
+
+class KernelWeight:
+    """A weight only its kernel reads (fbgemm's packed int8 object), and the handle
+    that names it to ``torch.compile``.
+
+    The compiler cannot trace such a weight (a TorchScript object without a fake
+    for its tracer), so a compiled step calls a custom op
+    (``attnkit::fbgemm_linear_dynamic``) that takes the weight's ``handle`` (an int,
+    a constant of the compiled graph) and finds the weight in a registry of the
+    live ones. Eager calls skip the custom op (its dispatch into Python costs
+    ~10 us a call). A copy registers anew.
+    """
+
+    def __init__(self, value: Any, out_features: int) -> None:
+        self.value, self.out_features = value, out_features
+        self.handle = next(_HANDLES)
+        _LIVE[self.handle] = self
+
+    def __deepcopy__(self, memo: dict[int, object]) -> KernelWeight:
+        return KernelWeight(copy.deepcopy(self.value, memo), self.out_features)
+
+    def __reduce__(self) -> tuple[object, tuple[object, int]]:
+        return KernelWeight, (self.value, self.out_features)
+
+
+_HANDLES = itertools.count()
+_LIVE: weakref.WeakValueDictionary[int, KernelWeight] = weakref.WeakValueDictionary()
+
+
+def _live(handle: int) -> Any:
+    weight = _LIVE.get(handle)
+    if weight is None:
+        raise RuntimeError(f"kernel weight {handle}: no longer alive (a stale compiled step)")
+    return weight.value
 
 
 # -- oneDNN ------------------------------------------------------------------------------
@@ -74,7 +120,7 @@ def select_quantized_engine() -> None:
         torch.backends.quantized.engine = "x86" if "x86" in engines else "fbgemm"
 
 
-def fbgemm_pack(q: Tensor, scale: Tensor, bias: Tensor | None) -> object:
+def fbgemm_pack(q: Tensor, scale: Tensor, bias: Tensor | None) -> KernelWeight:
     """Pack int8 ``q`` ``(N, K)`` with per-row ``scale`` ``(N,)`` and an fp32 ``bias``."""
     select_quantized_engine()
     zeros = torch.zeros(q.size(0), dtype=torch.long)
@@ -82,23 +128,43 @@ def fbgemm_pack(q: Tensor, scale: Tensor, bias: Tensor | None) -> object:
         warnings.simplefilter("ignore")  # per-channel quantized tensors: deprecated in 2.13
         qw = torch._make_per_channel_quantized_tensor(q.cpu(), scale.double().cpu(), zeros, 0)
     b = None if bias is None else bias.float().cpu().contiguous()
-    return torch.ops.quantized.linear_prepack(qw, b)
+    return KernelWeight(torch.ops.quantized.linear_prepack(qw, b), q.size(0))
 
 
-def fbgemm_linear(x: Tensor, packed: object, activation: str = "none") -> Tensor:
-    """``act(x W^T + b)``: fp32 ``x`` quantised per call (per tensor), fp32 out."""
+def _fbgemm_call(x: Tensor, params: object, activation: str) -> Tensor:
     op = (
         torch.ops.quantized.linear_relu_dynamic
         if activation == "relu"
         else torch.ops.quantized.linear_dynamic
     )
-    y: Tensor = op(x, packed, False)
+    y: Tensor = op(x, params, False)
     return y
 
 
-def fbgemm_unpack(packed: object) -> tuple[Tensor, Tensor, Tensor | None]:
+@torch.library.custom_op("attnkit::fbgemm_linear_dynamic", mutates_args=())
+def _fbgemm_linear_op(x: Tensor, handle: int, out_features: int, activation: str) -> Tensor:
+    """``fbgemm_linear`` on the live weight ``handle`` (what a compiled step calls)."""
+    return _fbgemm_call(x, _live(handle), activation)
+
+
+@_fbgemm_linear_op.register_fake
+def _(x: Tensor, handle: int, out_features: int, activation: str) -> Tensor:
+    return x.new_empty((*x.shape[:-1], out_features))
+
+
+def fbgemm_linear(x: Tensor, packed: KernelWeight, activation: str = "none") -> Tensor:
+    """``act(x W^T + b)``: fp32 ``x`` quantised per call (per tensor), fp32 out."""
+    if torch.compiler.is_compiling():
+        y: Tensor = torch.ops.attnkit.fbgemm_linear_dynamic(
+            x, packed.handle, packed.out_features, activation
+        )
+        return y
+    return _fbgemm_call(x, packed.value, activation)
+
+
+def fbgemm_unpack(packed: KernelWeight) -> tuple[Tensor, Tensor, Tensor | None]:
     """``(q int8 (N, K), scale fp32 (N,), bias (N,) or None)`` of a packed weight."""
-    qw, bias = torch.ops.quantized.linear_unpack(packed)
+    qw, bias = torch.ops.quantized.linear_unpack(packed.value)
     return qw.int_repr(), qw.q_per_channel_scales().float(), bias
 
 

@@ -7,7 +7,7 @@ measurements behind each choice; the README the speed/quality trade-off.
 """
 
 from attnkit.quantize.int4 import Int4Linear
-from attnkit.quantize.linear import Int8Linear, PackedLinear, quantize_rows
+from attnkit.quantize.linear import Bf16Linear, Int8Linear, PackedLinear, quantize_rows
 from attnkit.quantize.model import (
     PRECISIONS,
     QuantizedTokenEmbedding,
@@ -19,6 +19,7 @@ from attnkit.quantize.weight_only import Int8WeightOnlyLinear
 
 __all__ = [
     "PRECISIONS",
+    "Bf16Linear",
     "Int4Linear",
     "Int8Linear",
     "Int8WeightOnlyLinear",

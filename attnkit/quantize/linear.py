@@ -12,6 +12,7 @@ oneDNN ~320-760, and int8 through fbgemm's ``quantized::linear_dynamic``
   ``mkldnn._linear_pointwise`` (optionally with a fused ReLU). Inputs and
   outputs stay fp32 (bf16: the input is rounded to bf16 inside, the output
   widened back), so it swaps in anywhere a float ``nn.Linear`` was.
+* ``Bf16Linear``: a plain bf16 weight, for a compiled step (inductor packs it).
 * ``Int8Linear``: symmetric per-output-channel int8 weights (scale =
   max|w_row| / 127), packed for fbgemm once; activations are quantised per
   call, per tensor (asymmetric u8, inside the fbgemm op), output fp32 with the
@@ -126,6 +127,46 @@ class PackedLinear(nn.Module):
         return (
             f"in_features={self.in_features}, out_features={self.out_features}, "
             f"precision={self.precision}, activation={self.activation}"
+        )
+
+
+class Bf16Linear(nn.Module):
+    """``y = act(x W^T + b)`` on a plain (unpacked) bf16 weight; fp32 in and out.
+
+    What a compiled step runs for bf16 (``--compile --precision bf16``): oneDNN's
+    packed weight (``PackedLinear``) is an opaque tensor the compiler cannot
+    trace, while a plain bf16 ``linear`` with frozen weights is one inductor
+    packs for oneDNN itself. Eager, ``PackedLinear(precision="bf16")`` is the
+    faster. ``state_dict``: ``weight`` and ``bias`` in bf16 (a float one loads).
+    """
+
+    weight: Tensor
+    bias: Tensor | None
+
+    def __init__(
+        self, weight: Tensor, bias: Tensor | None = None, *, activation: str = "none"
+    ) -> None:
+        super().__init__()
+        check_activation(activation)
+        self.activation = activation
+        self.out_features, self.in_features = weight.shape
+        self.register_buffer("weight", weight.detach().to(torch.bfloat16).contiguous())
+        b = None if bias is None else bias.detach().to(torch.bfloat16).clone()
+        self.register_buffer("bias", b)
+
+    @classmethod
+    def from_linear(cls, linear: nn.Linear, **kwargs: Any) -> Bf16Linear:
+        return cls(linear.weight, linear.bias, **kwargs)
+
+    def forward(self, x: Tensor) -> Tensor:
+        """``x`` ``(..., K)`` fp32 -> ``(..., N)`` fp32."""
+        y = nn.functional.linear(x.to(torch.bfloat16), self.weight, self.bias).float()
+        return torch.relu(y) if self.activation == "relu" else y
+
+    def extra_repr(self) -> str:
+        return (
+            f"in_features={self.in_features}, out_features={self.out_features}, "
+            f"plain bf16 weights, activation={self.activation}"
         )
 
 

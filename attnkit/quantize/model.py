@@ -58,7 +58,7 @@ from attnkit.kernels import torch_ops
 from attnkit.models.embeddings import TokenEmbedding
 from attnkit.quantize.awq import apply_awq
 from attnkit.quantize.int4 import GROUP_SIZES, Int4Linear, fitting_group, group_size_from_env
-from attnkit.quantize.linear import Int8Linear, PackedLinear, quantize_rows
+from attnkit.quantize.linear import Bf16Linear, Int8Linear, PackedLinear, quantize_rows
 from attnkit.quantize.smooth import DEFAULT_ALPHA, input_maxima, smoothing_factors
 from attnkit.quantize.weight_only import Int8WeightOnlyLinear
 
@@ -119,6 +119,8 @@ def _convert(
             # with per-call int8 activations, instead.
             return Int8Linear(weight, bias, activation=activation, smooth=smooth)
         return Int8WeightOnlyLinear(weight, bias, activation=activation)  # needs no smoothing
+    if precision == "bf16-plain":
+        return Bf16Linear(weight, bias, activation=activation)
     return PackedLinear(weight, bias, precision=precision, activation=activation)
 
 
@@ -171,9 +173,11 @@ def quantize_model(
 
     Works on every family (``attnkit.models.FAMILIES``): whatever is an
     ``nn.Linear`` is converted, except routers and score matrices
-    (``convertible_linears``). ``pack_fp32=False`` (fp32 only) keeps the plain
-    linears (MKL's sgemm), for a machine where they are the faster
-    (``attnkit.kernels.fp32_choice``); the decode backend is set either way.
+    (``convertible_linears``). ``pack_fp32=False`` keeps the float linears
+    unpacked: fp32 ones as they are (MKL's sgemm), for a machine where they are
+    the faster (``attnkit.kernels.fp32_choice``); bf16 ones as ``Bf16Linear``
+    (a plain bf16 weight, for a compiled step: inductor packs it itself). The
+    decode backend is set either way.
     ``calibrate(model)`` (int8 and int4) runs the still-float model on typical
     inputs (``attnkit.quantize.smooth.lm_calibration`` for a language model);
     at int8 each linear it reaches is smoothed with strength ``alpha``
@@ -212,7 +216,8 @@ def quantize_model(
         maxima = input_maxima(model, convertible_linears(model), calibrate)
         weight_only = {id(m.down_proj) for m in model.modules() if isinstance(m, SwiGLU)}
     if precision != "fp32" or pack_fp32:
-        _convert_linears(model, precision, maxima, alpha, weight_only, group)
+        kind = "bf16-plain" if precision == "bf16" and not pack_fp32 else precision
+        _convert_linears(model, kind, maxima, alpha, weight_only, group)
     if precision != "fp32":
         _quantize_embeddings(model, precision)
     use_backend(model, OneQueryDecode())  # a CPU inference model: decode steps as GEMVs

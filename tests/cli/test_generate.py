@@ -159,6 +159,40 @@ def test_precision_reaches_generate(checkpoint, capsys, monkeypatch, precision):
         assert text == expected_text(model, tok, "not", 20, 0, temperature=0.0)[3:]
 
 
+@pytest.mark.parametrize("precision", ["int8", "int4"])
+def test_compile_takes_a_precision(checkpoint, capsys, monkeypatch, precision):
+    """--compile --precision P: the precision's linears on the compiled static-cache step
+    (torch.compile replaced by a spy that runs the step eagerly: no compile here;
+    tests/decoding/test_compiled_precisions.py compiles)."""
+    from attnkit.decoding import static
+    from attnkit.quantize import Int4Linear, Int8Linear
+
+    compiled: list[dict] = []
+
+    def spy(fn, **kwargs):
+        compiled.append(kwargs)
+        return fn
+
+    monkeypatch.setattr(torch, "compile", spy)
+    run, _, _ = checkpoint
+    argv = ["--checkpoint", str(run), "--max-new-tokens", "6", "--temperature", "0",
+            "--precision", precision, "--compile", "--no-echo", "--ignore-eos"]  # fmt: skip
+    seen: list[object] = []
+    real = static.StaticCacheStepper.step
+
+    def step(self, tokens, state):
+        seen.append(self.model)
+        return real(self, tokens, state)
+
+    monkeypatch.setattr(static.StaticCacheStepper, "step", step)
+    assert cli.run(parse(*argv)) == 0
+    assert capsys.readouterr().out.endswith("\n") and len(seen) == 6
+    assert compiled == [{"fullgraph": True, "dynamic": False,
+                         "options": {"cpp_wrapper": True, "freezing": True}}]  # fmt: skip
+    kind = Int8Linear if precision == "int8" else Int4Linear
+    assert any(isinstance(m, kind) for m in seen[0].modules())  # type: ignore[attr-defined]
+
+
 class _Bytes:
     """A byte-level tokenizer (id = byte), recording how many ids each decode is given."""
 

@@ -13,6 +13,7 @@ import torch
 from attnkit.attention.backends import REFERENCE, TakesBackend
 from attnkit.attention.one_query import OneQueryDecode
 from attnkit.decoding import StaticCacheStepper
+from attnkit.decoding.static import FROZEN
 from attnkit.errors import UsageError
 from attnkit.inference import (
     CheckpointInfo,
@@ -82,7 +83,9 @@ def test_an_accelerator_gets_the_static_cache_and_fewer_host_syncs():
     compiled = make_plan(seq2seq(transformer()), GPU, Options(path="compiled"))
     assert (compiled.cache, compiled.compile_mode) == ("compiled", "reduce-overhead")
     on_cpu = make_plan(seq2seq(transformer()), CPU, Options(path="compiled"))
-    assert (on_cpu.cache, on_cpu.compile_mode, on_cpu.attention) == ("compiled", None, "reference")
+    assert (on_cpu.cache, on_cpu.compile_mode, on_cpu.attention) == (
+        "compiled", FROZEN, "reference"
+    )  # fmt: skip
     given = make_plan(seq2seq(transformer()), GPU, Options(check_every=3))
     assert given.search.check_every == 3 and given.decided("search") == "option"
 
@@ -93,11 +96,27 @@ def test_what_cannot_run_is_refused_naming_the_option():
         make_plan(seq2seq(rnn), CPU, Options(path="compiled"))
     with pytest.raises(UsageError, match="--precision int8: CPU kernels; add --device cpu"):
         make_plan(seq2seq(transformer()), GPU, Options(precision="int8"))
-    with pytest.raises(UsageError, match="--precision bf16: not with --compile"):
-        make_plan(seq2seq(transformer()), CPU, Options(precision="bf16", path="compiled"))
     # a model without a decode step has no --compile to refuse: its weights as asked
     masked = make_plan(CheckpointInfo(kind="masked_lm"), CPU, Options(path="compiled"))
     assert (masked.cache, masked.linears) == ("none", "as-loaded")
+
+
+def test_compile_takes_every_cpu_precision_with_its_linears():
+    info = CheckpointInfo.of(lm(), "causal_lm")
+    for precision, linears in [("fp32", "as-loaded"), ("bf16", "bf16-plain"), ("int8", "int8"),
+                               ("int8w", "int8w"), ("int4", "int4")]:  # fmt: skip
+        plan = make_plan(info, CPU, Options(precision=precision, path="compiled"))
+        assert (plan.precision, plan.linears, plan.cache, plan.compile_mode) == (
+            precision, linears, "compiled", FROZEN
+        )  # fmt: skip
+    smooth = make_plan(info, CPU, Options(precision="int8", path="compiled", calibrate=True))
+    assert smooth.linears == "int8-smooth"
+    # int4 blocks run as stored, compiled too
+    blocks = CheckpointInfo(kind="causal_lm", static_cache=True, weights="int4")
+    plan = make_plan(blocks, CPU, Options(path="compiled"))
+    assert (plan.precision, plan.linears, plan.cache) == ("int4", "as-loaded", "compiled")
+    with pytest.raises(UsageError, match="--precision int8: CPU kernels"):
+        make_plan(info, GPU, Options(precision="int8", path="compiled"))
 
 
 def test_int8_calibrates_a_language_model_only_when_the_command_has_its_tokenizer():
