@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import ALL_ROLES, make_model, model_inputs, model_output
+from adapter_model_helpers import ALL_ROLES, make_model, model_inputs, model_output
 
 from attnkit.adapters import (
     LoRAConfig,

@@ -7,7 +7,7 @@ import resource
 import time
 
 import pytest
-from conftest import ALL_ROLES, make_model
+from adapter_model_helpers import ALL_ROLES, make_model
 from lora_helpers import lora_run, tiny_lm
 
 from attnkit.adapters import LoRAConfig, LoRALinear, install_lora

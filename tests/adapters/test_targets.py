@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import OVERRIDES
+from adapter_model_helpers import OVERRIDES
 from torch import nn
 
 from attnkit.adapters import LoRAConfig, LoRALinear, find_targets, install_lora, roles_present

@@ -29,7 +29,7 @@ import openai
 import pytest
 import torch
 from chat_helpers import chatml_tokenizer
-from conftest import Served, start_server, stop_server
+from server_helpers import Served, start_server, stop_server
 
 from attnkit.checkpoints import save_checkpoint
 from attnkit.models.decoder_only import DecoderOnlyLM

@@ -19,8 +19,8 @@ import openai
 import pytest
 import torch
 from chat_helpers import SMOLLM2_TEMPLATE, chatml_tokenizer
-from conftest import start_server, stop_server
 from fastapi.testclient import TestClient
+from server_helpers import start_server, stop_server
 
 from attnkit.checkpoints import save_checkpoint
 from attnkit.checkpoints.loading import load_model
