@@ -148,8 +148,8 @@ def add_precision_argument(parser: argparse.ArgumentParser) -> None:
         "text for SmoothQuant, which moves its activation outliers into the weights, ~1 s), "
         "int8w (int8 weights, bf16 activations), int4 (4-bit weights in groups of 32, "
         "ATTNKIT_INT4_GROUP=32|64|128 to change; bf16 activations; smallest; a language "
-        "model is first calibrated for activation-aware scales, AWQ, ATTNKIT_INT4_AWQ=0 for "
-        "plain rounding; the default "
+        "model can be calibrated for activation-aware scales, AWQ, with ATTNKIT_INT4_AWQ=1; "
+        "the default "
         "for a checkpoint stored as int4 blocks: import --from gguf --keep-quantized). "
         "bf16/int8/int8w/int4 change results: see the README",
     )

@@ -12,7 +12,7 @@ user asked for (``Options``), every "how to run" choice into one frozen
   fp32 as loaded, oneDNN-packed or plain (MKL) fp32 (measured per machine:
   ``attnkit.kernels.fp32_choice``), bf16, int8 (with SmoothQuant calibration
   for a decoder-only LM given its tokenizer), int8w or int4 (4-bit group-wise weights;
-  with activation-aware scales, AWQ, calibrated likewise unless ``ATTNKIT_INT4_AWQ=0``);
+  with activation-aware scales, AWQ, calibrated likewise when ``ATTNKIT_INT4_AWQ=1``);
   with no precision asked for, the checkpoint's own (``CheckpointInfo.weights``:
   ``int4`` for one stored as int4 blocks, on the CPU, run as loaded; else fp32);
 * ``attention``: the attention backend of the decode step (``one-query``, two

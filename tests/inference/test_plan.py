@@ -129,12 +129,13 @@ def test_int8_calibrates_a_language_model_only_when_the_command_has_its_tokenize
     )
 
 
-def test_int4_calibrates_a_language_model_unless_turned_off(monkeypatch):
+def test_int4_calibrates_a_language_model_when_asked(monkeypatch):
     info = CheckpointInfo.of(lm(), "causal_lm")
+    monkeypatch.delenv("ATTNKIT_INT4_AWQ", raising=False)  # the default: plain RTN
+    assert make_plan(info, CPU, Options(precision="int4", calibrate=True)).linears == "int4"
+    monkeypatch.setenv("ATTNKIT_INT4_AWQ", "1")
     assert make_plan(info, CPU, Options(precision="int4", calibrate=True)).linears == "int4-awq"
     assert make_plan(info, CPU, Options(precision="int4")).linears == "int4"
-    monkeypatch.setenv("ATTNKIT_INT4_AWQ", "0")  # plain RTN
-    assert make_plan(info, CPU, Options(precision="int4", calibrate=True)).linears == "int4"
 
 
 def test_prepare_installs_what_the_plan_names():
