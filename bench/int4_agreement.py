@@ -32,7 +32,6 @@ only: one thread, any machine load.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import statistics
 import sys
 import tempfile
@@ -52,13 +51,11 @@ from attnkit.quantize.smooth import Encodes, lm_calibration
 
 
 def prompts() -> list[str]:
-    """The 10 prompts of ``experiments/gguf_llama_cpp.py`` (one list, read from there)."""
-    path = Path(__file__).resolve().parents[1] / "experiments" / "gguf_llama_cpp.py"
-    spec = importlib.util.spec_from_file_location("gguf_llama_cpp", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return list(module.PROMPTS)
+    """The 10 prompts of ``experiments/gguf_llama_cpp.py`` (one list, imported from there)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "experiments"))
+    from gguf_llama_cpp import PROMPTS
+
+    return list(PROMPTS)
 
 
 def _awq(model: nn.Module, tok: Encodes, clip: bool = True, values: bool = True) -> nn.Module:
