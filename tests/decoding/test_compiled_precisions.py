@@ -60,7 +60,7 @@ def greedy_logits(step: StaticCacheStepper, prompt: Tensor, feed: list[int] | No
 
 @pytest.mark.slow
 @pytest.mark.parametrize("precision", ["fp32", "int8", "int4"])
-def test_the_compiled_step_gives_the_eager_logits_and_tokens(precision):
+def test_the_compiled_step_gives_the_eager_logits_and_tokens(precision, fresh_dynamo):
     model = llama()
     plan = make_plan(CheckpointInfo.of(model, "causal_lm"), Machine("cpu", 2),
                      Options(precision=precision, path="compiled"))  # fmt: skip

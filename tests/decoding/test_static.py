@@ -211,7 +211,7 @@ def test_a_failing_compiler_falls_back_to_eager_with_a_warning(monkeypatch):
 
 
 @pytest.mark.slow
-def test_compiled_decode_step_gives_the_same_tokens():
+def test_compiled_decode_step_gives_the_same_tokens(fresh_dynamo):
     # Inductor on CPU (a C++ compiler is needed): ~15-20 s cold on 2 cores, so slow.
     from torch._dynamo.utils import counters
 
