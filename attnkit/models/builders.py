@@ -20,7 +20,7 @@ import torch
 from torch import nn
 
 from attnkit.attention.cross import CrossAttention
-from attnkit.attention.linear import LinearSelfAttention
+from attnkit.attention.linear_module import LinearSelfAttention
 from attnkit.attention.local import LocalWindow
 from attnkit.attention.multihead import MultiHeadAttention
 from attnkit.blocks import (

@@ -9,12 +9,12 @@ import torch.nn.functional as F
 from attnkit.attention.linear import (
     DEFAULT_EPS,
     LinearAttentionState,
-    LinearSelfAttention,
     causal_linear_attention,
     linear_attention,
     linear_attention_step,
     linear_attention_weights,
 )
+from attnkit.attention.linear_module import LinearSelfAttention
 
 TOL = dict(atol=1e-10, rtol=1e-10)
 
