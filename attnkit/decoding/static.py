@@ -19,8 +19,13 @@ precision: the quantized ones (``attnkit.quantize``) call their kernels as
 ops inductor knows (``attnkit.kernels.torch_ops``). Shapes are
 static (``dynamic=False``): each new (batch, source length, capacity)
 compiles once; past ``torch._dynamo.config.recompile_limit`` shapes torch
-falls back to eager. A step that fails to compile warns once and runs
-eagerly from then on: correct, just slower.
+falls back to eager. So that a new prompt length does not mean a new compile
+(a minute or two on 2 cores), a compiled stepper rounds the cache's capacity up
+to a power of two (``capacity_bucket``: at least ``MIN_BUCKET``, at most the
+model's ``max_positions``) and compiles only the one-token step: a pass over
+several tokens (a prompt, a drafted continuation) runs eagerly on the same
+cache, once per prompt or draft, where its GEMMs are wide anyway. A step that
+fails to compile warns once and runs eagerly from then on: correct, just slower.
 
 The compiled function is a pure function of tensors (the cache view is
 rebuilt inside), so it never reads a Python counter that changes per step.
@@ -124,6 +129,8 @@ class StaticCacheStepper:
         device: torch.device,
         cross: tuple[Tensor, Tensor] | None = None,
     ) -> StaticKVCache:
+        if self.compile:  # one compiled program for every length in a bucket
+            positions = capacity_bucket(positions, layout.max_positions)
         return StaticKVCache.allocate(
             layout.num_layers,
             batch_size,
@@ -147,13 +154,15 @@ class StaticCacheStepper:
         cache = state.cache
         if not isinstance(cache, StaticKVCache):
             return self.model.step(tokens, state)
-        # contiguous: a compiled step guards on strides, and a prompt's last column
-        # (a strided view) against an argmax would compile the step twice
-        tokens = state.take_input(tokens).contiguous()
+        # a compiled step guards on strides, and a prompt's last column (a strided view,
+        # which .contiguous() keeps: its dims of size 1 pass as contiguous) against an
+        # argmax would compile the step twice, so a fresh copy with canonical strides
+        tokens = state.take_input(tokens).clone(memory_format=torch.contiguous_format)
         cache.check_room(tokens.size(1))  # host-side: an overflow would be a device error
         args = (tokens, state.memory_mask, cache.self_k, cache.self_v, cache.cross_k,
                 cache.cross_v, cache.pos)  # fmt: skip
-        compiled = self._compiled_step()
+        # several tokens at once (a prompt, a draft): eager, not a compile per length
+        compiled = self._compiled_step() if tokens.size(1) == 1 else None
         if compiled is None:
             logits = _static_logits(self.model, *args)
         else:
@@ -186,6 +195,18 @@ class StaticCacheStepper:
                     _static_logits, mode=self.mode, fullgraph=self.fullgraph, dynamic=False
                 )
         return self._compiled
+
+
+MIN_BUCKET = 64  # the smallest capacity of a compiled step's cache
+
+
+def capacity_bucket(positions: int, max_positions: int) -> int:
+    """``positions`` rounded up to a power of two >= ``MIN_BUCKET``, at most
+    ``max_positions`` (and never below ``positions``): a compiled step's cache capacity.
+    The extra positions cost a masked score each per step, a few percent of a step for
+    a small LM's short contexts, against a compile for every length."""
+    bucket = max(MIN_BUCKET, 1 << max(0, positions - 1).bit_length())
+    return max(positions, min(bucket, max_positions))
 
 
 FROZEN = "frozen"

@@ -17,6 +17,7 @@ from attnkit.decoding import (
     sample,
 )
 from attnkit.decoding.common import SearchSettings, resolve_check_every
+from attnkit.decoding.static import capacity_bucket
 from attnkit.decoding.constraints import MinLength
 from attnkit.errors import UsageError
 from attnkit.inference import stepper_for
@@ -211,6 +212,39 @@ def test_a_failing_compiler_falls_back_to_eager_with_a_warning(monkeypatch):
 
 
 @pytest.mark.slow
+def test_capacity_buckets_are_powers_of_two_within_the_model():
+    assert [capacity_bucket(n, 512) for n in (1, 64, 65, 100, 129, 300)] == [
+        64, 64, 128, 128, 256, 512]  # fmt: skip
+    assert capacity_bucket(40, 48) == 48  # capped at max_positions
+    assert capacity_bucket(50, 48) == 50  # never below what was asked
+
+
+def test_new_prompt_lengths_do_not_recompile_the_step(monkeypatch, fresh_dynamo):
+    # dynamo with a counting backend (no inductor: fast): prompts of 3, 7 and 20 tokens
+    # share one bucket (64) and their prompt passes run eagerly, so one graph is compiled
+    from torch._dynamo.testing import CompileCounter
+
+    counter, real = CompileCounter(), torch.compile
+
+    def counting(fn, **kwargs):
+        return real(fn, backend=counter, fullgraph=True, dynamic=False)
+
+    config = DecoderOnlyConfig.from_preset(
+        "small", d_model=32, num_heads=4, d_ff=64, num_layers=1, vocab_size=24, max_len=64,
+        dropout=0.0, positions="rotary", norm="rmsnorm",
+    )  # fmt: skip
+    torch.manual_seed(0)
+    lm = DecoderOnlyLM(config).double().eval()
+    monkeypatch.setattr(torch, "compile", counting)
+    compiled = StaticCacheStepper(lm, compile=True)
+    for length in (3, 7, 20):
+        prompt = torch.randint(3, 24, (1, length), generator=torch.Generator().manual_seed(length))
+        want = greedy_search(lm, prompt, max_len_a=0.0, max_len_b=10)
+        assert compiled.start(prompt, max_steps=11).cache.capacity == 64
+        assert greedy_search(compiled, prompt, max_len_a=0.0, max_len_b=10).tokens == want.tokens
+    assert counter.frame_count == 1
+
+
 def test_compiled_decode_step_gives_the_same_tokens(fresh_dynamo):
     # Inductor on CPU (a C++ compiler is needed): ~15-20 s cold on 2 cores, so slow.
     from torch._dynamo.utils import counters
