@@ -156,3 +156,13 @@ def browser(chromium_path: Path) -> Iterator[object]:
         b = pw.chromium.launch(executable_path=str(chromium_path), args=CHROMIUM_ARGS)
         yield b
         b.close()
+
+
+@pytest.fixture
+def fresh_dynamo():
+    """Dynamo's caches emptied before a test that compiles a decode step: compiled steps
+    share one code object, so the models and shapes earlier tests compiled count towards
+    ``torch._dynamo.config.recompile_limit`` (8), past which a ``fullgraph`` step fails."""
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()

@@ -50,6 +50,7 @@ from attnkit.cli.common import (
     add_precision_argument,
     named_checkpoint,
 )
+from attnkit.cli.inference_args import COMPILE_CHOICES
 from attnkit.errors import UsageError
 
 if TYPE_CHECKING:
@@ -92,11 +93,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_precision_argument(parser)
     parser.add_argument(
         "--compile",
-        action="store_true",
+        nargs="?",
+        const="on",
+        choices=COMPILE_CHOICES,
         help="torch.compile the decode step on a static KV cache, with --precision's "
         "linears inside it (on the CPU inductor's C++ with frozen weights): the first "
         "token waits for the compile (a minute or more), and whether later ones are "
-        "faster depends on the machine and precision (bench/cpu_generate.py measures it)",
+        "faster depends on the machine and precision. '--compile auto' times both steps "
+        "on this machine once (the first run pays the compile) and keeps the faster",
     )
     add_device_argument(parser)
     parser.add_argument(

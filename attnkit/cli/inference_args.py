@@ -33,6 +33,7 @@ if TYPE_CHECKING:
 MAX_ALPHA = 10.0
 # attnkit.engines.registry.NAMES, spelled out so that parsing imports no engine.
 ENGINES = ("attnkit", "ctranslate2", "onnxruntime")
+COMPILE_CHOICES = ("on", "auto")  # --compile alone is "on"
 
 
 def add_decoding_arguments(parser: argparse.ArgumentParser) -> None:
@@ -51,10 +52,14 @@ def add_decoding_arguments(parser: argparse.ArgumentParser) -> None:
     speed = parser.add_mutually_exclusive_group()
     speed.add_argument(
         "--compile",
-        action="store_true",
+        nargs="?",
+        const="on",
+        choices=COMPILE_CHOICES,
         help="Transformer only: torch.compile the decode step, with the --precision's "
         "linears inside it (on the CPU inductor's C++ with frozen weights; CUDA graphs on "
-        "a GPU); each new batch shape compiles once, so it pays off on long inputs",
+        "a GPU); each new batch size compiles once, so it pays off on long inputs. "
+        "'--compile auto' times the compiled and the eager step on this machine once "
+        "(the first run pays the compile) and keeps the faster",
     )
     speed.add_argument(
         "--no-fast",
@@ -87,7 +92,10 @@ def check_decoding_arguments(args: argparse.Namespace) -> None:
 
 def decode_path(args: argparse.Namespace) -> str:
     """``--compile`` / ``--no-fast`` as the plan's decoding path (``attnkit.inference.PATHS``)."""
-    if getattr(args, "compile", False):
+    asked = getattr(args, "compile", None)
+    if asked == "auto":
+        return "auto"
+    if asked:  # "on" (a bare --compile), or True from a caller's namespace
         return "compiled"
     return "reference" if getattr(args, "no_fast", False) else "fast"
 

@@ -181,6 +181,11 @@ class StaticCacheStepper:
         cache.advance(tokens.size(1))
         return logits, state
 
+    @property
+    def fell_back(self) -> bool:
+        """A compiled stepper whose step failed to compile (it decodes eagerly now)."""
+        return self.compile and self._failed
+
     def _compiled_step(self) -> Callable[..., Tensor] | None:
         if not self.compile or self._failed:
             return None

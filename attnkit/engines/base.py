@@ -113,7 +113,7 @@ class EngineClass(Converter, Protocol):
 
 def refuse_attnkit_paths(engine: str, run: RunOptions) -> None:
     """attnkit's own decoding paths: a one-line ``UsageError`` naming the option."""
-    if run.path == "compiled":
+    if run.path in ("compiled", "auto"):
         raise UsageError(f"--compile: attnkit's own decode step; not with --engine {engine}")
     if run.path == "reference":
         raise UsageError(f"--no-fast: attnkit's own reference path; not with --engine {engine}")

@@ -19,7 +19,10 @@ user asked for (``Options``), every "how to run" choice into one frozen
   batched GEMVs, on the CPU; the fused ``reference`` kernel elsewhere and in a
   compiled step);
 * ``cache`` and ``compile_mode``: the model's own cache, the static cache, or
-  the static cache compiled (CUDA graphs on CUDA);
+  the static cache compiled (CUDA graphs on CUDA); with ``--compile auto``
+  (path ``auto``), the compiled step or the eager one, whichever decodes the
+  model faster on this machine (timed once, then cached:
+  ``attnkit.inference.compile_choice``);
 * ``rows``: the rows per product the kernel choice is measured at;
 * ``search``: the device-dependent search settings (``SearchSettings``: how
   often to ask the device whether every sentence finished, whether a host
@@ -36,7 +39,7 @@ names.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 from torch import nn
@@ -45,7 +48,7 @@ from attnkit.decoding.common import SearchSettings
 from attnkit.errors import UsageError
 
 ATTNKIT = "attnkit"  # the native engine: every other name is opened by prepare()'s openers
-PATHS = ("fast", "compiled", "reference")
+PATHS = ("fast", "compiled", "reference", "auto")  # auto: compiled where faster here
 PRECISIONS = ("fp32", "bf16", "int8", "int8w", "int4")
 # The "all finished?" interval off the CPU: each check stalls the host until the device
 # catches up (attnkit.decoding.common), so an accelerator asks every 8 steps.
@@ -191,6 +194,8 @@ def make_plan(checkpoint: CheckpointInfo, machine: Machine, options: Options) ->
     """
     if options.path not in PATHS:
         raise ValueError(f"path: expected one of {', '.join(PATHS)}; got {options.path!r}")
+    if options.path == "auto" and options.engine == ATTNKIT:  # another engine refuses it
+        return _auto(checkpoint, machine, options)
     # int4 blocks run as stored where the int4 kernel runs: the CPU (compiled or not)
     runs_int4 = machine.on_cpu and options.engine == ATTNKIT
     own = checkpoint.weights if runs_int4 else "fp32"
@@ -243,6 +248,24 @@ def make_plan(checkpoint: CheckpointInfo, machine: Machine, options: Options) ->
         ATTNKIT, machine.device, precision, options.path, linears, attention, cache,
         mode, rows, threads, options.workers, search, _why(why), note, checkpoint.weights,
     )  # fmt: skip
+
+
+def _auto(checkpoint: CheckpointInfo, machine: Machine, options: Options) -> InferencePlan:
+    """``--compile auto``: the compiled plan where its step is the faster on this machine,
+    else the eager (``fast``) one; measured on ``checkpoint.model`` once, then cached.
+    Without a static-cache step or a model to time: the eager plan."""
+    eager = make_plan(checkpoint, machine, replace(options, path="fast"))
+    model = checkpoint.model
+    if not checkpoint.static_cache or model is None or checkpoint.kind in NO_DECODER:
+        return eager
+    from attnkit.inference import compile_choice
+
+    compiled = make_plan(checkpoint, machine, replace(options, path="compiled"))
+    choice = compile_choice.choose(model, eager, compiled)
+    chosen = compiled if choice.compiled else eager
+    why = tuple((k, "machine" if k in ("path", "cache") else v) for k, v in chosen.why)
+    note = "; ".join(n for n in (chosen.note, choice.describe()) if n)
+    return replace(chosen, why=why, note=note)
 
 
 def _linears(

@@ -23,6 +23,7 @@ from torch import nn
 
 from attnkit.decoding.protocol import AnyStepper
 from attnkit.decoding.static import build_stepper
+from attnkit.inference.conversion import convert_weights
 from attnkit.inference.plan import ATTNKIT, CheckpointInfo, InferencePlan, Machine, Options
 from attnkit.inference.plan import make_plan as make_plan
 
@@ -39,30 +40,10 @@ class EngineOpener(Protocol):
 
 
 def convert(model: nn.Module, plan: InferencePlan, tokenizer: Tokenizer | None = None) -> nn.Module:
-    """``model`` with its weights converted in place for ``plan.linears``; returns it.
-
-    A checkpoint loaded as int4 blocks (``plan.weights``) run at another precision
-    first gets float linears holding exactly the stored weights."""
-    if plan.weights == "int4" and plan.precision != "int4" and plan.linears != "engine":
-        from attnkit.quantize import float_linears
-
-        float_linears(model)
-    if plan.linears in ("as-loaded", "engine"):
-        return model
-    from attnkit.quantize import quantize_model
-
-    if plan.linears in ("packed", "plain"):
-        return quantize_model(model, "fp32", pack_fp32=plan.linears == "packed")
-    if plan.linears == "bf16-plain":  # a compiled step's bf16: inductor packs the weights
-        return quantize_model(model, "bf16", pack_fp32=False)
-    if plan.linears in ("int8-smooth", "int4-awq"):
-        from attnkit.quantize.smooth import lm_calibration
-
-        if tokenizer is None:
-            raise ValueError(f"{plan.linears}: the plan calibrates with the tokenizer; none given")
-        precision = "int8" if plan.linears == "int8-smooth" else "int4"
-        return quantize_model(model, precision, calibrate=lm_calibration(tokenizer))
-    return quantize_model(model, plan.linears)
+    """``model`` with its weights converted in place for ``plan.linears``; returns it
+    (``attnkit.inference.conversion.convert_weights`` with the plan's fields)."""
+    return convert_weights(model, linears=plan.linears, precision=plan.precision,
+                           weights=plan.weights, tokenizer=tokenizer)  # fmt: skip
 
 
 def stepper(model: AnyStepper | nn.Module, plan: InferencePlan) -> AnyStepper:

@@ -156,13 +156,3 @@ def rescore_transformer(model, src: Tensor, tokens: list[int], limit: int) -> tu
 @pytest.fixture
 def rescore():
     return rescore_transformer
-
-
-@pytest.fixture
-def fresh_dynamo():
-    """Dynamo's caches emptied before a test that compiles a decode step: compiled steps
-    share one code object, so the models and shapes earlier tests compiled count towards
-    ``torch._dynamo.config.recompile_limit`` (8), past which a ``fullgraph`` step fails."""
-    torch._dynamo.reset()
-    yield
-    torch._dynamo.reset()

@@ -17,8 +17,8 @@ from attnkit.decoding import (
     sample,
 )
 from attnkit.decoding.common import SearchSettings, resolve_check_every
-from attnkit.decoding.static import capacity_bucket
 from attnkit.decoding.constraints import MinLength
+from attnkit.decoding.static import capacity_bucket
 from attnkit.errors import UsageError
 from attnkit.inference import stepper_for
 from attnkit.models import (
