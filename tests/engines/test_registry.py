@@ -136,6 +136,7 @@ def test_a_failed_conversion_leaves_no_cache(capsys, checkpoint, source, monkeyp
         ("ctranslate2", ["--precision", "int8w", "--greedy"], "--precision int8w"),
         ("ctranslate2", ["--sample"], "--sample"),
         ("ctranslate2", ["--compile", "--greedy"], "--compile"),
+        ("ctranslate2", ["--compile", "auto", "--greedy"], "--compile"),
         ("onnxruntime", ["--no-fast"], "--no-fast"),
         ("onnxruntime", ["--precision", "int8"], "--precision int8"),
         ("onnxruntime", ["--sample"], "--sample"),
