@@ -9,8 +9,9 @@ Engines (``--engines``, comma-separated), each decoding every line of
 length-sorted sentences, on ``--threads`` threads:
 
 * ``reference`` -- ``attnkit evaluate --no-fast``: plain ``nn.Linear`` (MKL);
-* ``fp32``, ``bf16``, ``int8``, ``int8w`` -- ``attnkit evaluate --precision ...``: the
-  model after ``quantize_model`` (oneDNN-packed fp32, AVX512-BF16, fbgemm int8);
+* ``fp32``, ``bf16``, ``int8``, ``int8w``, ``int4`` -- ``attnkit evaluate --precision ...``:
+  the model after ``quantize_model`` (oneDNN-packed fp32, AVX512-BF16, fbgemm int8, int8
+  weights, PyTorch's CPU int4 kernel with groups of 32);
 * ``ct2_fp32``, ``ct2_int8`` -- the same checkpoint through
   ``attnkit export --to ctranslate2`` (``--quantization int8`` for the
   second), ``Translator.translate_batch`` over all lines at once
@@ -40,7 +41,7 @@ from attnkit.checkpoints.loading import load_model
 from attnkit.decoding.text import translate_texts
 from attnkit.evaluation.bleu import corpus_scores
 
-ATTNKIT = ("reference", "fp32", "bf16", "int8", "int8w")
+ATTNKIT = ("reference", "fp32", "bf16", "int8", "int8w", "int4")
 DEFAULT = "reference,fp32,bf16,int8,ct2_fp32,ct2_int8"
 
 
