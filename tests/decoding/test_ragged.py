@@ -17,6 +17,7 @@ from attnkit.decoding.generate import generate
 from attnkit.decoding.ragged import continue_prompts, supports_ragged
 from attnkit.decoding.static import build_stepper
 from attnkit.decoding.summaries import summarize_texts
+from attnkit.errors import UsageError
 from attnkit.models.decoder_only import DecoderOnlyLM
 from attnkit.models.lm_config import DecoderOnlyConfig
 
@@ -106,6 +107,28 @@ def test_decoder_only_summaries_are_the_same_at_any_batch_size():
     one = summarize_texts(model, tokenizer, texts, beam=1, max_tokens=8, batch_size=1)
     assert one[1] == "" and all(one[i] for i in (0, 2, 3, 4))
     assert summarize_texts(model, tokenizer, texts, beam=1, max_tokens=8, batch_size=4) == one
+
+
+def test_prompt_lookup_gives_the_same_summaries_from_drafts(monkeypatch):
+    from attnkit.decoding.lookup import NgramDrafter
+
+    texts = ["the gas report and the gas prices", "", "noon on friday, noon on friday"]
+    tokenizer = CharTokenizer.train(texts + ["Summarize: \n"])
+    model = tiny_lm(vocab_size=tokenizer.vocab_size, max_len=256, pad_id=tokenizer.pad_id,
+                    bos_id=tokenizer.bos_id, eos_id=tokenizer.eos_id)  # fmt: skip
+    want = summarize_texts(model, tokenizer, texts, beam=1, max_tokens=12, batch_size=4)
+    drafts = []
+    real = NgramDrafter.propose
+
+    def propose(self, ids, k):
+        drafts.append(real(self, ids, k))
+        return drafts[-1]
+
+    monkeypatch.setattr(NgramDrafter, "propose", propose)
+    got = summarize_texts(model, tokenizer, texts, beam=1, max_tokens=12, prompt_lookup=4)
+    assert got == want and any(d.tokens for d in drafts)  # drafted, checked, the same text
+    with pytest.raises(UsageError, match="prompt_lookup must be >= 0"):
+        summarize_texts(model, tokenizer, texts, beam=1, prompt_lookup=-1)
 
 
 def test_decoding_never_imports_inference():

@@ -144,3 +144,5 @@ def test_bad_inputs_are_one_line_errors(tmp_path, capsys):
     assert "nope: file not found" in capsys.readouterr().err
     assert main(["summarize", "--checkpoint", str(lm), "--max-tokens", "0"]) == 2
     assert "--max-tokens must be >= 1" in capsys.readouterr().err
+    assert main(["summarize", "--checkpoint", str(lm), "--prompt-lookup", "-1"]) == 2
+    assert "--prompt-lookup must be >= 0" in capsys.readouterr().err
