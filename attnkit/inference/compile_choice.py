@@ -36,6 +36,7 @@ from attnkit.decoding.protocol import AnyStepper
 from attnkit.decoding.static import StaticCacheStepper, build_stepper
 from attnkit.errors import UsageError
 from attnkit.inference.conversion import convert_weights
+from attnkit.kernels import machine_choice
 from attnkit.kernels.machine_choice import ChoiceCache, best_time, machine_key
 
 CACHE_FILE = "cpu_compiled_step.json"
@@ -145,6 +146,8 @@ def choose(
     known = cache.get(key)
     if known is not None:
         return CompileChoice(compiled=known == "compiled")
+    # judged before: a minute of compiling on 2 threads lifts the load average by itself
+    busy = machine_choice.machine_busy()
     choice = measure(model, eager, compiled)
-    cache.put(key, "compiled" if choice.compiled else "eager")
+    cache.put(key, "compiled" if choice.compiled else "eager", busy=busy)
     return choice

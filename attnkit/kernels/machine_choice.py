@@ -94,9 +94,13 @@ class ChoiceCache:
         """The choice kept for ``key``, or ``None``."""
         return self._read().get(key)
 
-    def put(self, key: str, choice: str) -> None:
-        """Keep ``choice`` for ``key`` (best effort: never raises); not on a busy machine."""
-        if machine_busy():  # timed under contention: measured again on a quieter run
+    def put(self, key: str, choice: str, *, busy: bool | None = None) -> None:
+        """Keep ``choice`` for ``key`` (best effort: never raises); not on a busy machine.
+
+        ``busy``: whether the machine was busy when the timing began (a long timing's
+        own threads raise the load average it would otherwise be judged by); default:
+        ``machine_busy()`` now."""
+        if machine_busy() if busy is None else busy:  # timed under contention: not kept
             return
         entries = self._read()
         entries[key] = choice

@@ -87,6 +87,18 @@ def test_choose_measures_once_then_reads_the_cache(tmp_path, monkeypatch, counti
     assert len(calls) == 4
 
 
+def test_a_choice_is_kept_if_the_machine_was_quiet_when_the_timing_began(tmp_path, monkeypatch):
+    from attnkit.kernels import machine_choice
+
+    model = llama()
+    loads = iter([False, True])  # quiet before the timing, "busy" after (its own compile)
+    monkeypatch.setattr(machine_choice, "machine_busy", lambda: next(loads))
+    monkeypatch.setattr(compile_choice, "step_time", lambda m, plan: (1.0, False))
+    compile_choice.choose(model, *plans(model), root=tmp_path)
+    monkeypatch.setattr(compile_choice, "measure", lambda *a: pytest.fail("measured again"))
+    assert compile_choice.choose(model, *plans(model), root=tmp_path).speedup is None
+
+
 def test_a_step_that_does_not_compile_counts_as_eager(tmp_path, monkeypatch):
     def broken(fn, **kwargs):
         def fails(*args, **kw):

@@ -28,6 +28,15 @@ def test_a_choice_timed_on_a_busy_machine_is_not_kept(tmp_path, monkeypatch):
     assert not (tmp_path / "choice.json").exists()
 
 
+def test_the_load_when_a_timing_began_decides_over_the_load_after(tmp_path, monkeypatch):
+    monkeypatch.setattr(machine_choice, "machine_busy", lambda: True)  # the timing's own load
+    cache = ChoiceCache("choice.json", ("a", "b"), tmp_path)
+    cache.put("key", "a", busy=False)
+    assert cache.get("key") == "a"
+    cache.put("other", "b", busy=True)
+    assert cache.get("other") is None
+
+
 @pytest.mark.parametrize(("load", "cpus", "busy"), [(0.5, 2, False), (2.0, 2, False),
                                                     (2.5, 2, True), (9.0, 8, True)])  # fmt: skip
 def test_busy_means_more_runnable_tasks_than_cpus(monkeypatch, load, cpus, busy):
