@@ -27,15 +27,13 @@ import time
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol, cast
 
 import torch
 from torch import nn
 
-from attnkit.decoding.protocol import AnyStepper
-from attnkit.decoding.static import StaticCacheStepper, build_stepper
+from attnkit.decoding.static import StaticCacheStepper
 from attnkit.errors import UsageError
-from attnkit.inference.conversion import convert_weights
+from attnkit.inference.conversion import StepPlan, convert_weights, plan_stepper
 from attnkit.kernels import machine_choice
 from attnkit.kernels.machine_choice import ChoiceCache, best_time, machine_key
 
@@ -46,26 +44,6 @@ PROMPT = 8  # tokens of the timed prompt (read eagerly either way)
 STEPS = 32  # one-token steps timed per pass
 # Calibrated conversions need the tokenizer; for a timing the same kernels uncalibrated do.
 _UNCALIBRATED = {"int8-smooth": "int8", "int4-awq": "int4"}
-
-
-class StepPlan(Protocol):
-    """What of an inference plan (``attnkit.inference.plan.StepPlan``) a timing
-    reads: how the weights are converted and the stepper built, at how many rows."""
-
-    @property
-    def precision(self) -> str: ...
-    @property
-    def linears(self) -> str: ...
-    @property
-    def weights(self) -> str: ...
-    @property
-    def attention(self) -> str: ...
-    @property
-    def cache(self) -> str: ...
-    @property
-    def compile_mode(self) -> str | None: ...
-    @property
-    def rows(self) -> int: ...
 
 
 @dataclass(frozen=True)
@@ -103,8 +81,7 @@ def step_time(model: nn.Module, plan: StepPlan) -> tuple[float, bool]:
     pass; and whether a compiled step fell back to eager (then it does not count)."""
     twin = convert_weights(copy.deepcopy(model), precision=plan.precision, weights=plan.weights,
                            linears=_UNCALIBRATED.get(plan.linears, plan.linears))  # fmt: skip
-    step = build_stepper(cast("AnyStepper", twin), one_query=plan.attention == "one-query",
-                         cache=plan.cache, compile_mode=plan.compile_mode)  # fmt: skip
+    step = plan_stepper(twin, plan)
     first = next(iter(model.parameters()))
     bos = int(getattr(model, "bos_id", 1))
     prompt = torch.full((plan.rows, PROMPT), bos, dtype=torch.long, device=first.device)

@@ -1,20 +1,51 @@
-"""The weights' conversion an inference plan names, apart from the plan itself.
+"""What an inference plan's fields make of a model, apart from the plan itself.
 
 ``convert_weights(model, linears=..., precision=..., weights=...)`` converts a
-model's linears in place as the plan's ``linears`` field says (``attnkit.quantize``).
-``attnkit.inference.prepare.convert`` hands it a plan's fields; ``--compile auto``
-(``attnkit.inference.compile_choice``, which the plan consults) converts copies
-with it while the plan is being made, so this module knows nothing of the plan.
+model's linears in place as the plan's ``linears`` field says (``attnkit.quantize``);
+``plan_stepper(model, plan)`` builds the stepper its attention, cache and compile
+fields name. ``attnkit.inference.prepare`` calls both with a plan; ``--compile auto``
+(``attnkit.inference.compile_choice``, which the plan consults) calls them on copies
+while the plan is being made, so this module knows the plan only as ``StepPlan``.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol, cast
 
 from torch import nn
 
+from attnkit.decoding.protocol import AnyStepper
+from attnkit.decoding.static import build_stepper
+
 if TYPE_CHECKING:
     from attnkit.data.tokenizer_kinds import Tokenizer
+
+
+class StepPlan(Protocol):
+    """The fields of an inference plan (``attnkit.inference.plan.InferencePlan``) that
+    say how the weights are converted and the stepper built, and at how many rows."""
+
+    @property
+    def precision(self) -> str: ...
+    @property
+    def linears(self) -> str: ...
+    @property
+    def weights(self) -> str: ...
+    @property
+    def attention(self) -> str: ...
+    @property
+    def cache(self) -> str: ...
+    @property
+    def compile_mode(self) -> str | None: ...
+    @property
+    def rows(self) -> int: ...
+
+
+def plan_stepper(model: AnyStepper | nn.Module, plan: StepPlan) -> AnyStepper:
+    """The stepper of an already converted ``model``: the plan's attention backend,
+    cache and compile mode (``attnkit.decoding.static.build_stepper``)."""
+    return build_stepper(cast("AnyStepper", model), one_query=plan.attention == "one-query",
+                         cache=plan.cache, compile_mode=plan.compile_mode)  # fmt: skip
 
 
 def convert_weights(

@@ -17,13 +17,12 @@ never loads a checkpoint it does not need.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Protocol, cast
+from typing import TYPE_CHECKING, Any, Protocol
 
 from torch import nn
 
 from attnkit.decoding.protocol import AnyStepper
-from attnkit.decoding.static import build_stepper
-from attnkit.inference.conversion import convert_weights
+from attnkit.inference.conversion import convert_weights, plan_stepper
 from attnkit.inference.plan import ATTNKIT, CheckpointInfo, InferencePlan, Machine, Options
 from attnkit.inference.plan import make_plan as make_plan
 
@@ -48,8 +47,7 @@ def convert(model: nn.Module, plan: InferencePlan, tokenizer: Tokenizer | None =
 
 def stepper(model: AnyStepper | nn.Module, plan: InferencePlan) -> AnyStepper:
     """The stepper of an already converted ``model`` (``plan.has_stepper``)."""
-    return build_stepper(cast("AnyStepper", model), one_query=plan.attention == "one-query",
-                         cache=plan.cache, compile_mode=plan.compile_mode)  # fmt: skip
+    return plan_stepper(model, plan)
 
 
 stepper_of = stepper  # the name inside functions whose ``stepper`` is an argument
