@@ -51,9 +51,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--batch-size", type=integer, default=32, help="texts per batch")
     parser.add_argument(
         "--prompt-lookup", type=integer, default=0, metavar="K",
-        help="decoder-only models: summarize one text at a time, drafting up to K tokens per "
-        "step from the text itself (prompt-lookup speculative decoding: the same summaries; "
-        "each one sooner, fewer texts per second than batches; 0 = off)",
+        help="summarize one text at a time, greedily, drafting up to K tokens per step from "
+        "the text itself (prompt-lookup speculative decoding: greedy search's summaries, each "
+        "one sooner, fewer texts per second than batches; an encoder-decoder ignores --beam; "
+        "0 = off)",
     )  # fmt: skip
     parser.add_argument("--json", action="store_true", help='one {"summary": ...} per line')
     add_device_argument(parser)

@@ -5,6 +5,11 @@ Reads --input FILE, or standard input when no --input is given. Beam search
 --temperature/--top-k/--top-p/--seed. With --nbest N > 1, each output line
 holds the N best hypotheses separated by tabs.
 
+--prompt-lookup K translates greedily, one line at a time, drafting up to K
+tokens per step from the source line and the output so far (names, numbers and
+words that pass through unchanged), each draft checked in one decoder pass:
+greedy search's output, sooner for text that copies from its source.
+
 --engine ctranslate2 or onnxruntime decodes a Transformer checkpoint on that
 engine instead (converted on first use into CHECKPOINT/engines/, reused
 afterwards; see attnkit.engines.registry).
@@ -18,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import TYPE_CHECKING
 
 from attnkit.cli.argtypes import finite_float, integer, seed
 from attnkit.cli.common import (
@@ -27,6 +33,12 @@ from attnkit.cli.common import (
 )
 from attnkit.cli.inference_args import add_decoding_arguments, check_decoding_arguments
 from attnkit.errors import UsageError
+
+if TYPE_CHECKING:
+    import torch
+
+    from attnkit.decoding.common import DecodeResult
+    from attnkit.decoding.protocol import AnyStepper
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -41,6 +53,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--top-k", type=integer, default=0, help="sample from the k best (0 = all)")
     parser.add_argument("--top-p", type=finite_float, default=1.0, help="nucleus sampling mass")
     parser.add_argument("--seed", type=seed, default=0, help="sampling seed")
+    parser.add_argument(
+        "--prompt-lookup", type=integer, default=0, metavar="K",
+        help="greedy, one line at a time, drafting up to K tokens per step from the source "
+        "line (prompt-lookup speculative decoding: greedy search's output; implies --greedy; "
+        "0 = off)",
+    )  # fmt: skip
     add_device_argument(parser)
 
 
@@ -80,6 +98,7 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"--top-k must be >= 0, got {args.top_k}")
     if not 0 < args.top_p <= 1:
         raise UsageError(f"--top-p must be in (0, 1], got {args.top_p}")
+    check_lookup(args)
 
     # A bad --input fails before the model loads; stdin is read once the model is ready.
     check_input_file(args.input, "--input")  # never /dev/zero: it would fill memory
@@ -93,7 +112,7 @@ def run(args: argparse.Namespace) -> int:
     loaded = load_for("translate", args.checkpoint, args.device)
     model, tokenizer = loaded.model, loaded.tokenizer
     device = next(model.parameters()).device
-    beam = 1 if args.greedy else args.beam
+    beam = 1 if args.greedy or args.prompt_lookup else args.beam
     rows = beam * (args.batch_size if lines is None else min(args.batch_size, len(lines)))
     check_decode_fits(model.config, rows, device, f"--beam {beam} with --batch-size "
                       f"{args.batch_size}")  # fmt: skip
@@ -113,6 +132,10 @@ def run(args: argparse.Namespace) -> int:
     )
     src = [ids + [tokenizer.eos_id] for ids in src]
     max_positions = model.config.max_len
+    if args.prompt_lookup:
+        results = _looked_up(args, loaded.model, stepper, src, device, max_positions - 1)
+        _write_lines([[tokenizer.decode(r.tokens[0])] for r in results])
+        return 0
     with torch.no_grad():
         results = decode_ids(
             stepper,
@@ -130,6 +153,50 @@ def run(args: argparse.Namespace) -> int:
     nbest = [r.nbest[0][: args.nbest] if args.nbest > 1 else [r.nbest[0][0]] for r in results]
     _write_lines([[tokenizer.decode(h.tokens) for h in hyps] for hyps in nbest])
     return 0
+
+
+def check_lookup(args: argparse.Namespace) -> None:
+    """``--prompt-lookup`` with what it can be used with: greedy search, attnkit's decoding."""
+    if args.prompt_lookup < 0:
+        raise UsageError(f"--prompt-lookup must be >= 0, got {args.prompt_lookup}")
+    if not args.prompt_lookup:
+        return
+    if args.sample:
+        raise UsageError("--prompt-lookup: greedy search only, not with --sample")
+    if args.nbest > 1:
+        raise UsageError("--prompt-lookup: one hypothesis per line (greedy), not --nbest")
+    if args.engine != "attnkit":
+        raise UsageError(
+            f"--prompt-lookup: attnkit's own decoding only, not --engine {args.engine}"
+        )
+
+
+def _looked_up(
+    args: argparse.Namespace,
+    model: AnyStepper,
+    stepper: AnyStepper,
+    src: list[list[int]],
+    device: torch.device,
+    max_len: int,
+) -> list[DecodeResult]:
+    """Greedy search's results by prompt lookup; ``--debug``: one line of counts on stderr."""
+    import time
+
+    from attnkit.decoding.source_lookup import lookup_decode_ids
+    from attnkit.decoding.speculative import SpeculativeStats
+
+    stats = SpeculativeStats()
+    began = time.perf_counter()
+    results = lookup_decode_ids(model, src, num_tokens=args.prompt_lookup,
+                                max_len_b=args.max_len_b, max_len=max_len,
+                                device=device, stepper=stepper, stats=stats)  # fmt: skip
+    if getattr(args, "debug", False):
+        seconds = time.perf_counter() - began
+        print(f"prompt lookup: {stats.tokens} tokens in {stats.forwards} decoder passes "
+              f"({stats.tokens_per_forward:.2f} per pass), {stats.accepted} of "
+              f"{stats.drafted} drafted tokens accepted, {stats.tokens / seconds:.1f} tokens/s",
+              file=sys.stderr)  # fmt: skip
+    return results
 
 
 def _write_lines(hypotheses: list[list[str]]) -> None:

@@ -13,6 +13,9 @@
   alone by prompt-lookup speculative decoding (``attnkit.decoding.lookup``:
   drafts of up to ``K`` tokens copied from the e-mail, checked in one pass):
   the same greedy tokens, sooner for one text, fewer texts per second than a batch.
+  An encoder-decoder with ``prompt_lookup=K`` is searched greedily (``beam`` is
+  not used), one text at a time, with drafts from the text
+  (``attnkit.decoding.source_lookup``): greedy search's summaries.
 
 ``stepper`` is what decodes the model (the caller's choice, e.g.
 ``attnkit.inference.stepper_for(model)``: the device's attention backend and
@@ -71,9 +74,6 @@ def summarize_texts(
         raise UsageError(f"max_tokens must be >= 1, got {max_tokens}")
     if prompt_lookup < 0:
         raise UsageError(f"prompt_lookup must be >= 0, got {prompt_lookup}")
-    if prompt_lookup and not is_decoder_only(model):
-        raise UsageError("--prompt-lookup: decoder-only summarizers only (an encoder-decoder's "
-                         "search takes no drafts)")  # fmt: skip
     was_training = model.training
     model.eval()
     device = device or next(model.parameters()).device
@@ -88,10 +88,18 @@ def summarize_texts(
         positions = cast(_Positions, model.config).max_len
         limit = min(text_tokens or positions - 1, positions - 1)
         src = [source_ids(tokenizer, t, limit) for t in texts]
-        results = decode_ids(
-            steps, src, beam=beam, alpha=alpha, batch_size=batch_size,
-            max_len=min(max_tokens, positions - 1), device=device,
-        )  # fmt: skip
+        if prompt_lookup:  # greedy, one text at a time, drafted from the text
+            from attnkit.decoding.source_lookup import lookup_decode_ids
+
+            results = lookup_decode_ids(
+                cast(AnyStepper, model), src, num_tokens=prompt_lookup,
+                max_len=min(max_tokens, positions - 1), device=device, stepper=steps,
+            )  # fmt: skip
+        else:
+            results = decode_ids(
+                steps, src, beam=beam, alpha=alpha, batch_size=batch_size,
+                max_len=min(max_tokens, positions - 1), device=device,
+            )  # fmt: skip
         return [tokenizer.decode(r.tokens[0]).strip() for r in results]
     finally:
         model.train(was_training)

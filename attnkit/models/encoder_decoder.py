@@ -198,6 +198,21 @@ class EncoderDecoder(nn.Module):
 
         Writes the tokens' keys/values into ``cache``; the caller advances it.
         """
+        return self._decode_hidden(tokens, cache, memory_mask, last=True)
+
+    def verify(self, tokens: Tensor, state: DecoderState) -> tuple[Tensor, DecoderState]:
+        """Feed ``tokens`` ``(B, t)`` at once (a token and its draft); the logits after each
+        ``(B, t, V)``. The cache advances by ``t``: ``state.truncate`` rolls it back."""
+        if state.pending is not None:
+            raise ValueError("verify: feed BOS with step first")
+        logits = self._decode_hidden(tokens, state.cache, state.memory_mask, last=False)
+        state.cache.advance(tokens.size(1))
+        return logits, state
+
+    def _decode_hidden(
+        self, tokens: Tensor, cache: DecoderCache, memory_mask: Mask | None, *, last: bool
+    ) -> Tensor:
+        """The logits after the last fed token ``(B, V)`` (``last``) or after each ``(B, t, V)``."""
         t = tokens.size(1)
         x = self.tgt_embed(tokens, offset=cache.position_offset())
         self_mask = cache.self_mask(t)
@@ -209,7 +224,8 @@ class EncoderDecoder(nn.Module):
             memory_mask=memory_mask,
             cache=cache,
         )
-        logits: Tensor = self.output_proj(self._scaled(decoded.hidden[:, -1]))
+        hidden = decoded.hidden[:, -1] if last else decoded.hidden
+        logits: Tensor = self.output_proj(self._scaled(hidden))
         return logits
 
     def step(self, tokens: Tensor, state: DecoderState) -> tuple[Tensor, DecoderState]:

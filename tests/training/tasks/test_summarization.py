@@ -66,6 +66,9 @@ def test_train_summarize_evaluate_encoder_decoder(tmp_path, capsys):
     texts = [json.loads(x)["text"] for x in (tmp_path / "valid.jsonl").read_text().splitlines()]
     want = summarize_texts(loaded.model, loaded.tokenizer, texts, beam=1, max_tokens=6)
     assert [json.loads(x)["summary"] for x in lines] == want
+    # prompt lookup (drafts from the text, greedy): greedy search's summaries
+    assert main([*args, "--json", "--prompt-lookup", "5", "--max-tokens", "6"]) == 0
+    assert capsys.readouterr().out.splitlines() == lines
     labelled = str(tmp_path / "valid.jsonl")
     assert main(["evaluate", "--checkpoint", str(out), "--labelled", labelled, "--json",
                  "--greedy"]) == 0  # fmt: skip
