@@ -191,10 +191,10 @@ class StaticCacheStepper:
             return None
         if self._compiled is None:  # compiled lazily, at the first step
             if self.mode == FROZEN:
-                self._compiled = torch.compile(
+                self._compiled = _with_freezing(torch.compile(
                     _static_logits, fullgraph=self.fullgraph, dynamic=False,
                     options=dict(_FROZEN_OPTIONS),
-                )  # fmt: skip
+                ))  # fmt: skip
             else:
                 self._compiled = torch.compile(
                     _static_logits, mode=self.mode, fullgraph=self.fullgraph, dynamic=False
@@ -218,11 +218,34 @@ FROZEN = "frozen"
 """``StaticCacheStepper``'s ``mode`` for inductor's C++ wrapper with frozen weights (the CPU's
 compiled step: module doc); any other mode is ``torch.compile``'s own."""
 # Inductor's options for it. Freezing takes effect only with gradients off (the searches'
-# no_grad): the weights become constants that inductor packs (fp32, bf16) and folds.
+# no_grad) and with the global flag set while dynamo traces (``_with_freezing``): the
+# weights become constants that inductor packs (fp32, bf16) and folds.
 _FROZEN_OPTIONS: dict[str, str | int | bool | Callable[..., Any]] = {
     "cpp_wrapper": True,
     "freezing": True,
 }
+
+
+def _with_freezing(compiled: Callable[..., Tensor]) -> Callable[..., Tensor]:
+    """``compiled`` called with inductor's ``freezing`` set in its global config.
+
+    Dynamo reads that global itself when it traces (``is_parameter_freezing``): set,
+    it keeps the weights as the graph's constants, which inductor then folds and
+    packs; unset, it lifts them as graph inputs, which nothing freezes (and every
+    call checks their guards). ``torch.compile(options=...)`` reaches inductor only,
+    so the option alone freezes nothing. A trace can happen at any call (a new
+    bucket), hence every call; setting and restoring costs ~3 us."""
+    config = torch._inductor.config
+
+    def call(*args: Any) -> Tensor:
+        before = config.freezing
+        config.freezing = True
+        try:
+            return compiled(*args)
+        finally:
+            config.freezing = before
+
+    return call
 
 
 CacheName = str  # "model" | "static" | "compiled"

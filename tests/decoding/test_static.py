@@ -261,3 +261,35 @@ def test_compiled_decode_step_gives_the_same_tokens(fresh_dynamo):
         graphs = counters["stats"]["unique_graphs"]
         assert search(compiled, src, 4).tokens == want[4].tokens  # same shapes: no recompile
         assert counters["stats"]["unique_graphs"] == graphs
+
+
+def test_the_frozen_mode_freezes_the_weights(monkeypatch, fresh_dynamo):
+    # The CPU's compiled step (mode FROZEN) must reach inductor's freezing, which dynamo
+    # gates on the global config (an option to torch.compile alone freezes nothing);
+    # inductor's caches are off so that the compile, and its freezing, really run.
+    import torch._inductor.freezing as freezing
+
+    from attnkit.decoding.static import FROZEN
+
+    monkeypatch.setattr(torch._inductor.config, "fx_graph_cache", False)
+    monkeypatch.setattr(torch._functorch.config, "enable_autograd_cache", False)
+    kept: list[int] = []  # per compile: the graph inputs that freezing left as inputs
+    real = freezing.freeze
+
+    def spy(*args, **kwargs):
+        frozen_gm, preserved = real(*args, **kwargs)
+        kept.append(len(preserved))
+        return frozen_gm, preserved
+
+    monkeypatch.setattr(freezing, "freeze", spy)
+    model, src = tiny(dtype=torch.float32, layers=1), batch()
+    want = search(model, src, 1)
+    compiled = StaticCacheStepper(model, compile=True, mode=FROZEN)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message=".*compiled decode step")  # no silent fallback
+        assert search(compiled, src, 1).tokens == want.tokens
+    # the weights became constants: what stays an input is the step's own tensors
+    # (token, caches, position), far fewer than the model's parameters
+    weights = len(list(model.parameters()))
+    assert kept and max(kept) < weights // 2, (kept, weights)
+    assert torch._inductor.config.freezing is False  # and the global flag restored
