@@ -117,7 +117,9 @@ class StaticCacheStepper:
         self._compiled: Callable[..., Tensor] | None = None
         self._failed = False
         # Compiled steps on CUDA replay on fixed addresses: reuse buffers across calls.
-        self._pool = StaticBufferPool() if compile else None
+        # Static addresses are for CUDA graphs; under freezing (the CPU's FROZEN mode)
+        # dynamo would take a marked buffer for a constant and fold it (the position!)
+        self._pool = StaticBufferPool(mark_static=mode != FROZEN) if compile else None
 
     def _allocate(
         self,

@@ -282,12 +282,26 @@ def test_the_frozen_mode_freezes_the_weights(monkeypatch, fresh_dynamo):
         return frozen_gm, preserved
 
     monkeypatch.setattr(freezing, "freeze", spy)
-    model, src = tiny(dtype=torch.float32, layers=1), batch()
-    want = search(model, src, 1)
+    config = DecoderOnlyConfig.from_preset(
+        "small", d_model=32, num_heads=4, d_ff=64, num_layers=1, vocab_size=24, max_len=64,
+        dropout=0.0, positions="rotary", norm="rmsnorm",
+    )  # fmt: skip
+    torch.manual_seed(0)
+    model = DecoderOnlyLM(config).eval()
     compiled = StaticCacheStepper(model, compile=True, mode=FROZEN)
     with warnings.catch_warnings():
         warnings.filterwarnings("error", message=".*compiled decode step")  # no silent fallback
-        assert search(compiled, src, 1).tokens == want.tokens
+        # scores, not only tokens: a frozen position (a constant where the step reads the
+        # cache's position) changes every step's log-probs after the first, where a tiny
+        # random model's argmax may not move; two prompts run on one compiled step
+        for length in (3, 5):
+            prompt = torch.randint(
+                3, 24, (1, length), generator=torch.Generator().manual_seed(length)
+            )
+            want = greedy_search(model, prompt, max_len_a=0.0, max_len_b=12)
+            got = greedy_search(compiled, prompt, max_len_a=0.0, max_len_b=12)
+            assert got.tokens == want.tokens
+            assert got.scores == pytest.approx(want.scores, abs=1e-4)
     # the weights became constants: what stays an input is the step's own tensors
     # (token, caches, position), far fewer than the model's parameters
     weights = len(list(model.parameters()))
