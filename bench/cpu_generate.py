@@ -27,8 +27,9 @@ Engines (``--engines``):
   ``attnkit_compiled_int8w``, ``attnkit_compiled_int4``: what ``attnkit generate
   --compile --precision P`` runs (issue 47): the static cache, the decode step
   compiled with the precision's linears inside it (inductor's C++ wrapper,
-  frozen weights: ``attnkit.decoding.static.FROZEN``); fp32 as plain linears,
-  which inductor packs. The warm-up generation compiles; its seconds are the
+  frozen weights, its GEMM templates timed against aten's kernels:
+  ``attnkit.decoding.static.FROZEN_TUNED``); fp32 as plain linears, which inductor
+  takes into its own GEMM template or MKL's. The warm-up generation compiles; its seconds are the
   "first run s" column, and a line per compiled engine says how much of it
   the compile took (first run minus a timed run);
 * ``hf``: ``AutoModelForCausalLM.from_pretrained(dir, gguf_file=...)`` in fp32,

@@ -119,7 +119,7 @@ class StaticCacheStepper:
         # Compiled steps on CUDA replay on fixed addresses: reuse buffers across calls.
         # Static addresses are for CUDA graphs; under freezing (the CPU's FROZEN mode)
         # dynamo would take a marked buffer for a constant and fold it (the position!)
-        self._pool = StaticBufferPool(mark_static=mode != FROZEN) if compile else None
+        self._pool = StaticBufferPool(mark_static=mode not in FROZEN_MODES) if compile else None
 
     def _allocate(
         self,
@@ -192,10 +192,10 @@ class StaticCacheStepper:
         if not self.compile or self._failed:
             return None
         if self._compiled is None:  # compiled lazily, at the first step
-            if self.mode == FROZEN:
+            if self.mode in FROZEN_MODES:
                 self._compiled = _with_freezing(torch.compile(
                     _static_logits, fullgraph=self.fullgraph, dynamic=False,
-                    options=dict(_FROZEN_OPTIONS),
+                    options=dict(FROZEN_MODES[self.mode]),
                 ))  # fmt: skip
             else:
                 self._compiled = torch.compile(
@@ -218,14 +218,24 @@ def capacity_bucket(positions: int, max_positions: int) -> int:
 
 FROZEN = "frozen"
 """``StaticCacheStepper``'s ``mode`` for inductor's C++ wrapper with frozen weights (the CPU's
-compiled step: module doc); any other mode is ``torch.compile``'s own."""
-# Inductor's options for it. Freezing takes effect only with gradients off (the searches'
-# no_grad) and with the global flag set while dynamo traces (``_with_freezing``): the
-# weights become constants that inductor packs (fp32, bf16) and folds.
-_FROZEN_OPTIONS: dict[str, str | int | bool | Callable[..., Any]] = {
-    "cpp_wrapper": True,
-    "freezing": True,
-}
+compiled step: module doc); any other mode but ``FROZEN_TUNED`` is ``torch.compile``'s own."""
+FROZEN_TUNED = "frozen-tuned"
+"""``FROZEN`` with inductor's own GEMM templates timed against the aten kernels at compile
+time (``max_autotune``, C++ and aten backends), and a weight-only int4 layer's products that
+share an input concatenated into one (q/k/v, gate/up). On a 2-core AMD EPYC its AVX-512
+micro-GEMMs ran SmolLM2-135M's one-token step 2.2x faster at fp32 (MKL's packed GEMV
+lost to them) and 1.4x at int4 than ``FROZEN``, for a compile ~1.5x longer
+(``bench/NOTES.md``): the CPU plan's compiled step."""
+# Inductor's options for each. Freezing takes effect only with gradients off (the
+# searches' no_grad) and with the global flag set while dynamo traces (``_with_freezing``):
+# the weights become constants that inductor packs (fp32, bf16) and folds.
+_Options = dict[str, str | int | bool | Callable[..., Any]]
+_FROZEN_OPTIONS: _Options = {"cpp_wrapper": True, "freezing": True}
+FROZEN_MODES: dict[str, _Options] = {
+    FROZEN: _FROZEN_OPTIONS,
+    FROZEN_TUNED: {**_FROZEN_OPTIONS, "max_autotune": True,
+                   "max_autotune_gemm_backends": "CPP,ATEN", "cpp.enable_concat_linear": True},
+}  # fmt: skip
 
 
 def _with_freezing(compiled: Callable[..., Tensor]) -> Callable[..., Tensor]:

@@ -2,9 +2,10 @@
 
 Whether a compiled decode step (``attnkit.decoding.static``: inductor's C++
 wrapper, frozen weights) beats the eager one depends on the machine and the
-precision: on a 2-core AMD EPYC, SmolLM2-135M decoded 1.6x faster compiled at
-int4, 1.3x at int8 and 0.5x at fp32 (``bench/NOTES.md``), where the eager fp32
-step's oneDNN-packed GEMVs beat inductor's MKL ones. So ``auto`` times both here,
+precision: on a 2-core AMD EPYC, before inductor's GEMM templates were timed in,
+SmolLM2-135M decoded 1.6x faster compiled at int4, 1.3x at int8 and 0.5x at fp32
+(``bench/NOTES.md``), where the eager fp32 step's oneDNN-packed GEMVs beat MKL's;
+another CPU or model can turn any of these around. So ``auto`` times both here,
 once: a copy of the model converted as each plan says (the eager plan's linears,
 the compiled plan's), a prompt of ``PROMPT`` tokens then ``STEPS`` greedy
 one-token steps at the plan's rows, after a warm-up pass (which, compiled, is

@@ -237,9 +237,13 @@ def make_plan(checkpoint: CheckpointInfo, machine: Machine, options: Options) ->
         cuda = torch.device(machine.device).type == "cuda"
         mode = "reduce-overhead" if compiled and cuda else None
         if compiled and cpu:
-            from attnkit.decoding.static import FROZEN
+            from attnkit.decoding.static import FROZEN_TUNED
 
-            mode = FROZEN  # inductor's C++ wrapper, the weights frozen into it
+            # inductor's C++ wrapper, the weights frozen into it, its GEMM templates timed
+            # against aten's kernels: on a 2-core AMD EPYC the templates ran SmolLM2's fp32
+            # step 2.2x and its int4 step 1.4x faster than the untuned frozen step, and left
+            # fbgemm's int8 as it was (bench/NOTES.md)
+            mode = FROZEN_TUNED
     why = [("engine", "default"), ("device", "machine"), ("precision", precision_why),
            ("path", path_why), ("linears", linears_why), ("attention", "machine"),
            ("cache", "machine" if options.path == "fast" else path_why),
@@ -276,8 +280,9 @@ def _linears(
     fp32 on the fast CPU path packs the weights for oneDNN where that is the
     faster on this machine (timed once at ``rows`` rows per product, then
     cached); the reference path and ``--compile`` keep the plain ``nn.Linear``
-    modules (a compiled step's frozen fp32 weights inductor packs itself, for
-    MKL: oneDNN's packed weight is opaque to the compiler). ``--compile`` with
+    modules (a compiled step's frozen fp32 weights inductor takes itself, into its
+    own GEMM template or MKL's, whichever it timed faster: oneDNN's packed weight is
+    opaque to the compiler). ``--compile`` with
     bf16 gets plain bf16 linears (``bf16-plain``) whose frozen weights inductor
     packs for oneDNN; with int8, int8w and int4 the compiled step calls the same
     kernels as the eager one. Off the CPU only fp32 exists (the packed and int8

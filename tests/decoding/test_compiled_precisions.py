@@ -2,9 +2,9 @@
 the same model's eager step on the same static cache.
 
 Each compiled case compiles a one-layer Llama-type LM with inductor's C++ wrapper
-and frozen weights (the CPU plan's ``FROZEN`` mode): tens of seconds on 2 cores,
-so they are slow. ``fullgraph`` is on and a fallback warning is an error, so a
-case passes only if the whole step compiled as one graph.
+and frozen weights (the CPU plan's ``FROZEN_TUNED`` mode: its GEMM templates timed at
+compile time): tens of seconds on 2 cores, so they are slow. ``fullgraph`` is on and a
+fallback warning is an error, so a case passes only if the whole step compiled as one graph.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import torch
 from torch import Tensor
 
 from attnkit.decoding import StaticCacheStepper
-from attnkit.decoding.static import FROZEN
+from attnkit.decoding.static import FROZEN_TUNED
 from attnkit.inference import CheckpointInfo, Machine, Options, make_plan
 from attnkit.inference.prepare import convert, stepper
 from attnkit.kernels import torch_ops
@@ -64,7 +64,7 @@ def test_the_compiled_step_gives_the_eager_logits_and_tokens(precision, fresh_dy
     model = llama()
     plan = make_plan(CheckpointInfo.of(model, "causal_lm"), Machine("cpu", 2),
                      Options(precision=precision, path="compiled"))  # fmt: skip
-    assert plan.compile_mode == FROZEN
+    assert plan.compile_mode == FROZEN_TUNED
     compiled = stepper(convert(model, plan), plan)
     assert isinstance(compiled, StaticCacheStepper) and compiled.compile
     assert any(type(m) is LINEAR[precision] for m in model.modules())

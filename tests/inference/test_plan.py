@@ -13,7 +13,7 @@ import torch
 from attnkit.attention.backends import REFERENCE, TakesBackend
 from attnkit.attention.one_query import OneQueryDecode
 from attnkit.decoding import StaticCacheStepper
-from attnkit.decoding.static import FROZEN
+from attnkit.decoding.static import FROZEN_TUNED
 from attnkit.errors import UsageError
 from attnkit.inference import (
     CheckpointInfo,
@@ -84,7 +84,7 @@ def test_an_accelerator_gets_the_static_cache_and_fewer_host_syncs():
     assert (compiled.cache, compiled.compile_mode) == ("compiled", "reduce-overhead")
     on_cpu = make_plan(seq2seq(transformer()), CPU, Options(path="compiled"))
     assert (on_cpu.cache, on_cpu.compile_mode, on_cpu.attention) == (
-        "compiled", FROZEN, "reference"
+        "compiled", FROZEN_TUNED, "reference"
     )  # fmt: skip
     given = make_plan(seq2seq(transformer()), GPU, Options(check_every=3))
     assert given.search.check_every == 3 and given.decided("search") == "option"
@@ -107,7 +107,7 @@ def test_compile_takes_every_cpu_precision_with_its_linears():
                                ("int8w", "int8w"), ("int4", "int4")]:  # fmt: skip
         plan = make_plan(info, CPU, Options(precision=precision, path="compiled"))
         assert (plan.precision, plan.linears, plan.cache, plan.compile_mode) == (
-            precision, linears, "compiled", FROZEN
+            precision, linears, "compiled", FROZEN_TUNED
         )  # fmt: skip
     smooth = make_plan(info, CPU, Options(precision="int8", path="compiled", calibrate=True))
     assert smooth.linears == "int8-smooth"
