@@ -283,8 +283,9 @@ def main() -> None:
     print(f"# cpu features: {cpu_features()}")
     if args.bandwidth is None:
         args.bandwidth = read_bandwidth(threads=args.threads)
-        print(f"# bandwidth: {args.bandwidth:.1f} GB/s measured (bench/bandwidth.py's torch "
-              f"read of 1 GiB, {args.threads} threads, best of 5)")  # fmt: skip
+        print(f"# bandwidth: {args.bandwidth:.1f} GB/s measured (bench/bandwidth.py: the "
+              f"better of a torch sum and a torch.mv over 1 GiB, {args.threads} threads, "
+              f"best of 5)")  # fmt: skip
     else:
         print(f"# bandwidth: {args.bandwidth:.1f} GB/s (--bandwidth)")
     from attnkit.checkpoints import load_model
