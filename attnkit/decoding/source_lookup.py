@@ -16,7 +16,9 @@ The output is greedy search's (``attnkit.decoding.greedy``) token for token,
 with the same length limit (``floor(max_len_a * src_len + max_len_b)``,
 capped at ``max_len``) and the same summed log-probability, up to the
 floating-point differences between scoring several positions in one pass and
-one at a time (tested on random models: identical). Greedy only: a beam's
+one at a time (tested on random models: identical); with dynamic int8 linears
+(``--precision int8``: one activation scale per call) a pass over several tokens
+rounds differently, so a near-tie may go the other way. Greedy only: a beam's
 rows would each need their own draft and rollback. One source at a time; a
 state that cannot roll back (linear attention) is decoded by plain greedy search.
 
