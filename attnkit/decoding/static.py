@@ -234,7 +234,10 @@ _FROZEN_OPTIONS: _Options = {"cpp_wrapper": True, "freezing": True}
 FROZEN_MODES: dict[str, _Options] = {
     FROZEN: _FROZEN_OPTIONS,
     FROZEN_TUNED: {**_FROZEN_OPTIONS, "max_autotune": True,
-                   "max_autotune_gemm_backends": "CPP,ATEN", "cpp.enable_concat_linear": True},
+                   "max_autotune_gemm_backends": "CPP,ATEN", "cpp.enable_concat_linear": True,
+                   # the timings stay off stderr (a command's output is its own)
+                   "autotune_num_choices_displayed": 0,
+                   "max_autotune_report_choices_stats": False},
 }  # fmt: skip
 
 
