@@ -38,7 +38,7 @@ from typing import Any
 import torch
 
 from attnkit.checkpoints.loading import load_model
-from attnkit.decoding.text import translate_texts
+from attnkit.inference.prepare import translate_texts
 
 SEARCHES = {"greedy": (1, 0.0), "beam4_alpha0": (4, 0.0), "beam4_alpha0.6": (4, 0.6)}
 MAX_LEN_B = 50

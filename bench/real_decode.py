@@ -38,8 +38,8 @@ import torch
 from common import environment, format_table
 
 from attnkit.checkpoints.loading import load_model
-from attnkit.decoding.text import translate_texts
 from attnkit.evaluation.bleu import corpus_scores
+from attnkit.inference.prepare import stepper_for, translate_texts
 
 ATTNKIT = ("reference", "fp32", "bf16", "int8", "int8w", "int4")
 DEFAULT = "reference,fp32,bf16,int8,ct2_fp32,ct2_int8"
@@ -52,9 +52,12 @@ def attnkit_engine(checkpoint: str, name: str, beam: int, alpha: float) -> Calla
     model = loaded.model
     if name != "reference":
         quantize_model(model, name)
+    # reference: `evaluate --no-fast` (growing cache, plain linears); else the fast path
+    stepper = stepper_for(model, "reference") if name == "reference" else None
 
     def run(texts: list[str]) -> list[str]:
-        return translate_texts(model, loaded.tokenizer, texts, beam=beam, alpha=alpha)
+        return translate_texts(model, loaded.tokenizer, texts, beam=beam, alpha=alpha,
+                               stepper=stepper)  # fmt: skip
 
     return run
 
