@@ -226,6 +226,10 @@ share an input concatenated into one (q/k/v, gate/up). On a 2-core AMD EPYC its 
 micro-GEMMs ran SmolLM2-135M's one-token step 2.2x faster at fp32 (MKL's packed GEMV
 lost to them) and 1.4x at int4 than ``FROZEN``, for a compile ~1.5x longer
 (``bench/NOTES.md``): the CPU plan's compiled step."""
+# Autotuning's own deprecation warning (its use of tensor.storage(), inside torch) is
+# not for a user of a command that compiles: hidden, that message from that module only.
+warnings.filterwarnings("ignore", message="TypedStorage is deprecated", category=UserWarning,
+                        module=r"torch\._inductor\.select_algorithm")  # fmt: skip
 # Inductor's options for each. Freezing takes effect only with gradients off (the
 # searches' no_grad) and with the global flag set while dynamo traces (``_with_freezing``):
 # the weights become constants that inductor packs (fp32, bf16) and folds.

@@ -187,8 +187,9 @@ def test_compile_takes_a_precision(checkpoint, capsys, monkeypatch, precision):
     monkeypatch.setattr(static.StaticCacheStepper, "step", step)
     assert cli.run(parse(*argv)) == 0
     assert capsys.readouterr().out.endswith("\n") and len(seen) == 6
-    assert compiled == [{"fullgraph": True, "dynamic": False,
-                         "options": {"cpp_wrapper": True, "freezing": True}}]  # fmt: skip
+    options = static.FROZEN_MODES[static.FROZEN_TUNED]  # the CPU plan's compiled mode
+    assert compiled == [{"fullgraph": True, "dynamic": False, "options": options}]
+    assert options["cpp_wrapper"] and options["freezing"] and options["max_autotune"]
     kind = Int8Linear if precision == "int8" else Int4Linear
     assert any(isinstance(m, kind) for m in seen[0].modules())  # type: ignore[attr-defined]
 
