@@ -16,7 +16,8 @@ and groups the operators' **self** CPU time into buckets:
 
 ``--quantize PRECISION`` profiles a model converted with
 ``attnkit.quantize.quantize_model`` instead (``fp32``, ``bf16``, ``int8``), and
-``--stepper static`` decodes on the static cache (the GPU's fast path).
+``--stepper static`` decodes on the static cache (the GPU's fast path);
+``--checkpoint RUN`` profiles a trained translation model instead of a random ``base``.
 Run: ``python bench/profile_decode.py --threads 2 [--quantize int8] [--top 25]``.
 """
 
@@ -87,6 +88,8 @@ def main() -> None:
     p.add_argument("--src-len", type=int, default=32)
     p.add_argument("--out-len", type=int, default=40)
     p.add_argument("--quantize", help="profile attnkit.quantize.quantize_model(model, PRECISION)")
+    p.add_argument("--checkpoint", help="a trained translation checkpoint instead of a random "
+                   "`base` (its vocabulary then; the sources stay random ids)")  # fmt: skip
     p.add_argument(
         "--stepper",
         choices=("model", "static"),
@@ -98,7 +101,13 @@ def main() -> None:
     p.add_argument("--runs", type=int, default=3, help="profiled runs per search (median)")
     args = p.parse_args()
     torch.set_num_threads(args.threads)
-    model = build(args.vocab)
+    if args.checkpoint:
+        from attnkit.checkpoints.loading import load_model
+
+        model = load_model(args.checkpoint, "cpu").model.eval()
+        args.vocab = model.config.src_vocab_size
+    else:
+        model = build(args.vocab)
     if args.quantize:
         from attnkit.quantize import quantize_model
 
