@@ -12,6 +12,9 @@ length-sorted sentences, on ``--threads`` threads:
 * ``fp32``, ``bf16``, ``int8``, ``int8w``, ``int4`` -- ``attnkit evaluate --precision ...``:
   the model after ``quantize_model`` (oneDNN-packed fp32, AVX512-BF16, fbgemm int8, int8
   weights, PyTorch's CPU int4 kernel with groups of 32);
+* ``compiled_fp32``, ``compiled_int8``, ``compiled_int8w``, ``compiled_int4`` -- ``attnkit
+  evaluate --compile --precision ...``: the plan's compiled beam step; its warm-up
+  over every line compiles one program per batch size and source-length bucket (printed);
 * ``ct2_fp32``, ``ct2_int8`` -- the same checkpoint through
   ``attnkit export --to ctranslate2`` (``--quantization int8`` for the
   second), ``Translator.translate_batch`` over all lines at once
@@ -57,6 +60,28 @@ def attnkit_engine(checkpoint: str, name: str, beam: int, alpha: float) -> Calla
 
     def run(texts: list[str]) -> list[str]:
         return translate_texts(model, loaded.tokenizer, texts, beam=beam, alpha=alpha,
+                               stepper=stepper)  # fmt: skip
+
+    return run
+
+
+COMPILED = ("compiled_fp32", "compiled_bf16", "compiled_int8", "compiled_int8w", "compiled_int4")
+
+
+def attnkit_compiled_engine(
+    checkpoint: str, name: str, beam: int, alpha: float
+) -> Callable[..., Any]:
+    """``attnkit evaluate --compile --precision P``: the plan's compiled beam step (inductor,
+    frozen weights, GEMM templates timed; sources padded to power-of-two lengths)."""
+    from attnkit.inference import CheckpointInfo, Machine, Options, make_plan, prepare
+
+    loaded = load_model(checkpoint, "cpu")
+    info = CheckpointInfo.of(loaded.model, loaded.family.kind, loaded.weights)
+    options = Options(precision=name.removeprefix("compiled_"), path="compiled", rows=64 * beam)
+    stepper = prepare(loaded, make_plan(info, Machine.of(loaded.model), options))
+
+    def run(texts: list[str]) -> list[str]:
+        return translate_texts(loaded.model, loaded.tokenizer, texts, beam=beam, alpha=alpha,
                                stepper=stepper)  # fmt: skip
 
     return run
@@ -113,12 +138,20 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     for name in args.engines.split(","):
         if name in ATTNKIT:
             run = attnkit_engine(args.checkpoint, name, args.beam, args.alpha)
+        elif name in COMPILED:
+            run = attnkit_compiled_engine(args.checkpoint, name, args.beam, args.alpha)
         elif name in ("ct2_fp32", "ct2_int8"):
             run = ct2_engine(args.checkpoint, name, args.work, args.beam, args.alpha,
                              args.threads)  # fmt: skip
         else:
             p.error(f"--engines: unknown engine {name!r}")
-        run(texts[:64])  # warm-up: first-call allocations and kernel selection
+        if name in COMPILED:  # the warm-up compiles a step per batch and source length
+            start = time.perf_counter()
+            run(texts)
+            print(f"# {name}: first run (compiling) {time.perf_counter() - start:.1f} s",
+                  flush=True)  # fmt: skip
+        else:
+            run(texts[:64])  # warm-up: first-call allocations and kernel selection
         best = float("inf")
         for _ in range(args.rounds):
             start = time.perf_counter()

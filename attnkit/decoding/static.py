@@ -24,7 +24,10 @@ falls back to eager. So that a new prompt length does not mean a new compile
 to a power of two (``capacity_bucket``: at least ``MIN_BUCKET``, at most the
 model's ``max_positions``) and compiles only the one-token step: a pass over
 several tokens (a prompt, a drafted continuation) runs eagerly on the same
-cache, once per prompt or draft, where its GEMMs are wide anyway. A step that
+cache, once per prompt or draft, where its GEMMs are wide anyway. For the same
+reason an encoder-decoder's source batch is right-padded to a power-of-two
+length (``source_bucket``; the padding is masked, ``PadsSource``), so
+length-sorted batches of a file share a compiled step. A step that
 fails to compile warns once and runs eagerly from then on: correct, just slower.
 
 The compiled function is a pure function of tensors (the cache view is
@@ -70,6 +73,15 @@ class SupportsStaticCache(Protocol):
     def step(self, tokens: Tensor, state: DecoderState) -> tuple[Tensor, DecoderState]: ...
 
     def decode(self, tokens: Tensor, cache: DecoderCache, memory_mask: Mask | None) -> Tensor: ...
+
+
+@runtime_checkable
+class PadsSource(Protocol):
+    """An encoder-decoder whose ``start`` masks right-padding of the source exactly
+    (``pads_source``): a compiled stepper pads each source batch to a bucketed length
+    (``source_bucket``), so that batches of other source lengths reuse a compiled step."""
+
+    pads_source: bool
 
 
 def _static_logits(
@@ -150,6 +162,11 @@ class StaticCacheStepper:
         layout = self.model.cache_layout()
         if max_steps is None or layout is None or not 1 <= max_steps <= layout.max_positions:
             return self.model.start(src_ids, max_steps=max_steps)  # the growing cache
+        if self.compile and isinstance(self.model, PadsSource) and self.model.pads_source:
+            # the cross-attention's keys are as long as the source: one program per bucket
+            width = source_bucket(src_ids.size(1), layout.max_positions)
+            src_ids = nn.functional.pad(src_ids, (0, width - src_ids.size(1)),
+                                        value=self.model.pad_id)  # fmt: skip
         return self.model.start(src_ids, max_steps=max_steps, cache=self._allocate)
 
     def step(self, tokens: Tensor, state: DecoderState) -> tuple[Tensor, DecoderState]:
@@ -214,6 +231,17 @@ def capacity_bucket(positions: int, max_positions: int) -> int:
     a small LM's short contexts, against a compile for every length."""
     bucket = max(MIN_BUCKET, 1 << max(0, positions - 1).bit_length())
     return max(positions, min(bucket, max_positions))
+
+
+MIN_SOURCE_BUCKET = 8  # the shortest padded source of a compiled encoder-decoder step
+
+
+def source_bucket(length: int, max_positions: int) -> int:
+    """A source of ``length`` tokens padded for a compiled step: the next power of two
+    >= ``MIN_SOURCE_BUCKET``, at most ``max_positions`` (never below ``length``). The
+    padding costs masked cross-attention scores, a small share of a beam step."""
+    bucket = max(MIN_SOURCE_BUCKET, 1 << max(0, length - 1).bit_length())
+    return max(length, min(bucket, max_positions))
 
 
 FROZEN = "frozen"

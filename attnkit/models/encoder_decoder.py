@@ -37,6 +37,10 @@ from attnkit.models.state import (
 class EncoderDecoder(nn.Module):
     """The Transformer. Build it from a ``TransformerConfig``."""
 
+    # Right-padding a source with ``pad_id`` changes no real position's output: the
+    # encoder and cross-attention mask padding (``attnkit.decoding.static.PadsSource``).
+    pads_source = True
+
     def __init__(self, config: TransformerConfig):
         super().__init__()
         c = self.config = config

@@ -18,7 +18,7 @@ from attnkit.decoding import (
 )
 from attnkit.decoding.common import SearchSettings, resolve_check_every
 from attnkit.decoding.constraints import MinLength
-from attnkit.decoding.static import capacity_bucket
+from attnkit.decoding.static import capacity_bucket, source_bucket
 from attnkit.errors import UsageError
 from attnkit.inference import stepper_for
 from attnkit.models import (
@@ -307,3 +307,33 @@ def test_the_frozen_mode_freezes_the_weights(monkeypatch, fresh_dynamo):
     weights = len(list(model.parameters()))
     assert kept and max(kept) < weights // 2, (kept, weights)
     assert torch._inductor.config.freezing is False  # and the global flag restored
+
+
+def test_source_buckets_are_powers_of_two_within_the_model():
+    assert [source_bucket(n, 512) for n in (1, 8, 9, 16, 17, 100)] == [8, 8, 16, 16, 32, 128]
+    assert source_bucket(40, 48) == 48 and source_bucket(50, 48) == 50
+
+
+def test_sources_of_other_lengths_share_a_compiled_step(monkeypatch, fresh_dynamo):
+    # dynamo with a counting backend: source batches 9, 12 and 15 tokens wide are padded
+    # to 16 (masked), their caches sized 64, so one graph serves all three; the outputs
+    # and scores are the uncompiled model's
+    from torch._dynamo.testing import CompileCounter
+
+    counter, real = CompileCounter(), torch.compile
+
+    def counting(fn, **kwargs):
+        return real(fn, backend=counter, fullgraph=True, dynamic=False)
+
+    model = tiny()
+    monkeypatch.setattr(torch, "compile", counting)
+    compiled = StaticCacheStepper(model, compile=True)
+    g = torch.Generator().manual_seed(3)
+    for width in (9, 12, 15):
+        src = torch.randint(3, 24, (2, width), generator=g)
+        src[1, width - 3 :] = model.pad_id  # a padded row too
+        want = greedy_search(model, src, max_len_b=40)
+        got = greedy_search(compiled, src, max_len_b=40)
+        assert got.tokens == want.tokens
+        assert got.scores == pytest.approx(want.scores, abs=1e-9)
+    assert counter.frame_count == 1
