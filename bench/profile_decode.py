@@ -38,7 +38,7 @@ from attnkit.models import EncoderDecoder, TransformerConfig
 
 BUCKETS: list[tuple[str, tuple[str, ...]]] = [
     ("gemm", ("linear", "addmm", "::mm", "bmm", "matmul", "int_mm", "qlinear", "_linear_pointwise",
-              "linear_dynamic", "int8pack", "mkl_linear", "baddbmm")),
+              "linear_dynamic", "int8pack", "int4pack", "mkl_linear", "baddbmm")),
     ("attention", ("scaled_dot_product", "_flash_attention", "_efficient_attention")),
     ("softmax/log_softmax", ("softmax",)),
     ("cache", ("index_copy", "index_select")),
