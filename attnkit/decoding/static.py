@@ -18,8 +18,8 @@ as constants). The model's linears are compiled with it, whatever their
 precision: the quantized ones (``attnkit.quantize``) call their kernels as
 ops inductor knows (``attnkit.kernels.torch_ops``). Shapes are
 static (``dynamic=False``): each new (batch, source length, capacity)
-compiles once; past ``torch._dynamo.config.recompile_limit`` shapes torch
-falls back to eager. So that a new prompt length does not mean a new compile
+compiles once; past ``RECOMPILE_LIMIT`` shapes in a process torch gives up
+and the stepper decodes eagerly. So that a new prompt length does not mean a new compile
 (a minute or two on 2 cores), a compiled stepper rounds the cache's capacity up
 to a power of two (``capacity_bucket``: at least ``MIN_BUCKET``, at most the
 model's ``max_positions``) and compiles only the one-token step: a pass over
@@ -210,14 +210,14 @@ class StaticCacheStepper:
             return None
         if self._compiled is None:  # compiled lazily, at the first step
             if self.mode in FROZEN_MODES:
-                self._compiled = _with_freezing(torch.compile(
+                self._compiled = _compiled_call(torch.compile(
                     _static_logits, fullgraph=self.fullgraph, dynamic=False,
                     options=dict(FROZEN_MODES[self.mode]),
-                ))  # fmt: skip
+                ), freezing=True)  # fmt: skip
             else:
-                self._compiled = torch.compile(
+                self._compiled = _compiled_call(torch.compile(
                     _static_logits, mode=self.mode, fullgraph=self.fullgraph, dynamic=False
-                )
+                ), freezing=False)  # fmt: skip
         return self._compiled
 
 
@@ -259,7 +259,7 @@ lost to them) and 1.4x at int4 than ``FROZEN``, for a compile ~1.5x longer
 warnings.filterwarnings("ignore", message="TypedStorage is deprecated", category=UserWarning,
                         module=r"torch\._inductor\.select_algorithm")  # fmt: skip
 # Inductor's options for each. Freezing takes effect only with gradients off (the
-# searches' no_grad) and with the global flag set while dynamo traces (``_with_freezing``):
+# searches' no_grad) and with the global flag set while dynamo traces (``_compiled_call``):
 # the weights become constants that inductor packs (fp32, bf16) and folds.
 _Options = dict[str, str | int | bool | Callable[..., Any]]
 _FROZEN_OPTIONS: _Options = {"cpp_wrapper": True, "freezing": True}
@@ -273,24 +273,34 @@ FROZEN_MODES: dict[str, _Options] = {
 }  # fmt: skip
 
 
-def _with_freezing(compiled: Callable[..., Tensor]) -> Callable[..., Tensor]:
-    """``compiled`` called with inductor's ``freezing`` set in its global config.
+RECOMPILE_LIMIT = 64
+"""Compiled programs of ``_static_logits`` kept before dynamo gives up on new shapes. Every
+compiled stepper compiles that one function, once per batch size, source bucket and cache
+bucket (a beam search: its first step's rows and the beams'), and dynamo's own limit (8)
+counts them together per process: a file of length-sorted batches, or two models, would
+pass it and decode eagerly from then on."""
+
+
+def _compiled_call(compiled: Callable[..., Tensor], *, freezing: bool) -> Callable[..., Tensor]:
+    """``compiled`` called with dynamo's recompile limit at least ``RECOMPILE_LIMIT`` and,
+    with ``freezing``, inductor's ``freezing`` set in its global config.
 
     Dynamo reads that global itself when it traces (``is_parameter_freezing``): set,
     it keeps the weights as the graph's constants, which inductor then folds and
     packs; unset, it lifts them as graph inputs, which nothing freezes (and every
     call checks their guards). ``torch.compile(options=...)`` reaches inductor only,
-    so the option alone freezes nothing. A trace can happen at any call (a new
-    bucket), hence every call; setting and restoring costs ~3 us."""
-    config = torch._inductor.config
+    so the option alone freezes nothing. Both are read when a call traces, which any
+    call may (a new shape), hence every call; setting and restoring costs a few us."""
+    inductor, dynamo = torch._inductor.config, torch._dynamo.config
 
     def call(*args: Any) -> Tensor:
-        before = config.freezing
-        config.freezing = True
+        frozen, limit = inductor.freezing, dynamo.recompile_limit
+        inductor.freezing = freezing or frozen
+        dynamo.recompile_limit = max(limit, RECOMPILE_LIMIT)
         try:
             return compiled(*args)
         finally:
-            config.freezing = before
+            inductor.freezing, dynamo.recompile_limit = frozen, limit
 
     return call
 

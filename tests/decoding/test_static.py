@@ -337,3 +337,27 @@ def test_sources_of_other_lengths_share_a_compiled_step(monkeypatch, fresh_dynam
         assert got.tokens == want.tokens
         assert got.scores == pytest.approx(want.scores, abs=1e-9)
     assert counter.frame_count == 1
+
+
+def test_more_shapes_than_dynamos_own_limit_stay_compiled(monkeypatch, fresh_dynamo):
+    # dynamo stops at 8 programs of a function per process; a file's batches and beams
+    # need more: ten batch sizes compile ten programs, with no eager fallback
+    from torch._dynamo.testing import CompileCounter
+
+    counter, real = CompileCounter(), torch.compile
+
+    def counting(fn, **kwargs):
+        return real(fn, backend=counter, fullgraph=True, dynamic=False)
+
+    model = tiny()
+    monkeypatch.setattr(torch, "compile", counting)
+    compiled = StaticCacheStepper(model, compile=True)
+    src = batch()
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message=".*compiled decode step")  # no fallback
+        for rows in range(1, 11):
+            ids = src[:1].expand(rows, -1).contiguous()
+            want = greedy_search(model, ids, max_len_b=10)
+            assert greedy_search(compiled, ids, max_len_b=10).tokens == want.tokens
+    assert counter.frame_count == 10 and not compiled.fell_back
+    assert torch._dynamo.config.recompile_limit == 8  # restored after each call
