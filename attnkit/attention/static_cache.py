@@ -207,15 +207,35 @@ class StaticKVCache:
         recorded CUDA graph stays valid; a batch-size change (beam search's
         first expansion) takes new buffers from the pool.
         """
+        n = self.length  # only the filled positions move: the rest are masked, never read
         for name in ("self_k", "self_v"):
             buffers = getattr(self, name)
             for i, old in enumerate(buffers):
-                buffers[i] = self._moved(f"{name}{i}", old, old.index_select(0, indices))
+                picked = old[:, :, :n].index_select(0, indices)
+                buffers[i] = self._moved_prefix(f"{name}{i}", old, picked)
         rows = cross_rows(indices, cross)
         if rows is not None and self.cross_k is not None and self.cross_v is not None:
             self.cross_k = self._moved("cross_k", self.cross_k, self.cross_k.index_select(1, rows))
             self.cross_v = self._moved("cross_v", self.cross_v, self.cross_v.index_select(1, rows))
         return self
+
+    def _moved_prefix(self, name: str, old: Tensor, picked: Tensor) -> Tensor:
+        """Where the reordered first ``n`` positions ``picked`` ``(B', h, n, d)`` of ``old``
+        ``(B, h, C, d)`` live from now on: a pooled cache's ``old`` itself when the batch
+        size stays (the address too), else a zeroed buffer (pooled, or new) of ``B'``
+        rows. Beam search reorders every step; moving the filled prefix, not the capacity,
+        keeps a beam step's cache traffic to the growing cache's."""
+        n = picked.size(2)
+        if self.pool is not None and picked.size(0) == old.size(0):
+            old[:, :, :n].copy_(picked)
+            return old
+        shape = (picked.size(0), *old.shape[1:])
+        if self.pool is None:
+            fresh = torch.zeros(shape, dtype=old.dtype, device=old.device)
+        else:
+            fresh = self.pool.take(self, name, shape, old.dtype, old.device)
+        fresh[:, :, :n].copy_(picked)
+        return fresh
 
     def _moved(self, name: str, old: Tensor, picked: Tensor) -> Tensor:
         """Where ``picked`` (the reordered ``old``) lives from now on."""
