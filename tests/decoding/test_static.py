@@ -219,23 +219,30 @@ def test_capacity_buckets_are_powers_of_two_within_the_model():
     assert capacity_bucket(50, 48) == 50  # never below what was asked
 
 
-def test_new_prompt_lengths_do_not_recompile_the_step(monkeypatch, fresh_dynamo):
-    # dynamo with a counting backend (no inductor: fast): prompts of 3, 7 and 20 tokens
-    # share one bucket (64) and their prompt passes run eagerly, so one graph is compiled
+@pytest.fixture
+def counter(monkeypatch):
+    """``torch.compile`` as dynamo with a counting backend (no inductor: fast), the way a
+    compiled stepper calls it; the counter says how many programs were compiled."""
     from torch._dynamo.testing import CompileCounter
 
-    counter, real = CompileCounter(), torch.compile
+    counted, real = CompileCounter(), torch.compile
 
     def counting(fn, **kwargs):
-        return real(fn, backend=counter, fullgraph=True, dynamic=False)
+        return real(fn, backend=counted, fullgraph=True, dynamic=False)
 
+    monkeypatch.setattr(torch, "compile", counting)
+    return counted
+
+
+def test_new_prompt_lengths_do_not_recompile_the_step(counter, fresh_dynamo):
+    # dynamo with a counting backend (no inductor: fast): prompts of 3, 7 and 20 tokens
+    # share one bucket (64) and their prompt passes run eagerly, so one graph is compiled
     config = DecoderOnlyConfig.from_preset(
         "small", d_model=32, num_heads=4, d_ff=64, num_layers=1, vocab_size=24, max_len=64,
         dropout=0.0, positions="rotary", norm="rmsnorm",
     )  # fmt: skip
     torch.manual_seed(0)
     lm = DecoderOnlyLM(config).double().eval()
-    monkeypatch.setattr(torch, "compile", counting)
     compiled = StaticCacheStepper(lm, compile=True)
     for length in (3, 7, 20):
         prompt = torch.randint(3, 24, (1, length), generator=torch.Generator().manual_seed(length))
@@ -314,19 +321,11 @@ def test_source_buckets_are_powers_of_two_within_the_model():
     assert source_bucket(40, 48) == 48 and source_bucket(50, 48) == 50
 
 
-def test_sources_of_other_lengths_share_a_compiled_step(monkeypatch, fresh_dynamo):
+def test_sources_of_other_lengths_share_a_compiled_step(counter, fresh_dynamo):
     # dynamo with a counting backend: source batches 9, 12 and 15 tokens wide are padded
     # to 16 (masked), their caches sized 64, so one graph serves all three; the outputs
     # and scores are the uncompiled model's
-    from torch._dynamo.testing import CompileCounter
-
-    counter, real = CompileCounter(), torch.compile
-
-    def counting(fn, **kwargs):
-        return real(fn, backend=counter, fullgraph=True, dynamic=False)
-
     model = tiny()
-    monkeypatch.setattr(torch, "compile", counting)
     compiled = StaticCacheStepper(model, compile=True)
     g = torch.Generator().manual_seed(3)
     for width in (9, 12, 15):
@@ -339,18 +338,10 @@ def test_sources_of_other_lengths_share_a_compiled_step(monkeypatch, fresh_dynam
     assert counter.frame_count == 1
 
 
-def test_more_shapes_than_dynamos_own_limit_stay_compiled(monkeypatch, fresh_dynamo):
+def test_more_shapes_than_dynamos_own_limit_stay_compiled(counter, fresh_dynamo):
     # dynamo stops at 8 programs of a function per process; a file's batches and beams
     # need more: ten batch sizes compile ten programs, with no eager fallback
-    from torch._dynamo.testing import CompileCounter
-
-    counter, real = CompileCounter(), torch.compile
-
-    def counting(fn, **kwargs):
-        return real(fn, backend=counter, fullgraph=True, dynamic=False)
-
     model = tiny()
-    monkeypatch.setattr(torch, "compile", counting)
     compiled = StaticCacheStepper(model, compile=True)
     src = batch()
     with warnings.catch_warnings():
