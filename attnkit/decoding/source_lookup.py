@@ -28,6 +28,7 @@ Shapes: ``S`` source length, ``V`` vocabulary, ``d`` draft length.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -38,6 +39,14 @@ from attnkit.decoding.lookup import DEFAULT_NGRAM, NgramIndex
 from attnkit.decoding.protocol import AnyStepper, RewindableState, Verifier
 from attnkit.decoding.speculative import SpeculativeStats
 from attnkit.errors import UsageError
+
+
+def _verifier(model: AnyStepper) -> Verifier[Any]:
+    """``model`` as what checks a draft, or the one-line refusal."""
+    if not isinstance(model, Verifier):
+        raise UsageError(f"--prompt-lookup: {type(model).__name__} cannot verify a draft "
+                         "(Transformer encoder-decoders and decoder-only LMs can)")  # fmt: skip
+    return model
 
 
 @torch.no_grad()
@@ -70,9 +79,7 @@ def lookup_greedy(
     check_int("max_ngram", max_ngram, 1)
     if src_ids.dim() != 2 or src_ids.size(0) != 1:
         raise UsageError(f"prompt lookup: one source (1, S), got {tuple(src_ids.shape)}")
-    if not isinstance(model, Verifier):
-        raise UsageError(f"--prompt-lookup: {type(model).__name__} cannot verify a draft "
-                         "(Transformer encoder-decoders and decoder-only LMs can)")  # fmt: skip
+    verifier = _verifier(model)
     steps = model if stepper is None else stepper
     stats = SpeculativeStats() if stats is None else stats
     limits, bound = output_limits(src_ids, steps.pad_id, max_len_a=max_len_a,
@@ -108,7 +115,7 @@ def lookup_greedy(
             logits, state = steps.step(fed[:, 0], state)
             every = logits  # (1, V)
         else:
-            every3, state = model.verify(fed, state)  # (1, 1 + d, V)
+            every3, state = verifier.verify(fed, state)  # (1, 1 + d, V)
             every = every3[0]
             stats.rounds += 1
             stats.drafted += len(draft)
@@ -150,9 +157,7 @@ def lookup_decode_ids(
 ) -> list[DecodeResult]:
     """``decode_ids(..., beam=1)``'s results (``attnkit.decoding.text``), each source
     decoded alone by ``lookup_greedy``; a source of EOS alone gives an empty output."""
-    if not isinstance(model, Verifier):  # before any work: the first text may be blank
-        raise UsageError(f"--prompt-lookup: {type(model).__name__} cannot verify a draft "
-                         "(Transformer encoder-decoders and decoder-only LMs can)")  # fmt: skip
+    _verifier(model)  # before any work: the first text may be blank
     eos = model.eos_id
     results = []
     for ids in src:

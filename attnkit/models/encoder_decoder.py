@@ -207,8 +207,6 @@ class EncoderDecoder(nn.Module):
     def verify(self, tokens: Tensor, state: DecoderState) -> tuple[Tensor, DecoderState]:
         """Feed ``tokens`` ``(B, t)`` at once (a token and its draft); the logits after each
         ``(B, t, V)``. The cache advances by ``t``: ``state.truncate`` rolls it back."""
-        if state.pending is not None:
-            raise ValueError("verify: feed BOS with step first")
         logits = self._decode_hidden(tokens, state.cache, state.memory_mask, last=False)
         state.cache.advance(tokens.size(1))
         return logits, state
