@@ -113,6 +113,7 @@ def weight_bytes_read(model: nn.Module) -> int:
     from attnkit.positions.rotary import RotaryEmbedding
     from attnkit.positions.sinusoidal import SinusoidalPositions
     from attnkit.quantize.int4 import Int4Linear
+    from attnkit.quantize.int8_blocks import Int8BlockLinear
     from attnkit.quantize.linear import Int8Linear, PackedLinear
     from attnkit.quantize.model import QuantizedTokenEmbedding
 
@@ -123,7 +124,7 @@ def weight_bytes_read(model: nn.Module) -> int:
     for module in model.modules():
         if isinstance(module, lookups):
             continue
-        if isinstance(module, PackedLinear | Int8Linear | Int4Linear):
+        if isinstance(module, PackedLinear | Int8Linear | Int4Linear | Int8BlockLinear):
             total += module.nbytes()  # their weights are no parameters or buffers
         for t in [*module.parameters(recurse=False), *module.buffers(recurse=False)]:
             if t.data_ptr() not in seen:

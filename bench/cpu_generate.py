@@ -19,7 +19,8 @@ Engines (``--engines``):
   with dynamic activations after SmoothQuant calibrated on attnkit's built-in
   text, int8 weights with bf16 activations) on the model's own KV cache
   (``stepper_for(model)``); ``attnkit_int8_plain``: int8 without SmoothQuant
-  (round 10's ``--precision int8``);
+  (round 10's ``--precision int8``); ``attnkit_stored``: no ``--precision`` at all
+  (a checkpoint imported with ``--keep-quantized`` runs its GGUF blocks as stored);
 * ``attnkit_plain``, ``attnkit_packed``: fp32 on the same path with MKL's
   plain linears (``quantize_model(model, "fp32", pack_fp32=False)``) or the
   oneDNN-packed ones, whatever the machine's choice (``attnkit`` is one of them);
@@ -28,7 +29,8 @@ Engines (``--engines``):
   --compile --precision P`` runs (issue 47): the static cache, the decode step
   compiled with the precision's linears inside it (inductor's C++ wrapper,
   frozen weights, its GEMM templates timed against aten's kernels:
-  ``attnkit.decoding.static.FROZEN_TUNED``); fp32 as plain linears, which inductor
+  ``attnkit.decoding.static.FROZEN_TUNED``; ``attnkit_compiled_stored``: the stored
+  blocks); fp32 as plain linears, which inductor
   takes into its own GEMM template or MKL's. The warm-up generation compiles; its seconds are the
   "first run s" column, and a line per compiled engine says how much of it
   the compile took (first run minus a timed run);
@@ -84,6 +86,11 @@ Traffic = tuple[int, int]
 # -- attnkit ----------------------------------------------------------------------------
 
 
+def _asked(precision: str) -> str | None:
+    """``stored``: no ``--precision`` (a checkpoint of GGUF blocks runs them as stored)."""
+    return None if precision == "stored" else precision
+
+
 def attnkit_engine(checkpoint: Path, variant: str) -> tuple[float, Run, Traffic]:
     from attnkit.checkpoints import load_model
     from attnkit.decoding.static import StaticCacheStepper
@@ -99,7 +106,7 @@ def attnkit_engine(checkpoint: Path, variant: str) -> tuple[float, Run, Traffic]
         stepper = stepper_for(quantize_model(model, "int8"))
     elif variant.startswith("attnkit_compiled"):  # `generate --compile --precision P`
         precision = variant.removeprefix("attnkit_compiled").removeprefix("_") or "fp32"
-        options = Options(precision=precision, path="compiled", rows=1, calibrate=True)
+        options = Options(precision=_asked(precision), path="compiled", rows=1, calibrate=True)
         info = CheckpointInfo.of(model, loaded.family.kind, loaded.weights)
         stepper = prepare(loaded, make_plan(info, Machine.of(model), options))
         assert isinstance(stepper, StaticCacheStepper) and stepper.compile
@@ -109,7 +116,7 @@ def attnkit_engine(checkpoint: Path, variant: str) -> tuple[float, Run, Traffic]
         precision = variant.removeprefix("attnkit").removeprefix("_") or "fp32"
         if precision == "fp32":  # say which fp32 linears this machine gets (cached choice)
             print(f"# attnkit fp32: {fp32_choice.choose(model, rows=1).describe()}", flush=True)
-        options = Options(precision=precision, rows=1, calibrate=True)
+        options = Options(precision=_asked(precision), rows=1, calibrate=True)
         info = CheckpointInfo.of(model, loaded.family.kind, loaded.weights)
         plan = make_plan(info, Machine.of(model), options)
         stepper = prepare(loaded, plan)

@@ -150,7 +150,7 @@ def add_precision_argument(parser: argparse.ArgumentParser) -> None:
         "ATTNKIT_INT4_GROUP=32|64|128 to change; bf16 activations; smallest; a language "
         "model can be calibrated for activation-aware scales, AWQ, with ATTNKIT_INT4_AWQ=1; "
         "the default "
-        "for a checkpoint stored as int4 blocks: import --from gguf --keep-quantized). "
+        "for a checkpoint stored as GGUF blocks: import --from gguf --keep-quantized). "
         "bf16/int8/int8w/int4 change results: see the README",
     )
 

@@ -62,9 +62,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--keep-quantized",
         action="store_true",
-        help="gguf only: keep Q4_0/Q4_1 weight matrices as the file's 4-bit blocks (exactly, "
-        "no second rounding), so the checkpoint runs as --precision int4 by default; other "
-        "tensor types are dequantized to float32 as without it",
+        help="gguf only: keep Q4_0/Q4_1/Q8_0 weight matrices as the file's blocks (exactly, "
+        "no second rounding), so the checkpoint runs them on the CPU's int4 kernel by default "
+        "(--precision int4; Q8_0 as two 4-bit planes); other tensor types are dequantized to "
+        "float32 as without it",
     )
 
 

@@ -7,6 +7,7 @@ measurements behind each choice; the README the speed/quality trade-off.
 """
 
 from attnkit.quantize.int4 import Int4Linear
+from attnkit.quantize.int8_blocks import Int8BlockLinear
 from attnkit.quantize.linear import Bf16Linear, Int8Linear, PackedLinear, quantize_rows
 from attnkit.quantize.model import (
     PRECISIONS,
@@ -21,6 +22,7 @@ __all__ = [
     "PRECISIONS",
     "Bf16Linear",
     "Int4Linear",
+    "Int8BlockLinear",
     "Int8Linear",
     "Int8WeightOnlyLinear",
     "PackedLinear",

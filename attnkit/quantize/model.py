@@ -58,6 +58,7 @@ from attnkit.kernels import torch_ops
 from attnkit.models.embeddings import TokenEmbedding
 from attnkit.quantize.awq import apply_awq
 from attnkit.quantize.int4 import GROUP_SIZES, Int4Linear, fitting_group, group_size_from_env
+from attnkit.quantize.int8_blocks import Int8BlockLinear
 from attnkit.quantize.linear import Bf16Linear, Int8Linear, PackedLinear, quantize_rows
 from attnkit.quantize.smooth import DEFAULT_ALPHA, input_maxima, smoothing_factors
 from attnkit.quantize.weight_only import Int8WeightOnlyLinear
@@ -280,19 +281,26 @@ def _quantize_embeddings(model: nn.Module, precision: str) -> None:
 
 @torch.no_grad()
 def float_linears(model: nn.Module) -> nn.Module:
-    """Replace every ``Int4Linear`` of ``model`` (a checkpoint stored as int4 blocks:
-    ``attnkit.checkpoints.int4_weights``) by an ``nn.Linear`` holding its exact weight
-    (``Int4Linear.weight``), in place; returns ``model``. A module shared by two owners
-    stays one module. (Only ``quantize_model`` fuses a ReLU into an int4 linear, and
-    its models are not turned back: the loaded ones have none.)"""
+    """Replace every ``Int4Linear`` and ``Int8BlockLinear`` of ``model`` (a checkpoint
+    stored as blocks: ``attnkit.checkpoints.int4_weights``) by an ``nn.Linear`` holding
+    its exact weight (``.weight``), in place; returns ``model``. A module shared by two owners
+    stays one module, and an output head that kept the blocks of the token table it was
+    tied to (``attnkit.interop.gguf.int4_import.tied_heads``) shares that table's
+    weight again where the two are equal. (Only ``quantize_model`` fuses a ReLU into
+    an int4 linear, and its models are not turned back: the loaded ones have none.)"""
+    tables = {tuple(m.weight.shape): m.weight for m in model.modules()
+              if isinstance(m, TokenEmbedding)}  # fmt: skip
     done: dict[int, nn.Linear] = {}
     for module in list(model.modules()):
         for name, child in list(module.named_children()):
-            if isinstance(child, Int4Linear):
+            if isinstance(child, Int4Linear | Int8BlockLinear):
                 if id(child) not in done:
                     bias = child.bias
                     linear = nn.Linear(child.in_features, child.out_features, bias=bias is not None)
                     linear.weight.copy_(child.weight)
+                    table = tables.get(tuple(linear.weight.shape))
+                    if table is not None and torch.equal(table, linear.weight):
+                        linear.weight = table  # tied again, as the model was built
                     if bias is not None:
                         linear.bias.copy_(bias)
                     done[id(child)] = linear.eval()
@@ -305,7 +313,7 @@ def model_bytes(model: nn.Module) -> int:
     seen: set[int] = set()
     total = 0
     for module in model.modules():
-        if isinstance(module, PackedLinear | Int8Linear | Int4Linear):
+        if isinstance(module, PackedLinear | Int8Linear | Int4Linear | Int8BlockLinear):
             total += module.nbytes()
         for t in [*module.parameters(recurse=False), *module.buffers(recurse=False)]:
             if t.data_ptr() not in seen:

@@ -1,4 +1,4 @@
-"""``import --from gguf --keep-quantized``: Q4_0/Q4_1 blocks kept as int4 linears, exactly.
+"""``import --from gguf --keep-quantized``: Q4_0/Q4_1/Q8_0 blocks kept as linears, exactly.
 
 On tiny crafted files (``gguf_helpers.write_gguf``, quantized by the ``gguf``
 package's own quantizer): the blocks come back byte for byte through
@@ -27,19 +27,23 @@ from attnkit.inference.prepare import convert
 from attnkit.interop.gguf.blocks import (
     codes,
     dequantize_record,
+    int8_codes,
+    make_q8_record,
     make_record,
     to_blocks,
     to_record,
 )
 from attnkit.interop.gguf.importer import import_gguf
-from attnkit.quantize import Int4Linear, float_linears
+from attnkit.quantize import Int4Linear, Int8BlockLinear, float_linears
 
 # The int4 kernel multiplies by bf16 copies of the blocks' fp16 scales, with bf16
 # activations: max |logit difference| / max |logit| against the dequantized import,
-# measured 2.1e-4 (Q4_1) and 2.4e-4 (Q4_0) on these tiny models (random, 2 layers).
+# measured 2.1e-4 (Q4_1) and 2.4e-4 (Q4_0) on these tiny models (random, 2 layers); Q8_0
+# (two int4 planes) the same way.
 INT4_LOGIT_ERROR = 0.01
 IDS = torch.tensor([[5, 17, 40, 3, 60, 22, 9, 81, 30, 2, 14, 70]])
 LINEARS_PER_LAYER = 7  # q, k, v, o, gate, up, down
+KEPT = {"Q4_0": Int4Linear, "Q4_1": Int4Linear, "Q8_0": Int8BlockLinear}
 
 
 def _q4_file(tmp_path, quant: str, raw_types: dict | None = None, arrays=None):
@@ -53,8 +57,8 @@ def _blocks(path) -> dict[str, tuple[str, bytes]]:
             for t in gguf.GGUFReader(path).tensors}  # fmt: skip
 
 
-@pytest.mark.parametrize("quant", ["Q4_0", "Q4_1"])
-def test_q4_blocks_round_trip_bit_exact(tmp_path, capsys, quant):
+@pytest.mark.parametrize("quant", ["Q4_0", "Q4_1", "Q8_0"])
+def test_blocks_round_trip_bit_exact(tmp_path, capsys, quant):
     source = _q4_file(tmp_path, quant)
     run, back = tmp_path / "run", tmp_path / "back.gguf"
     assert main(["import", "--from", "gguf", str(source), "--keep-quantized",
@@ -68,16 +72,18 @@ def test_q4_blocks_round_trip_bit_exact(tmp_path, capsys, quant):
         assert after[name] == before[name], name
     record = json.loads((run / "import.json").read_text())
     assert record["details"]["int4"]["linears"] == LAYERS * 5  # q/k/v fused into one
-    assert json.loads((run / "checkpoints/step_00000000" / INT4_FILE).read_text())["linears"]
+    written = json.loads((run / "checkpoints/step_00000000" / INT4_FILE).read_text())
+    kept = written["int8_linears" if quant == "Q8_0" else "linears"]
+    assert len(kept) == LAYERS * 5 and written["format"] == (2 if quant == "Q8_0" else 1)
 
 
-@pytest.mark.parametrize("quant", ["Q4_0", "Q4_1"])
+@pytest.mark.parametrize("quant", ["Q4_0", "Q4_1", "Q8_0"])
 def test_float_load_is_the_plain_import_bit_for_bit(tmp_path, quant):
     source = _q4_file(tmp_path, quant)
     plain = load_model(import_gguf(source, tmp_path / "plain"), "cpu")
     kept = load_model(import_gguf(source, tmp_path / "kept", keep_quantized=True), "cpu")
     assert kept.weights == "int4"
-    assert isinstance(kept.model.layers[0].self_attn.qkv_proj, Int4Linear)
+    assert [type(m) for m in _linears(kept.model)] == [KEPT[quant]] * 5
     with torch.no_grad():
         int4_logits = kept.model(IDS).logits
         float_linears(kept.model)
@@ -88,6 +94,11 @@ def test_float_load_is_the_plain_import_bit_for_bit(tmp_path, quant):
         assert torch.equal(kept.model(IDS).logits, reference)
     error = (int4_logits - reference).abs().max() / reference.abs().max()
     assert 0 < error < INT4_LOGIT_ERROR
+
+
+def _linears(model) -> list:
+    layer = model.layers[0]
+    return [layer.self_attn.qkv_proj, layer.self_attn.out_proj, *layer.ffn.children()]
 
 
 def test_the_plan_runs_an_int4_checkpoint_as_int4_unless_told(tmp_path):
@@ -153,15 +164,26 @@ def test_a_malformed_int4_json_is_one_line(tmp_path):
                                  '"linears": ["layers.0.nothing"]}')  # fmt: skip
     with pytest.raises(CheckpointError, match="linears: 'layers.0.nothing'"):
         load_model(run, "cpu")
+    both = "layers.0.self_attn.out_proj"
+    (run / INT4_FILE).write_text(json.dumps({"format": 2, "weights": "int4", "group_size": 32,
+                                             "linears": [both], "int8_linears": [both]}))
+    with pytest.raises(CheckpointError, match="named twice"):
+        load_model(run, "cpu")
+    (run / INT4_FILE).write_text('{"format": 3, "weights": "int4", "group_size": 32}')
+    with pytest.raises(CheckpointError, match="reads formats 1 and 2"):
+        load_model(run, "cpu")
 
 
 def test_records_are_exact_and_refuse_what_fp32_cannot_hold():
     rows = np.random.default_rng(0).standard_normal((16, 64)).astype(np.float32)
-    for kind in ("Q4_0", "Q4_1"):
+    for kind in ("Q4_0", "Q4_1", "Q8_0"):
         raw = gguf.quants.quantize(rows, gguf.GGMLQuantizationType[kind])
         record = to_record(raw, kind, (16, 64))
         assert record is not None
-        assert np.array_equal(to_blocks(make_record(*codes(record)), kind), raw)
+        remade = make_q8_record(*int8_codes(record)) if kind == "Q8_0" else make_record(
+            *codes(record))  # fmt: skip
+        assert np.array_equal(to_blocks(remade, kind), raw)
+        assert to_blocks(remade, "Q4_0" if kind == "Q8_0" else "Q8_0") is None
         dequantized = gguf.quants.dequantize(raw, gguf.GGMLQuantizationType[kind])
         assert torch.equal(dequantize_record(record), torch.from_numpy(dequantized))
     # d = 1, m = 2^-24 (fp16's smallest): 8d + m needs 28 significant bits

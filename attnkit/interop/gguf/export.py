@@ -19,13 +19,13 @@ so llama.cpp and what is built on it (Ollama, LM Studio) run it, and
   ``q4_1``, quantized by the ``gguf`` package's numpy code; its k-quants are not
   implemented there). As llama.cpp's converter does, the 1-D norm weights stay
   f32, and a matrix whose rows do not split into 32-weight blocks falls back to f16.
-* **Int4 checkpoints** (``import --from gguf --keep-quantized``:
+* **Block checkpoints** (``import --from gguf --keep-quantized``:
   ``attnkit.checkpoints.int4_weights``): at ``q4_0``/``q4_1`` each int4 linear's
-  groups of 32 are written as the blocks they are, byte for byte what the
-  imported file held (``attnkit.interop.gguf.blocks.to_blocks``), where the type
-  holds them exactly (``q4_0``: groups without a zero term); a linear it cannot
-  hold is quantized from its exact float weights, as is every linear at the
-  other precisions.
+  groups of 32 are written as the blocks they are, and at ``q8_0`` each int8-block
+  linear's, byte for byte what the imported file held
+  (``attnkit.interop.gguf.blocks.to_blocks``), where the type holds them exactly
+  (``q4_0``: groups without a zero term); a linear it cannot hold is quantized
+  from its exact float weights, as is every linear at the other precisions.
 * **Metadata.** ``llama.*`` (context and embedding length, block count,
   feed-forward length, head counts, RoPE base and dimension, RMS epsilon,
   vocabulary size) and ``general.file_type``.
@@ -59,9 +59,10 @@ from attnkit.data.pretrained_tokenizer import PretrainedTokenizer
 from attnkit.errors import UsageError
 from attnkit.interop.gguf.blocks import (
     BLOCK,
-    Q4_TYPES,
+    KEPT_TYPES,
     dequantize_record,
     is_record,
+    make_q8_record,
     make_record,
     to_blocks,
 )
@@ -126,24 +127,30 @@ def llama_hparams(config: DecoderOnlyConfig) -> LlamaHParams:
     )  # fmt: skip
 
 
-def int4_as_weights(state: dict[str, Tensor], *, records: bool) -> dict[str, Tensor]:
-    """``state`` with each int4 linear's stored form (``weight_int4``, ``weight_scale``,
-    ``weight_zero``) as its ``weight``: a record of its blocks (``blocks``) where
-    ``records`` and its groups are of 32, else its exact float weight."""
+def int4_as_weights(state: dict[str, Tensor], *, records: str) -> dict[str, Tensor]:
+    """``state`` with each block linear's stored form as its ``weight``: an int4 linear's
+    (``weight_int4``, ``weight_scale``, ``weight_zero``) a record of its blocks
+    (``blocks``) where ``records == "q4"`` and its groups are of 32, an int8-block
+    linear's (``weight_int8``, ``weight_scale``) a Q8 record where ``records == "q8"``;
+    else the exact float weight."""
     out = dict(state)
+    for key in [k for k in state if k.endswith(".weight_int8")]:
+        name = key[: -len("_int8")]
+        q8 = make_q8_record(out.pop(key), out.pop(f"{name}_scale"))
+        out[name] = q8 if records == "q8" else dequantize_record(q8)
     for key in [k for k in state if k.endswith(".weight_int4")]:
         name = key[: -len("_int4")]
         q = unpack_nibbles(out.pop(key))
         scale, zero = out.pop(f"{name}_scale"), out.pop(f"{name}_zero")
         grouped = q.size(1) == scale.size(1) * BLOCK
-        out[name] = make_record(q, scale, zero) if records and grouped else (
+        out[name] = make_record(q, scale, zero) if records == "q4" and grouped else (
             dequantize_groups(q, scale.float(), zero.float()))  # fmt: skip
     return out
 
 
 def gguf_tensors(state: dict[str, Tensor], hp: LlamaHParams) -> dict[str, Tensor]:
     """attnkit's state dict -> llama.cpp's tensors: the import's two tables, backwards
-    (records of int4 blocks move as their weights would: ``int4_as_weights``)."""
+    (records of blocks move as their weights would: ``int4_as_weights``)."""
     hf = save_state(llama_keys(hp), state, llama_dims(hp))
     table = GGUF_LLAMA_KEYS.without(["lm_head.weight"]) if hp.tie_embeddings else GGUF_LLAMA_KEYS
     return save_state(table, hf, llama_dims(hp, GGUF_FIELDS, GGUF_SOURCE))
@@ -249,10 +256,10 @@ def _array(
     tensor: Tensor, qtype: GGMLQuantizationType, gguf: ModuleType
 ) -> tuple[np.ndarray, GGMLQuantizationType | None]:
     """``tensor`` as what ``GGUFWriter.add_tensor`` takes: an array and its raw ggml type
-    (None: the array's own float type). A record of int4 blocks is written as its blocks
+    (None: the array's own float type). A record of blocks is written as its blocks
     where ``qtype`` holds them exactly, else as its float weight."""
     if is_record(tensor):
-        blocks = to_blocks(tensor, qtype.name) if qtype.name in Q4_TYPES else None
+        blocks = to_blocks(tensor, qtype.name) if qtype.name in KEPT_TYPES else None
         if blocks is not None:
             return blocks, qtype
         tensor = dequantize_record(tensor)
@@ -299,7 +306,8 @@ def export_gguf(
     config = check_expressible(loaded.model.config)
     hp = llama_hparams(config)
     vocab = gguf_vocab(loaded.tokenizer, hp.vocab_size)
-    state = int4_as_weights(loaded.model.state_dict(), records=precision in ("q4_0", "q4_1"))
+    records = {"q4_0": "q4", "q4_1": "q4", "q8_0": "q8"}.get(precision, "")
+    state = int4_as_weights(loaded.model.state_dict(), records=records)
     tensors = gguf_tensors(state, hp)
     type_name, file_type = PRECISIONS[precision]
     qtype = gguf.GGMLQuantizationType[type_name]

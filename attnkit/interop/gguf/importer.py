@@ -26,8 +26,8 @@ only where whitespace or a non-ASCII number precedes a number
 
 The run is written by ``attnkit.interop.import_writer`` as every import is:
 ``checkpoints/step_00000000/`` (float32) and ``import.json``, atomically,
-after attnkit's loader has accepted it. With ``keep_quantized`` the Q4_0/Q4_1
-linears are stored as int4 blocks instead (``attnkit.interop.gguf.int4_import``).
+after attnkit's loader has accepted it. With ``keep_quantized`` the Q4_0/Q4_1/Q8_0
+linears are stored as their blocks instead (``attnkit.interop.gguf.int4_import``).
 """
 
 from __future__ import annotations
@@ -36,11 +36,19 @@ import os
 from collections import Counter
 from pathlib import Path
 
+from torch import Tensor
+
 from attnkit.checkpoints.int4_weights import INT4_FILE
 from attnkit.data.pretrained_tokenizer import PretrainedTokenizer
 from attnkit.errors import CheckpointError
-from attnkit.interop.gguf.blocks import Q4_TYPES, weight_shape
-from attnkit.interop.gguf.int4_import import int4_entries, kept_linears, settle_records
+from attnkit.interop.gguf.blocks import KEPT_TYPES, weight_shape
+from attnkit.interop.gguf.int4_import import (
+    int4_entries,
+    keep_tied_heads,
+    kept_linears,
+    settle_records,
+    tied_heads,
+)
 from attnkit.interop.gguf.read import GGUFCheckpoint, read_gguf
 from attnkit.interop.import_writer import Imported, write_import
 from attnkit.interop.keymap import plan_load
@@ -70,7 +78,7 @@ def read_gguf_import(
     source: Path, *, pre_tokenizer: str | None = None, keep_quantized: bool = False
 ) -> Imported:
     """The ``Imported`` of Llama GGUF file ``source`` (nothing is written); with
-    ``keep_quantized``, its Q4_0/Q4_1 linears as int4 blocks (``int4_import``)."""
+    ``keep_quantized``, its Q4_0/Q4_1/Q8_0 linears as their blocks (``int4_import``)."""
     ckpt = read_gguf(source, pre_tokenizer=pre_tokenizer, keep_quantized=keep_quantized)
     hp = ckpt.hparams
     _, notes = llama_ids(hp, ckpt.special_ids, str(source))
@@ -80,10 +88,17 @@ def read_gguf_import(
     shapes = {k: weight_shape(t) for k, t in ckpt.tensors.items()}
     plan = plan_load(llama_keys(hp), shapes, llama_dims(hp), str(source))
     kept = kept_linears(config) if keep_quantized else {}
+    heads: dict[str, Tensor] = {}
     if keep_quantized:
         notes += ckpt.notes
+        heads = keep_tied_heads(tied_heads(config), ckpt.tensors, plan.sources())
         notes += settle_records(ckpt.tensors, plan.sources(), kept, ckpt.tensor_types)
+        notes += [f"--keep-quantized: the output head {h} keeps the blocks of the token "
+                  "table it is tied to" for h in heads]  # fmt: skip
     state, _ = plan.load(ckpt.tensors.pop, finite=False)  # popped: never held twice
+    for head, record in heads.items():  # untied: the table stays float for the lookups
+        state[head] = record
+        kept[head] = head.removesuffix(".weight")
     details: dict[str, object] = {
         "name": ckpt.metadata.get("general.name"),
         "tensor_types": dict(sorted(Counter(ckpt.tensor_types.values()).items())),
@@ -93,7 +108,7 @@ def read_gguf_import(
     }
     extra: dict[str, str] = {}
     if keep_quantized:
-        kinds = sorted({k for k in ckpt.tensor_types.values() if k in Q4_TYPES})
+        kinds = sorted({k for k in ckpt.tensor_types.values() if k in KEPT_TYPES})
         record, facts = int4_entries(state, kept, f"GGUF {'/'.join(kinds)} blocks")
         if record is not None:
             extra[INT4_FILE] = record.to_json()
@@ -118,7 +133,7 @@ def import_gguf(
         pre_tokenizer: override the file's ``tokenizer.ggml.pre`` (``"gpt2"``:
             Hugging Face's GGUF tokenizer ids; see the module doc).
         hub: the record of a download by name (``attnkit.interop.hub.client``), for ``import.json``.
-        keep_quantized: keep Q4_0/Q4_1 matrices as int4 blocks, exactly (``int4_import``):
+        keep_quantized: keep Q4_0/Q4_1/Q8_0 matrices as their blocks, exactly (``int4_import``):
             the checkpoint then runs as int4 by default, and a float load of it holds
             exactly the weights of the import without it.
 

@@ -11,7 +11,7 @@ tensors, often quantized in blocks. ``read_gguf`` returns a ``GGUFCheckpoint``:
   ``gguf`` package's numpy code (the same call Hugging Face's GGUF loader
   makes, so the values agree bit for bit), with llama.cpp's q/k row
   permutation undone (``unpermute_rope_rows``); with ``keep_quantized``, a
-  Q4_0/Q4_1 tensor comes as its blocks instead, exactly (a uint8 record:
+  Q4_0/Q4_1/Q8_0 tensor comes as its blocks instead, exactly (a uint8 record:
   ``attnkit.interop.gguf.blocks``);
 * ``tokenizer``: a ``tokenizers.Tokenizer`` rebuilt from the metadata
   (``attnkit.interop.gguf.tokenizer``), plus the special ids and the chat template.
@@ -40,7 +40,7 @@ import torch
 from torch import Tensor
 
 from attnkit.errors import CheckpointError
-from attnkit.interop.gguf.blocks import Q4_TYPES, to_record
+from attnkit.interop.gguf.blocks import KEPT_TYPES, to_record
 from attnkit.interop.gguf.file import GGUFValue, metadata_values, open_gguf
 from attnkit.interop.keymap import plan_load
 from attnkit.interop.keytable import Rule, Step, Table
@@ -251,7 +251,7 @@ def read_gguf(
 
     Args:
         tensors: dequantize the tensors (skip for metadata only).
-        keep_quantized: Q4_0/Q4_1 matrices as records of their blocks (module doc).
+        keep_quantized: Q4_0/Q4_1/Q8_0 matrices as records of their blocks (module doc).
         tokenizer: build the tokenizer from the metadata.
         pre_tokenizer: override ``tokenizer.ggml.pre`` (see
             ``attnkit.interop.gguf.tokenizer.PRE_TOKENIZERS``).
@@ -314,10 +314,10 @@ def read_gguf(
 
 
 def _read(t: ReaderTensor, shape: tuple[int, ...], keep: bool, notes: list[str]) -> Tensor:
-    """One tensor: a record of its blocks if ``keep`` and it is Q4_0/Q4_1 (else, or
+    """One tensor: a record of its blocks if ``keep`` and it is Q4_0/Q4_1/Q8_0 (else, or
     where its blocks have no exact int4 form, float32 with a note)."""
     kind = t.tensor_type.name
-    if keep and kind in Q4_TYPES and len(shape) == 2:
+    if keep and kind in KEPT_TYPES and len(shape) == 2:
         record = to_record(np.asarray(t.data), kind, (shape[0], shape[1]))
         if record is not None:
             return record
