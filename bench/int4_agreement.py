@@ -24,6 +24,11 @@ with the same model family's fp32 argmax:
   which keeps the output matrix, the tied embedding here, at Q6_K), the file
   llama.cpp's users would make.
 
+With ``--kept q8_0`` (or ``q4_0``, comma-separated): the checkpoint's export at that
+type imported back with ``import --from gguf --keep-quantized`` and run as stored
+(its blocks on the int4 kernel) against attnkit fp32, beside llama.cpp on the same
+file against its f32.
+
 Also the median relative logit error (``max|l - l_ref| / max|l_ref|`` per
 position), and the seconds ``quantize_model`` took (calibration included). Accuracy
 only: one thread, any machine load.
@@ -144,12 +149,31 @@ def compare(logits: list[Tensor], ref: list[Tensor]) -> tuple[int, int, float]:
     return same, total, statistics.median(rel)
 
 
+def _kept_row(
+    name: str,
+    file: Path,
+    tmp: Path,
+    sequences: list[tuple[list[int], list[int]]],
+    ref: list[Tensor],
+) -> list[str]:
+    """The row of GGUF ``file`` imported with ``--keep-quantized``, run as stored."""
+    from attnkit.interop.gguf.importer import import_gguf
+
+    start = time.perf_counter()
+    model = load_model(import_gguf(file, tmp / f"kept_{name}", keep_quantized=True), "cpu").model
+    seconds = time.perf_counter() - start
+    same, total, median = compare(forced_logits(model.eval(), sequences), ref)
+    return [f"attnkit {name} blocks kept (import --keep-quantized)", f"{same}/{total}",
+            f"{same / total:.1%}", f"{median:.4f}", f"{seconds:.1f}"]  # fmt: skip
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--checkpoint", required=True, help="a Llama-type decoder-only run")
     p.add_argument("--new-tokens", type=int, default=128)
     p.add_argument("--variants", default="int4,int4_awq,int4_awq_noclip,int4_awq_no_vo,int8w")
     p.add_argument("--no-llama-cpp", action="store_true", help="skip the GGUF exports")
+    p.add_argument("--kept", default="", help="GGUF types kept as blocks: q8_0, q4_0 (module doc)")
     args = p.parse_args()
     torch.set_num_threads(1)
     loaded = load_model(args.checkpoint, "cpu")
@@ -179,7 +203,8 @@ def main() -> None:
 
         with tempfile.TemporaryDirectory() as tmp:
             files = {}
-            for precision in ("f32", "q4_0"):
+            kept = [k for k in args.kept.split(",") if k]
+            for precision in dict.fromkeys(("f32", "q4_0", *kept)):
                 files[precision] = export_gguf(loaded, Path(tmp) / f"{precision}.gguf",
                                                precision=precision)  # fmt: skip
             f32 = llama_cpp_logits(files["f32"], sequences)
@@ -189,10 +214,12 @@ def main() -> None:
             files["llama-quantize q4_0"] = llama_quantize(files["f32"], Path(tmp) / "lq.gguf")
             sizes = ", ".join(f"{k} {v.stat().st_size / 1e6:.1f} MB" for k, v in files.items())
             print(f"GGUF files: {sizes}")
-            for name in ("q4_0", "llama-quantize q4_0"):
+            for name in dict.fromkeys(("q4_0", "llama-quantize q4_0", *kept)):
                 same, total, median = compare(llama_cpp_logits(files[name], sequences), f32)
                 rows.append([f"llama.cpp {name} vs its f32", f"{same}/{total}",
                              f"{same / total:.1%}", f"{median:.4f}", "-"])  # fmt: skip
+            for name in kept:
+                rows.append(_kept_row(name, files[name], Path(tmp), sequences, ref))
     header = ["model", "top-1 = reference", "share", "logits rel err median", "convert s"]
     print(format_table(header, rows))
     print(f"{len(encoded)} prompts, {n} teacher-forced positions each; {cpu_name()}; "

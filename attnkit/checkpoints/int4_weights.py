@@ -85,16 +85,18 @@ def read_int4_record(directory: Path) -> Int4Record | None:
             f"{file}: format {data.get('format')!r}, weights {data.get('weights')!r}: "
             f"this attnkit reads formats 1 and 2, weights 'int4'"
         )
-    linears, int8 = data.get("linears"), data.get("int8_linears", [])
-    for field, names in (("linears", linears), ("int8_linears", int8)):
+    lists: dict[str, tuple[str, ...]] = {}
+    for field in ("linears", "int8_linears"):
+        names = data.get(field, [] if field == "int8_linears" else None)
         if not isinstance(names, list) or not all(isinstance(n, str) and n for n in names):
             raise CheckpointError(f"{file}: {field}: expected a list of module names")
+        lists[field] = tuple(names)
     group = data.get("group_size")
     if group not in GROUP_SIZES:
         raise CheckpointError(f"{file}: group_size: expected one of 32, 64, 128; got {group!r}")
     source = data.get("source", "")
     source = source if isinstance(source, str) else ""
-    return Int4Record(tuple(linears), group, source, tuple(int8))  # type: ignore[arg-type]
+    return Int4Record(lists["linears"], group, source, lists["int8_linears"])
 
 
 def int4_shapes(out_features: int, in_features: int, group: int) -> dict[str, tuple[int, ...]]:
@@ -115,7 +117,9 @@ def _parent(model: nn.Module, name: str) -> tuple[nn.Module, str]:
     return (model.get_submodule(owner) if owner else model), child
 
 
-def _expected_shapes(model: nn.Module, record: Int4Record, where: Path) -> dict[str, tuple]:
+def _expected_shapes(
+    model: nn.Module, record: Int4Record, where: Path
+) -> dict[str, tuple[int, ...]]:
     """Every key ``model``'s state takes with ``record``'s linears in their stored forms."""
     expected = {key: tuple(t.shape) for key, t in model.state_dict().items()}
     # (field, names, group, rows multiple): int8 blocks pack 2N rows in sixteens
@@ -126,7 +130,8 @@ def _expected_shapes(model: nn.Module, record: Int4Record, where: Path) -> dict[
             try:
                 linear = model.get_submodule(name)
             except AttributeError:
-                raise CheckpointError(f"{where}: {field}: {name!r} is no module of the model") from None
+                why = f"{where}: {field}: {name!r} is no module of the model"
+                raise CheckpointError(why) from None
             if type(linear) is not nn.Linear:
                 raise CheckpointError(f"{where}: {field}: {name!r} is a "
                                       f"{type(linear).__name__}, not a linear")  # fmt: skip

@@ -127,7 +127,7 @@ class Int8BlockLinear(nn.Module):
         if (bias is None) != (self._bias is None):
             (missing if bias is None else unexpected).append(prefix + "bias")
             return
-        self._pack(*(state_dict[k] for k in keys), bias)
+        self._pack(state_dict[keys[0]], state_dict[keys[1]], bias)
 
     def nbytes(self) -> int:
         """Resident bytes: the packed planes (a byte per weight), their bf16 scales and zeros,

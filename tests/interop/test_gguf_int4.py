@@ -165,8 +165,17 @@ def test_a_malformed_int4_json_is_one_line(tmp_path):
     with pytest.raises(CheckpointError, match="linears: 'layers.0.nothing'"):
         load_model(run, "cpu")
     both = "layers.0.self_attn.out_proj"
-    (run / INT4_FILE).write_text(json.dumps({"format": 2, "weights": "int4", "group_size": 32,
-                                             "linears": [both], "int8_linears": [both]}))
+    (run / INT4_FILE).write_text(
+        json.dumps(
+            {
+                "format": 2,
+                "weights": "int4",
+                "group_size": 32,
+                "linears": [both],
+                "int8_linears": [both],
+            }
+        )
+    )
     with pytest.raises(CheckpointError, match="named twice"):
         load_model(run, "cpu")
     (run / INT4_FILE).write_text('{"format": 3, "weights": "int4", "group_size": 32}')

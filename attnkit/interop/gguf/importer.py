@@ -96,8 +96,8 @@ def read_gguf_import(
         notes += [f"--keep-quantized: the output head {h} keeps the blocks of the token "
                   "table it is tied to" for h in heads]  # fmt: skip
     state, _ = plan.load(ckpt.tensors.pop, finite=False)  # popped: never held twice
-    for head, record in heads.items():  # untied: the table stays float for the lookups
-        state[head] = record
+    for head, blocks in heads.items():  # untied: the table stays float for the lookups
+        state[head] = blocks
         kept[head] = head.removesuffix(".weight")
     details: dict[str, object] = {
         "name": ckpt.metadata.get("general.name"),

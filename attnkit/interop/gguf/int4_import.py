@@ -7,9 +7,14 @@ their rows as it moves float weights. Here, around that table:
 * ``settle_records`` (before it): a record stays one only where it becomes a
   linear the int4 kernel takes (``kept_linears``: a converted linear of the
   model, not tied to the embedding, output rows a multiple of 16) and every
-  tensor stacked into that linear is a record of the same kind, Q4 or Q8 (a fused
-  q/k/v whose v is Q6_K, or Q8_0 beside Q4_1 q and k, is dequantized whole). The rest is dequantized to float32, exactly as without
-  the option, with one note per kind of tensor;
+  tensor stacked into that linear is a record of the same kind, Q4 or Q8 (a
+  fused q/k/v whose v is Q6_K, or Q8_0 beside Q4_1 q and k, is dequantized
+  whole). The rest is dequantized to float32, exactly as without the option,
+  with one note per kind of tensor;
+* ``keep_tied_heads`` (before it): an output head tied to the token table
+  (``tied_heads``) keeps the table's record, and the table itself is
+  dequantized for its lookups: the two are untied in the checkpoint, with the
+  same weights;
 * ``int4_entries`` (after it): each remaining Q4 record becomes ``Int4Linear``'s
   stored form (``weight_int4``, ``weight_scale``, ``weight_zero``), each Q8 one
   ``Int8BlockLinear``'s (``weight_int8``, ``weight_scale``: a scale per 32 weights,
