@@ -12,9 +12,9 @@ greedy continuation (``--new-tokens`` tokens):
 
 Models: ``kept`` (what ``attnkit generate`` runs by default: the int4 linears as
 loaded, with the file's codes, bf16 copies of its scales, bf16 activations; the
-embedding float32, as dequantized from its Q8_0), ``kept int4`` (the same with
-``--precision int4`` given: the embedding, which is also the tied output
-projection, as int8 rows), and ``rtn`` (``--precision int4`` of the float
+token table float32 for lookups, as dequantized from its Q8_0, and the output layer
+tied to it keeping those Q8_0 blocks), ``kept int4`` (the same with ``--precision
+int4`` given: the token table as int8 rows), and ``rtn`` (``--precision int4`` of the float
 import: the file's weights rounded a second time to attnkit's own groups).
 Not a test: it needs the real file and ~1 min.
 """
