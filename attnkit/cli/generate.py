@@ -203,11 +203,13 @@ def run(args: argparse.Namespace) -> int:
 
     loaded = load_for("generate", args.checkpoint, getattr(args, "device", None))
     model, tokenizer = loaded.model, loaded.tokenizer
-    # one sequence: one row per product; int8 calibrates on text through the tokenizer
-    # (CPU: the model's own cache; GPU: the static cache)
-    stepper = cast("AnyStepper", prepare(loaded, plan_for(loaded, args, "generate", rows=1,
-                                                       calibrate=True)))  # fmt: skip
     prompt = _prompt_ids(args, tokenizer)
+    # one sequence: one row per product; int8 calibrates on text through the tokenizer
+    # (CPU: the model's own cache; GPU: the static cache); --compile auto times the step
+    # at this run's length
+    plan = plan_for(loaded, args, "generate", rows=1, calibrate=True,
+                    positions=len(prompt) + args.max_new_tokens)  # fmt: skip
+    stepper = cast("AnyStepper", prepare(loaded, plan))
     device = next(model.parameters()).device
     prompt_ids = torch.tensor([prompt], dtype=torch.long, device=device)
     generator = torch.Generator(device=device).manual_seed(args.seed)

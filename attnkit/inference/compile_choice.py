@@ -76,10 +76,16 @@ def _key(model: nn.Module, plan: StepPlan) -> str:
 
 
 @torch.no_grad()
-def step_time(model: nn.Module, plan: StepPlan) -> tuple[float, bool]:
+def step_time(
+    model: nn.Module, plan: StepPlan, positions: int | None = None
+) -> tuple[float, bool]:
     """Seconds of a pass (a ``PROMPT``-token prompt, then ``STEPS`` greedy steps, the
     plan's rows) on a copy of ``model`` converted and stepped as ``plan`` says, after a warm-up
-    pass; and whether a compiled step fell back to eager (then it does not count)."""
+    pass; and whether a compiled step fell back to eager (then it does not count).
+
+    ``positions`` (the run's prompt + new tokens, if known) sizes the static cache as the
+    run's will be: the compiled programs, and inductor's on-disk kernels and GEMM
+    timings, are then the run's own, so the run compiles again in seconds, not minutes."""
     twin = convert_weights(copy.deepcopy(model), precision=plan.precision, weights=plan.weights,
                            linears=_UNCALIBRATED.get(plan.linears, plan.linears))  # fmt: skip
     step = plan_stepper(twin, plan)
@@ -87,8 +93,10 @@ def step_time(model: nn.Module, plan: StepPlan) -> tuple[float, bool]:
     bos = int(getattr(model, "bos_id", 1))
     prompt = torch.full((plan.rows, PROMPT), bos, dtype=torch.long, device=first.device)
 
+    max_steps = STEPS + 1 if positions is None else max(STEPS + 1, positions - PROMPT)
+
     def one_pass() -> None:
-        state = step.start(prompt, max_steps=STEPS + 1)
+        state = step.start(prompt, max_steps=max_steps)
         tokens = prompt[:, -1]
         for _ in range(STEPS):
             logits, state = step.step(tokens, state)
@@ -101,19 +109,27 @@ def step_time(model: nn.Module, plan: StepPlan) -> tuple[float, bool]:
     return seconds, failed
 
 
-def measure(model: nn.Module, eager: StepPlan, compiled: StepPlan) -> CompileChoice:
+def measure(
+    model: nn.Module, eager: StepPlan, compiled: StepPlan, positions: int | None = None
+) -> CompileChoice:
     """Time ``model`` as the ``eager`` and the ``compiled`` plans run it (module doc)."""
     start = time.perf_counter()
-    eager_s, _ = step_time(model, eager)
-    compiled_s, failed = step_time(model, compiled)
+    eager_s, _ = step_time(model, eager, positions)
+    compiled_s, failed = step_time(model, compiled, positions)
     speedup = eager_s / max(compiled_s, 1e-12)
     return CompileChoice(not failed and speedup > 1.0, speedup, time.perf_counter() - start)
 
 
 def choose(
-    model: nn.Module, eager: StepPlan, compiled: StepPlan, root: Path | None = None
+    model: nn.Module,
+    eager: StepPlan,
+    compiled: StepPlan,
+    root: Path | None = None,
+    *,
+    positions: int | None = None,
 ) -> CompileChoice:
-    """Compiled or eager for ``model`` on this machine: cached, else ``measure``d and kept."""
+    """Compiled or eager for ``model`` on this machine: cached, else ``measure``d (at the
+    run's ``positions``, if known: ``step_time``) and kept."""
     forced = os.environ.get(ENV, "auto")
     if forced in CHOICES:
         return CompileChoice(compiled=forced == "compiled")
@@ -126,6 +142,6 @@ def choose(
         return CompileChoice(compiled=known == "compiled")
     # judged before: a minute of compiling on 2 threads lifts the load average by itself
     busy = machine_choice.machine_busy()
-    choice = measure(model, eager, compiled)
+    choice = measure(model, eager, compiled, positions)
     cache.put(key, "compiled" if choice.compiled else "eager", busy=busy)
     return choice

@@ -125,7 +125,10 @@ class Options:
     generation, beams x sentences for translation); ``convert=False`` keeps the
     weights as loaded (library callers wanting only a stepper); ``calibrate``:
     the command has the tokenizer, so int8 on a decoder-only LM is calibrated.
-    ``precision=None``: the checkpoint's own (module doc).
+    ``precision=None``: the checkpoint's own (module doc). ``positions``: the longest
+    sequence a decode will hold (prompt + new tokens), where the command knows it:
+    ``--compile auto`` times the compiled step at the cache size the run will use, so
+    that the run reuses what the timing compiled.
     """
 
     precision: str | None = None
@@ -137,6 +140,7 @@ class Options:
     check_every: int | None = None
     convert: bool = True
     calibrate: bool = False
+    positions: int | None = None
 
 
 @dataclass(frozen=True)
@@ -265,7 +269,7 @@ def _auto(checkpoint: CheckpointInfo, machine: Machine, options: Options) -> Inf
     from attnkit.inference import compile_choice
 
     compiled = make_plan(checkpoint, machine, replace(options, path="compiled"))
-    choice = compile_choice.choose(model, eager, compiled)
+    choice = compile_choice.choose(model, eager, compiled, positions=options.positions)
     chosen = compiled if choice.compiled else eager
     why = tuple((k, "machine" if k in ("path", "cache") else v) for k, v in chosen.why)
     note = "; ".join(n for n in (chosen.note, choice.describe()) if n)
@@ -312,8 +316,8 @@ def _linears(
         if why := int4_unavailable():
             raise UsageError(f"--precision int4: {why}; use int8w or upgrade torch")
         if checkpoint.weights == "int4" and options.precision is None:
-            # int4 blocks run as stored: their linears, and the embedding as the file had it
-            # (SmolLM2's Q8_0 one as int8 rows cost 11 points of next-token agreement)
+            # GGUF blocks run as stored: their linears (a tied output layer's too) and the
+            # token table for lookups as the file had it
             return "as-loaded", "checkpoint", ""
         from attnkit.quantize.awq import awq_from_env
 

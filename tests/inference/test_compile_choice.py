@@ -36,10 +36,10 @@ def counting(monkeypatch):
     return counter
 
 
-def llama() -> DecoderOnlyLM:
+def llama(max_len: int = 64) -> DecoderOnlyLM:
     config = DecoderOnlyConfig.from_preset(
         "small", d_model=32, num_heads=4, num_kv_heads=2, d_ff=64, num_layers=1,
-        vocab_size=48, max_len=64, dropout=0.0, norm="rmsnorm", activation="swiglu",
+        vocab_size=48, max_len=max_len, dropout=0.0, norm="rmsnorm", activation="swiglu",
         positions="rotary",
     )  # fmt: skip
     torch.manual_seed(0)
@@ -65,13 +65,33 @@ def test_a_timing_runs_each_plan_on_a_copy_and_compiles_one_graph(counting):
     assert compile_choice.step_time(model, eager)[0] > 0
 
 
+def test_the_timing_sizes_the_cache_as_the_run_will(monkeypatch, counting):
+    """With the run's prompt + new tokens, the timed step's static cache has the run's
+    capacity bucket, so the run reuses the programs the timing compiled."""
+    from attnkit.decoding.static import StaticKVCache
+
+    capacities = []
+    real = StaticKVCache.allocate
+
+    def allocate(*args, capacity, **kwargs):
+        capacities.append(capacity)
+        return real(*args, capacity=capacity, **kwargs)
+
+    monkeypatch.setattr(StaticKVCache, "allocate", allocate)
+    model = llama(max_len=512)
+    _, compiled = plans(model)
+    compile_choice.step_time(model, compiled)
+    compile_choice.step_time(model, compiled, positions=30 + 256)
+    assert set(capacities) == {64, 512}  # 8 + 33 -> 64; 286 -> 512, as the run's
+
+
 def test_choose_measures_once_then_reads_the_cache(tmp_path, monkeypatch, counting):
     model = llama()
     eager, compiled = plans(model)
     times = {"fast": 2.0, "compiled": 1.0}
     calls = []
 
-    def fake(m, plan):
+    def fake(m, plan, positions=None):
         calls.append(plan.path)
         return times[plan.path], False
 
@@ -93,7 +113,7 @@ def test_a_choice_is_kept_if_the_machine_was_quiet_when_the_timing_began(tmp_pat
     model = llama()
     loads = iter([False, True])  # quiet before the timing, "busy" after (its own compile)
     monkeypatch.setattr(machine_choice, "machine_busy", lambda: next(loads))
-    monkeypatch.setattr(compile_choice, "step_time", lambda m, plan: (1.0, False))
+    monkeypatch.setattr(compile_choice, "step_time", lambda m, plan, positions: (1.0, False))
     compile_choice.choose(model, *plans(model), root=tmp_path)
     monkeypatch.setattr(compile_choice, "measure", lambda *a: pytest.fail("measured again"))
     assert compile_choice.choose(model, *plans(model), root=tmp_path).speedup is None
