@@ -76,9 +76,7 @@ def _key(model: nn.Module, plan: StepPlan) -> str:
 
 
 @torch.no_grad()
-def step_time(
-    model: nn.Module, plan: StepPlan, positions: int | None = None
-) -> tuple[float, bool]:
+def step_time(model: nn.Module, plan: StepPlan, positions: int | None = None) -> tuple[float, bool]:
     """Seconds of a pass (a ``PROMPT``-token prompt, then ``STEPS`` greedy steps, the
     plan's rows) on a copy of ``model`` converted and stepped as ``plan`` says, after a warm-up
     pass; and whether a compiled step fell back to eager (then it does not count).
