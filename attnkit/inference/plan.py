@@ -50,6 +50,7 @@ from attnkit.errors import UsageError
 ATTNKIT = "attnkit"  # the native engine: every other name is opened by prepare()'s openers
 PATHS = ("fast", "compiled", "reference", "auto")  # auto: compiled where faster here
 PRECISIONS = ("fp32", "bf16", "int8", "int8w", "int4")
+BLOCKS_NOTE = "the checkpoint's GGUF blocks on the int4 kernel (Q8_0 as two 4-bit planes)"
 # The "all finished?" interval off the CPU: each check stalls the host until the device
 # catches up (attnkit.decoding.common), so an accelerator asks every 8 steps.
 CHECK_EVERY_ACCELERATOR = 8
@@ -318,7 +319,7 @@ def _linears(
         if checkpoint.weights == "int4" and options.precision is None:
             # GGUF blocks run as stored: their linears (a tied output layer's too) and the
             # token table for lookups as the file had it
-            return "as-loaded", "checkpoint", ""
+            return "as-loaded", "checkpoint", BLOCKS_NOTE
         from attnkit.quantize.awq import awq_from_env
 
         # float weights (not int4 blocks) of a language model whose tokenizer the command has

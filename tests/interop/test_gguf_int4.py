@@ -108,6 +108,7 @@ def test_the_plan_runs_an_int4_checkpoint_as_int4_unless_told(tmp_path):
     own = make_plan(info, Machine.here("cpu"), Options())
     assert (own.precision, own.decided("precision"), own.weights) == ("int4", "checkpoint", "int4")
     assert own.linears == "as-loaded"  # the stored blocks; the embedding as the file had it
+    assert "GGUF blocks" in own.describe()  # a Q8_0 file's user is told why "int4"
     assert convert(loaded.model, own) is loaded.model
     assert isinstance(loaded.model.layers[0].self_attn.qkv_proj, Int4Linear)
     told = make_plan(info, Machine.here("cpu"), Options(precision="int4"))

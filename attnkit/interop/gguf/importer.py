@@ -113,7 +113,7 @@ def read_gguf_import(
         if record is not None:
             extra[INT4_FILE] = record.to_json()
             details["int4"] = facts
-            details["dtype"] = "int4 blocks (int4.json) and float32"
+            details["dtype"] = "GGUF blocks (int4.json) and float32"
     return Imported(config, state, tokenizer, "gguf", ckpt.architecture, notes, details, extra)
 
 
