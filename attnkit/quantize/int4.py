@@ -47,6 +47,7 @@ from attnkit.kernels.torch_ops import (
     int4_pack,
     int4pack_mm,
 )
+from attnkit.quantize.stored_form import read_stored
 
 GROUP_SIZES = (32, 64, 128)
 DEFAULT_GROUP_SIZE = 32
@@ -224,16 +225,12 @@ class Int4Linear(nn.Module):
     def _load_from_state_dict(
         self, state_dict, prefix, local_metadata, strict, missing, unexpected, errors
     ) -> None:
-        keys = [prefix + name for name in ("weight_int4", "weight_scale", "weight_zero")]
-        absent = [k for k in keys if k not in state_dict]
-        if absent:
-            missing.extend(absent)
+        names = ("weight_int4", "weight_scale", "weight_zero")
+        read = read_stored(state_dict, prefix, names, has_bias=self._bias is not None,
+                           missing=missing, unexpected=unexpected)  # fmt: skip
+        if read is None:
             return
-        bias = state_dict.get(prefix + "bias")
-        if (bias is None) != (self._bias is None):
-            (missing if bias is None else unexpected).append(prefix + "bias")
-            return
-        packed, scale, zero = (state_dict[k] for k in keys)
+        (packed, scale, zero), bias = read
         self._pack(unpack_nibbles(packed), scale.float(), zero.float())
         self._bias = None if bias is None else bias.detach().float().clone()
 

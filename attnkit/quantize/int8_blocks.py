@@ -28,6 +28,7 @@ import torch
 from torch import Tensor, nn
 
 from attnkit.kernels.torch_ops import INT4_N_MULTIPLE, int4_pack, int4pack_mm
+from attnkit.quantize.stored_form import read_stored
 
 BLOCK = 32
 INT8_BLOCK_KEYS = ("weight_int8", "weight_scale")
@@ -118,16 +119,11 @@ class Int8BlockLinear(nn.Module):
     def _load_from_state_dict(
         self, state_dict, prefix, local_metadata, strict, missing, unexpected, errors
     ) -> None:
-        keys = [prefix + name for name in INT8_BLOCK_KEYS]
-        absent = [k for k in keys if k not in state_dict]
-        if absent:
-            missing.extend(absent)
-            return
-        bias = state_dict.get(prefix + "bias")
-        if (bias is None) != (self._bias is None):
-            (missing if bias is None else unexpected).append(prefix + "bias")
-            return
-        self._pack(state_dict[keys[0]], state_dict[keys[1]], bias)
+        read = read_stored(state_dict, prefix, INT8_BLOCK_KEYS, has_bias=self._bias is not None,
+                           missing=missing, unexpected=unexpected)  # fmt: skip
+        if read is not None:
+            (q, scale), bias = read
+            self._pack(q, scale, bias)
 
     def nbytes(self) -> int:
         """Resident bytes: the packed planes (a byte per weight), their bf16 scales and zeros,

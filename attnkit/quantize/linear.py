@@ -42,6 +42,7 @@ from attnkit.kernels.torch_ops import (
     onednn_linear,
     onednn_pack,
 )
+from attnkit.quantize.stored_form import read_stored
 
 PACKED_PRECISIONS = ("fp32", "bf16")
 """The weight formats of ``PackedLinear`` (``attnkit.quantize.PRECISIONS`` are the
@@ -113,15 +114,11 @@ class PackedLinear(nn.Module):
     def _load_from_state_dict(
         self, state_dict, prefix, local_metadata, strict, missing, unexpected, errors
     ) -> None:
-        key = prefix + "weight"
-        if key not in state_dict:
-            missing.append(key)
-            return
-        bias = state_dict.get(prefix + "bias")
-        if (bias is None) != (self._bias is None):
-            (missing if bias is None else unexpected).append(prefix + "bias")
-            return
-        self._pack(state_dict[key], bias)
+        read = read_stored(state_dict, prefix, ["weight"], has_bias=self._bias is not None,
+                           missing=missing, unexpected=unexpected)  # fmt: skip
+        if read is not None:
+            (weight,), bias = read
+            self._pack(weight, bias)
 
     def extra_repr(self) -> str:
         return (
