@@ -65,6 +65,7 @@ from attnkit.checkpoints.adapters import BaseReference, read_adapter_info
 from attnkit.checkpoints.digest import weights_digest
 from attnkit.checkpoints.files import MODEL_FILE, TRAINER_FILE, load_checkpoint
 from attnkit.checkpoints.finite import check_finite
+from attnkit.checkpoints.int4_weights import read_int4_record
 from attnkit.checkpoints.rundir import latest_checkpoint, resolve_checkpoint
 from attnkit.data.tokenizer_kinds import tokenizer_from_json
 from attnkit.data.tokenizers import Tokenizer
@@ -175,7 +176,10 @@ def load_warm_start(path: str | Path, *, expected_sha256: str | None = None) -> 
             "the checkpoint changed since the run started from it"
         )
     ckpt = load_checkpoint(directory, load_optimizer=False)
-    check_finite(ckpt.model_state, weights)  # NaN weights: every step would be skipped
+    state = ckpt.model_state
+    if read_int4_record(directory) is not None:  # GGUF blocks: start from their exact floats
+        state = _float_state(directory)
+    check_finite(state, weights)  # NaN weights: every step would be skipped
     try:
         family = get_family(ckpt.config.get("family", "transformer"))
         config = family.config_class.from_dict(ckpt.config)
@@ -197,7 +201,18 @@ def load_warm_start(path: str | Path, *, expected_sha256: str | None = None) -> 
         family=family.name,
         step=None if step is None else int(step),
     )
-    return WarmStart(config=config, state=ckpt.model_state, tokenizer=tokenizer, source=source)
+    return WarmStart(config=config, state=state, tokenizer=tokenizer, source=source)
+
+
+def _float_state(directory: Path) -> dict[str, Tensor]:
+    """The state of a checkpoint stored as GGUF blocks (``import --from gguf
+    --keep-quantized``) with every block linear as the float weight it holds exactly
+    (``float_linears``; a tied output layer tied again)."""
+    from attnkit.checkpoints.loading import load_model
+    from attnkit.quantize import float_linears
+
+    model = float_linears(load_model(directory, "cpu").model)
+    return dict(model.state_dict())
 
 
 def recorded_init(checkpoint: str | Path) -> dict[str, Any] | None:

@@ -389,3 +389,19 @@ def test_unknown_tokens_in_the_new_data_are_reported(de_en_run, tmp_path, capsys
         f"unknown tokens (mapped to the tokenizer's unknown id): {100 * share:.2f}% of source"
         in printed
     )
+
+
+def test_a_checkpoint_of_gguf_blocks_starts_from_its_exact_float_weights(tmp_path):
+    """``import --from gguf --keep-quantized`` stores block linears (and the tied output
+    layer's blocks apart from the token table): ``--init`` of it reads the float weights a
+    plain import of the same file holds, bit for bit, the output layer tied again."""
+    from gguf_helpers import hf_weights, metadata, to_gguf, write_gguf
+
+    from attnkit.interop.gguf.importer import import_gguf
+
+    source = write_gguf(tmp_path / "q8.gguf", to_gguf(hf_weights()), metadata(), quant="Q8_0")
+    kept = load_warm_start(import_gguf(source, tmp_path / "kept", keep_quantized=True))
+    plain = load_warm_start(import_gguf(source, tmp_path / "plain"))
+    assert not any(k.endswith(("_int8", "_int4")) for k in kept.state)
+    assert kept.state.keys() == plain.state.keys()
+    assert all(torch.equal(kept.state[k], plain.state[k]) for k in plain.state)
