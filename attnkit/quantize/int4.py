@@ -111,6 +111,19 @@ def unpack_nibbles(packed: Tensor) -> Tensor:
     return torch.stack([packed & 15, packed >> 4], dim=-1).reshape(packed.size(0), -1)
 
 
+def packed_codes(packed: Tensor, group_size: int, scales_and_zeros: Tensor) -> Tensor:
+    """The 4-bit values ``q`` ``(N, K)`` uint8 of a weight packed by ``int4_pack``, read back.
+
+    The kernel with scale 1 and zero 0 multiplies by ``q - 8``: small integers, exact in
+    bf16, so the identity's product returns them exactly. ``scales_and_zeros``: the
+    weight's own ``(K/group, N, 2)`` (its shape and dtype)."""
+    ones = torch.zeros_like(scales_and_zeros)
+    ones[..., 0] = 1
+    eye = torch.eye(scales_and_zeros.size(0) * group_size, dtype=torch.bfloat16)
+    q_minus_8 = int4pack_mm(eye, packed, group_size, ones)  # (K, N)
+    return (q_minus_8.t().float() + 8).round().to(torch.uint8)
+
+
 class Int4Linear(nn.Module):
     """``y = act(x W^T + b)``: 4-bit group-wise weights, bf16 activations, fp32 in and out.
 
@@ -195,16 +208,8 @@ class Int4Linear(nn.Module):
         )
 
     def codes(self) -> Tensor:
-        """The 4-bit values ``q`` ``(N, K)`` uint8, read back from the packed weight.
-
-        The kernel with scale 1 and zero 0 multiplies by ``q - 8``: small integers,
-        exact in bf16, so the identity's product returns them exactly."""
-        k = self.in_features
-        ones = torch.zeros_like(self._scales_and_zeros)
-        ones[..., 0] = 1
-        eye = torch.eye(k, dtype=torch.bfloat16)
-        q_minus_8 = int4pack_mm(eye, self._packed, self.group_size, ones)  # (K, N)
-        return (q_minus_8.t().float() + 8).round().to(torch.uint8)
+        """The 4-bit values ``q`` ``(N, K)`` uint8, read back from the packed weight."""
+        return packed_codes(self._packed, self.group_size, self._scales_and_zeros)
 
     def unpacked(self) -> tuple[Tensor, Tensor, Tensor]:
         """``(q (N, K), scale (N, G), zero (N, G))`` as ``quantize_groups`` or

@@ -28,6 +28,7 @@ import torch
 from torch import Tensor, nn
 
 from attnkit.kernels.torch_ops import INT4_N_MULTIPLE, int4_pack, int4pack_mm
+from attnkit.quantize.int4 import packed_codes
 from attnkit.quantize.stored_form import read_stored
 
 BLOCK = 32
@@ -89,14 +90,8 @@ class Int8BlockLinear(nn.Module):
         return y if self._bias is None else y + self._bias
 
     def codes(self) -> Tensor:
-        """The int8 codes ``q`` ``(N, K)``, read back from the packed planes.
-
-        The kernel with scale 1 and zero 0 multiplies by ``c - 8``: small integers, exact
-        in bf16, so the identity's product returns each plane's codes exactly."""
-        ones = torch.zeros_like(self._scales_and_zeros)
-        ones[..., 0] = 1
-        eye = torch.eye(self.in_features, dtype=torch.bfloat16)
-        planes = int4pack_mm(eye, self._packed, BLOCK, ones).t().float().round() + 8  # (2N, K)
+        """The int8 codes ``q`` ``(N, K)``, read back from the packed planes."""
+        planes = packed_codes(self._packed, BLOCK, self._scales_and_zeros).int()  # (2N, K)
         high, low = planes[: self.out_features], planes[self.out_features :]
         return (16 * high + low - 128).to(torch.int8)
 

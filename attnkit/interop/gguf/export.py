@@ -127,7 +127,7 @@ def llama_hparams(config: DecoderOnlyConfig) -> LlamaHParams:
     )  # fmt: skip
 
 
-def int4_as_weights(state: dict[str, Tensor], *, records: str) -> dict[str, Tensor]:
+def blocks_as_weights(state: dict[str, Tensor], *, records: str) -> dict[str, Tensor]:
     """``state`` with each block linear's stored form as its ``weight``: an int4 linear's
     (``weight_int4``, ``weight_scale``, ``weight_zero``) a record of its blocks
     (``blocks``) where ``records == "q4"`` and its groups are of 32, an int8-block
@@ -150,7 +150,7 @@ def int4_as_weights(state: dict[str, Tensor], *, records: str) -> dict[str, Tens
 
 def gguf_tensors(state: dict[str, Tensor], hp: LlamaHParams) -> dict[str, Tensor]:
     """attnkit's state dict -> llama.cpp's tensors: the import's two tables, backwards
-    (records of blocks move as their weights would: ``int4_as_weights``)."""
+    (records of blocks move as their weights would: ``blocks_as_weights``)."""
     hf = save_state(llama_keys(hp), state, llama_dims(hp))
     table = GGUF_LLAMA_KEYS.without(["lm_head.weight"]) if hp.tie_embeddings else GGUF_LLAMA_KEYS
     return save_state(table, hf, llama_dims(hp, GGUF_FIELDS, GGUF_SOURCE))
@@ -307,7 +307,7 @@ def export_gguf(
     hp = llama_hparams(config)
     vocab = gguf_vocab(loaded.tokenizer, hp.vocab_size)
     records = {"q4_0": "q4", "q4_1": "q4", "q8_0": "q8"}.get(precision, "")
-    state = int4_as_weights(loaded.model.state_dict(), records=records)
+    state = blocks_as_weights(loaded.model.state_dict(), records=records)
     tensors = gguf_tensors(state, hp)
     type_name, file_type = PRECISIONS[precision]
     qtype = gguf.GGMLQuantizationType[type_name]
